@@ -1,0 +1,77 @@
+"""Argument checks shared by every module: bad input raises a ``ValueError``
+that names the argument and the expected form, never a silent NaN."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def check_probability(name: str, value: float, *, upper_open: bool = False) -> float:
+    """Checks ``value`` lies in ``[0, 1]`` (or ``[0, 1)`` with ``upper_open``)."""
+    value = float(value)
+    ok = 0.0 <= value < 1.0 if upper_open else 0.0 <= value <= 1.0
+    if not ok or math.isnan(value):
+        form = "[0, 1)" if upper_open else "[0, 1]"
+        raise ValueError(f"`{name}` must be a probability in {form} (got {value})")
+    return value
+
+
+def check_positive(name: str, value: float) -> float:
+    """Checks ``value`` is a finite number > 0."""
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"`{name}` must be a finite number > 0 (got {value})")
+    return value
+
+
+def check_nonnegative(name: str, value: float) -> float:
+    """Checks ``value`` is a finite number >= 0."""
+    value = float(value)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"`{name}` must be a finite number >= 0 (got {value})")
+    return value
+
+
+def check_int(name: str, value, minimum: int = 1) -> int:
+    """Checks ``value`` is an integer >= ``minimum``."""
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum} (got {value!r})")
+    return int(value)
+
+
+def check_choice(name: str, value: str, choices) -> str:
+    """Checks ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {sorted(choices)} (got {value!r})")
+    return value
+
+
+def check_matrix(name: str, x: Tensor, min_rows: int = 2) -> Tensor:
+    """Checks ``x`` is a finite floating-point ``[N, d]`` tensor with ``N >= min_rows``."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor of shape [N, d] (got {type(x).__name__})")
+    if x.dim() != 2:
+        raise ValueError(f"`{name}` must have shape [N, d] (got shape {list(x.shape)})")
+    if x.size(0) < min_rows:
+        raise ValueError(f"`{name}` needs at least {min_rows} rows (nodes) (got {x.size(0)})")
+    if x.size(1) < 1:
+        raise ValueError(f"`{name}` needs at least one feature column (got shape {list(x.shape)})")
+    if not x.is_floating_point():
+        raise ValueError(f"`{name}` must be a floating-point tensor (got {x.dtype})")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"`{name}` contains NaN or inf values; embeddings must be finite")
+    return x
+
+
+def check_views(h1: Tensor, h2: Tensor) -> None:
+    """Checks two projected views are finite ``[N, d]`` tensors of one shape, N >= 2."""
+    check_matrix("h1", h1)
+    check_matrix("h2", h2)
+    if h1.shape != h2.shape:
+        raise ValueError(
+            f"`h1` and `h2` must have the same shape [N, d] (got {list(h1.shape)} and "
+            f"{list(h2.shape)})"
+        )
