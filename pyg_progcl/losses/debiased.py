@@ -1,0 +1,86 @@
+"""Debiased (DCL) and hard-negative debiased (HCL) contrastive losses."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .._checks import check_nonnegative, check_probability
+from .base import ContrastiveLoss
+from .similarity import NegativeBlock
+
+
+def debiased_log_negatives(block: NegativeBlock, log_neg: Tensor, tau_plus: float) -> Tensor:
+    r"""``log max((neg - τ⁺·M·pos) / (1 - τ⁺), M·e^{-1/τ})`` in the block's shifted log space.
+
+    ``M = 2·count`` negatives per anchor (counted per anchor, not over the matrix). The
+    difference is taken as ``log neg + log(1 - e^a)`` with ``a = log(τ⁺ M pos / neg)``, and
+    is ``-inf`` (so the floor wins) when the correction exceeds ``neg``.
+    """
+    m = 2 * block.count
+    log_floor = torch.full_like(log_neg, math.log(m) - 2.0 / block.tau)
+    if tau_plus == 0:
+        return torch.maximum(log_neg, log_floor)
+    a = math.log(tau_plus * m) + block.pos - log_neg
+    below = a < 0
+    safe = torch.where(below, a, torch.full_like(a, -1.0))
+    log_diff = log_neg + torch.log(-torch.expm1(safe)) - math.log1p(-tau_plus)
+    log_diff = torch.where(below, log_diff, torch.full_like(a, float("-inf")))
+    return torch.maximum(log_diff, log_floor)
+
+
+class DebiasedInfoNCELoss(ContrastiveLoss):
+    r"""Debiased contrastive loss (DCL).
+
+    From `Debiased Contrastive Learning` (Chuang et al., NeurIPS 2020):
+    :math:`Ng_i = \max\big((\sum_k e^{\theta_{ik}/\tau} - \tau^+ M e^{\theta_{ii}/\tau})
+    /(1-\tau^+),\ M e^{-1/\tau}\big)` with :math:`M = 2(N-1)` negatives per anchor.
+
+    Args:
+        tau: Temperature.
+        tau_plus: Class prior :math:`\tau^+ \in [0, 1)`; ``0`` gives GRACE exactly.
+        block_size, num_negatives: see :class:`ContrastiveLoss`.
+    """
+
+    def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, **kwargs):
+        super().__init__(tau, **kwargs)
+        self.tau_plus = check_probability("tau_plus", tau_plus, upper_open=True)
+
+    def log_negatives(self, block: NegativeBlock) -> Tensor:
+        return debiased_log_negatives(block, block.log_sum_exp_both(), self.tau_plus)
+
+    def _options(self) -> dict:
+        return {"tau_plus": self.tau_plus}
+
+
+class HardInfoNCELoss(DebiasedInfoNCELoss):
+    r"""Hard-negative debiased contrastive loss (HCL).
+
+    From `Contrastive Learning with Hard Negative Samples` (Robinson et al., ICLR 2021):
+    DCL with ``neg`` replaced by
+    :math:`\sum_k w_{ik} e^{\theta_{ik}/\tau} / \mathrm{mean}_k w_{ik}`,
+    :math:`w_{ik} = e^{\beta\theta_{ik}/\tau}`.
+
+    Args:
+        tau: Temperature.
+        tau_plus: Class prior :math:`\tau^+ \in [0, 1)`.
+        beta: Concentration :math:`\beta \ge 0` on hard negatives; ``0`` gives DCL exactly.
+        block_size, num_negatives: see :class:`ContrastiveLoss`.
+    """
+
+    def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0, **kwargs):
+        super().__init__(tau, tau_plus, **kwargs)
+        self.beta = check_nonnegative("beta", beta)
+
+    def log_negatives(self, block: NegativeBlock) -> Tensor:
+        if self.beta == 0:
+            return super().log_negatives(block)
+        # Σ e^{(1+β)θ/τ} / mean e^{βθ/τ}; the shifts of numerator and mean cancel.
+        log_mean_imp = block.log_sum_exp_both(self.beta) - math.log(2 * block.count)
+        log_neg = block.log_sum_exp_both(1 + self.beta) - log_mean_imp
+        return debiased_log_negatives(block, log_neg, self.tau_plus)
+
+    def _options(self) -> dict:
+        return {"tau_plus": self.tau_plus, "beta": self.beta}

@@ -1,0 +1,253 @@
+"""The block machinery shared by every loss: anchors against their negatives.
+
+Every loss of this package is ``ℓ_i = -log( e^{p_i} / (e^{p_i} + Ng_i) )`` for an anchor
+``i`` with positive logit ``p_i = θ(a_i, o_i)/τ`` and a loss-specific negative term
+``Ng_i`` built from the anchor's inter-view logits ``θ(a_i, o_k)/τ`` and intra-view logits
+``θ(a_i, a_k)/τ`` (``k ≠ i``). This module forms those logits for a block of anchors and
+hands them to the loss as a :class:`NegativeBlock`; the loss only supplies ``log Ng_i``.
+
+Three ways to form the blocks, all with the same result per anchor:
+
+* dense: one block of all ``N`` anchors; the inter-view Gram matrix of the second
+  direction is the transpose of the first (three matrix products, not four);
+* row blocks of ``B`` anchors against all ``N`` nodes, each recomputed in backward
+  (``torch.utils.checkpoint``), so only one block's ``B×N`` intermediates are alive;
+* ``k`` sampled negatives per anchor, shared by a block of anchors (a ``B×(k+1)`` product).
+
+Logits are stored shifted by their upper bound ``1/τ`` (cosines are ≤ 1), so that
+``exp`` never overflows; every ``Ng`` formula is homogeneous in the exponentials, so the
+shift cancels in ``ℓ``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+#: Above this many nodes the losses switch to row blocks when ``block_size`` is ``None``.
+DENSE_MAX_NODES = 4096
+#: Elements of one ``B×N`` block chosen automatically (32 MiB per float32 matrix).
+BLOCK_ELEMENTS = 1 << 23
+#: ``exp`` of a shifted logit above ``-EXP_SPAN`` stays a normal float32.
+EXP_SPAN = 80.0
+
+
+@dataclass
+class NegativeBlock:
+    """A block of ``B`` anchors with ``C`` candidate negatives per view.
+
+    Attributes:
+        pos: ``[B]`` shifted positive logits ``(θ(a_i, o_i) - 1)/τ``.
+        inter: ``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``.
+        intra: ``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ``.
+        excluded: ``[B]`` column of each row that is not a negative (the anchor itself,
+            or a surplus sample); it holds ``-inf`` in ``inter`` and ``intra``.
+        count: Negatives per view and anchor (``N - 1``, or ``k`` when sampled).
+        tau: Temperature.
+    """
+
+    pos: Tensor
+    inter: Tensor
+    intra: Tensor
+    excluded: Tensor
+    count: int
+    tau: float
+    cache: dict = field(default_factory=dict, repr=False)
+    transposed: bool = False
+
+    @property
+    def shift(self) -> float:
+        """The constant ``1/τ`` subtracted from every logit."""
+        return 1.0 / self.tau
+
+    def cosine_inter(self) -> Tensor:
+        """Detached inter-view cosines; excluded entries read ``-1``."""
+        return (self.inter.detach() * self.tau + 1.0).clamp_(min=-1.0)
+
+    def elementwise_of_inter(self, name: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        """``fn`` (elementwise, no gradient) applied to the inter-view logits, cached.
+
+        The two directions of the dense path share one cache: the second direction's
+        inter-view matrix is the transpose of the first, and so is ``fn`` of it.
+        """
+        if name not in self.cache:
+            value = fn(self.inter.T if self.transposed else self.inter)
+            self.cache[name] = value
+        value = self.cache[name]
+        return value.T if self.transposed else value
+
+    def rows(self) -> Tensor:
+        return torch.arange(self.inter.size(0), device=self.inter.device)
+
+    def log_sum_exp(self, logits: Tensor, scale: float = 1.0) -> Tensor:
+        """Row-wise ``log Σ_k exp(scale · logits)`` over the valid negatives.
+
+        Uses a plain ``exp``-sum (the logits are ≤ 0) when no term can underflow, and the
+        max-shifted ``torch.logsumexp`` otherwise (very small ``τ``).
+        """
+        if scale == 0:
+            return torch.full_like(self.pos, math.log(self.count))
+        scaled = logits if scale == 1 else logits * scale
+        if scale * 2.0 / self.tau <= EXP_SPAN and scaled.dtype != torch.float16:
+            return torch.log(torch.exp(scaled).sum(dim=1))
+        return torch.logsumexp(scaled, dim=1)
+
+    def log_sum_exp_both(self, scale: float = 1.0) -> Tensor:
+        """``log Σ_k [exp(scale·inter_k) + exp(scale·intra_k)]`` over all ``2·count`` negatives."""
+        return torch.logaddexp(
+            self.log_sum_exp(self.inter, scale), self.log_sum_exp(self.intra, scale)
+        )
+
+
+LogNegatives = Callable[[NegativeBlock], Tensor]
+
+
+def anchor_losses(block: NegativeBlock, log_negatives: LogNegatives) -> Tensor:
+    """``ℓ_i = -p_i + log(e^{p_i} + Ng_i)`` for each anchor of ``block``."""
+    return torch.logaddexp(block.pos, log_negatives(block)) - block.pos
+
+
+def _mask(logits: Tensor, excluded: Tensor) -> Tensor:
+    rows = torch.arange(logits.size(0), device=logits.device)
+    return logits.index_put_((rows, excluded), logits.new_tensor(float("-inf")))
+
+
+def _gram(a: Tensor, b: Tensor, tau: float) -> Tensor:
+    """``(a bᵀ - 1)/τ`` for unit rows ``a`` (already divided by τ) and ``b`` in one GEMM."""
+    return torch.addmm(a.new_tensor(-1.0 / tau), a, b.T)
+
+
+def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
+    """Unit-normalised views in float32 or float64 (half inputs are upcast)."""
+    dtype = h1.dtype if h1.dtype in (torch.float32, torch.float64) else torch.float32
+    return F.normalize(h1.to(dtype), dim=1), F.normalize(h2.to(dtype), dim=1)
+
+
+def dense_blocks(u: Tensor, v: Tensor, tau: float) -> Iterator[NegativeBlock]:
+    """Both directions with all ``N`` anchors; three Gram matrices in all."""
+    n = u.size(0)
+    us, vs = u / tau, v / tau
+    diag = torch.arange(n, device=u.device)
+    pos = ((us * v).sum(1)) - 1.0 / tau
+    uv = _mask(_gram(us, v, tau), diag)
+    uu = _mask(_gram(us, u, tau), diag)
+    vv = _mask(_gram(vs, v, tau), diag)
+    cache: dict = {}
+    yield NegativeBlock(pos, uv, uu, diag, n - 1, tau, cache)
+    yield NegativeBlock(pos, uv.T, vv, diag, n - 1, tau, cache, transposed=True)
+
+
+def _row_block(a: Tensor, o: Tensor, start: int, stop: int, tau: float) -> NegativeBlock:
+    a_blk = a[start:stop] / tau
+    excluded = torch.arange(start, stop, device=a.device)
+    pos = (a_blk * o[start:stop]).sum(1) - 1.0 / tau
+    inter = _mask(_gram(a_blk, o, tau), excluded)
+    intra = _mask(_gram(a_blk, a, tau), excluded)
+    return NegativeBlock(pos, inter, intra, excluded, a.size(0) - 1, tau)
+
+
+def _sampled_block(
+    a: Tensor, o: Tensor, start: int, stop: int, cols: Tensor, tau: float
+) -> NegativeBlock:
+    """Anchors ``start:stop`` against ``k + 1`` shared sampled nodes ``cols``.
+
+    Each anchor drops one column: itself if it was sampled, else the last one, so that
+    every anchor keeps exactly ``k`` negatives, a uniform sample of the other ``N - 1``.
+    """
+    k = cols.numel() - 1
+    a_blk = a[start:stop] / tau
+    anchors = torch.arange(start, stop, device=a.device)
+    hit = anchors.unsqueeze(1) == cols.unsqueeze(0)
+    excluded = torch.where(hit.any(1), hit.int().argmax(1), torch.full_like(anchors, k))
+    pos = (a_blk * o[start:stop]).sum(1) - 1.0 / tau
+    inter = _mask(_gram(a_blk, o[cols], tau), excluded)
+    intra = _mask(_gram(a_blk, a[cols], tau), excluded)
+    return NegativeBlock(pos, inter, intra, excluded, k, tau)
+
+
+def auto_block_size(num_nodes: int, num_columns: int | None = None) -> int | None:
+    """The block size chosen when a loss has ``block_size=None`` (``None`` = dense)."""
+    if num_columns is None and num_nodes <= DENSE_MAX_NODES:
+        return None
+    cols = num_nodes if num_columns is None else num_columns
+    return max(1, min(num_nodes, BLOCK_ELEMENTS // max(cols, 1)))
+
+
+def contrastive_loss(
+    h1: Tensor,
+    h2: Tensor,
+    tau: float,
+    log_negatives: LogNegatives,
+    block_size: int | None = None,
+    num_negatives: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """``J = (1/2N) Σ_i [ℓ(u_i) + ℓ(v_i)]`` with ``Ng`` from ``log_negatives``.
+
+    Args:
+        h1, h2: Projected views ``[N, d]`` (checked by the caller).
+        tau: Temperature.
+        log_negatives: Maps a :class:`NegativeBlock` to ``[B]`` shifted ``log Ng``.
+        block_size: Anchors per row block; ``None`` chooses (dense up to
+            ``DENSE_MAX_NODES`` nodes).
+        num_negatives: ``k`` sampled negatives per anchor and view; ``None`` = all.
+        generator: Random generator of the negative sampling.
+    """
+    u, v = normalize_views(h1, h2)
+    n = u.size(0)
+    if num_negatives is None and block_size is None:
+        block_size = auto_block_size(n)
+        if block_size is None:
+            total = sum(anchor_losses(b, log_negatives).sum() for b in dense_blocks(u, v, tau))
+            return total / (2 * n)
+    if block_size is None:
+        block_size = auto_block_size(n, num_negatives + 1)
+    total = u.new_zeros(())
+    for a, o in ((u, v), (v, u)):
+        for start in range(0, n, block_size):
+            stop = min(start + block_size, n)
+            if num_negatives is None:
+                args = (a, o, start, stop)
+                make = _row_block
+            else:
+                cols = torch.randperm(n, generator=generator, device="cpu")[: num_negatives + 1]
+                args = (a, o, start, stop, cols.to(a.device))
+                make = _sampled_block
+            total = total + _block_sum(make, args, tau, log_negatives)
+    return total / (2 * n)
+
+
+def _block_sum(make, args, tau: float, log_negatives: LogNegatives) -> Tensor:
+    def fn(*tensors):
+        return anchor_losses(make(*tensors, tau), log_negatives).sum()
+
+    if torch.is_grad_enabled() and any(t.requires_grad for t in args if isinstance(t, Tensor)):
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
+def sample_negative_pairs(
+    num_nodes: int, num_samples: int, device=None, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    """Uniform pairs ``(i, k)`` with ``k ≠ i`` (off-diagonal), without an ``N×N`` matrix."""
+    i = torch.randint(num_nodes, (num_samples,), generator=generator)
+    k = torch.randint(num_nodes - 1, (num_samples,), generator=generator)
+    k = k + (k >= i).long()
+    return i.to(device), k.to(device)
+
+
+@torch.no_grad()
+def sample_negative_similarities(
+    h1: Tensor, h2: Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """Cosines ``θ(u_i, v_k)`` of ``num_samples`` uniform inter-view negative pairs."""
+    u, v = normalize_views(h1, h2)
+    i, k = sample_negative_pairs(u.size(0), num_samples, u.device, generator)
+    return (u[i] * v[k]).sum(1).clamp_(-1.0, 1.0)

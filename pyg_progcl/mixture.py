@@ -1,0 +1,226 @@
+"""Two-component Beta mixture of negative similarities (ProGCL, Xia et al., ICML 2022, §5.1)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ._checks import check_int, check_positive, check_probability
+
+
+def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
+    r"""Log-density of Beta distributions, evaluated in log space.
+
+    :math:`\log \mathrm{Beta}(x;\alpha,\beta) = (\alpha-1)\log x + (\beta-1)\log(1-x) - \log B(\alpha,\beta)`
+
+    Args:
+        x: Values in (0, 1), shape ``[n]``.
+        alpha, beta: Parameters, shape ``[c]``.
+
+    Returns:
+        ``[n, c]`` log-densities.
+    """
+    x = x.unsqueeze(-1)
+    log_norm = torch.lgamma(alpha) + torch.lgamma(beta) - torch.lgamma(alpha + beta)
+    return (alpha - 1) * torch.log(x) + (beta - 1) * torch.log1p(-x) - log_norm
+
+
+class BetaMixture(torch.nn.Module):
+    r"""Two-component Beta mixture fitted by EM with the weighted method of moments.
+
+    From `ProGCL: Rethinking Hard Negative Mining in Graph Contrastive Learning`
+    (Xia et al., ICML 2022): :math:`p(s) = \sum_c \lambda_c \mathrm{Beta}(s; \alpha_c, \beta_c)`.
+    The component with the smaller mean :math:`\alpha/(\alpha+\beta)` models true negatives.
+
+    ``alpha``, ``beta`` and ``weight`` are buffers of length 2 (saved in the ``state_dict``
+    and moved by ``.to()``). Every :meth:`fit` warm-starts from the current parameters.
+
+    Args:
+        alpha_init: Initial :math:`\alpha` of the two components (reference: ``(1, 2)``).
+        beta_init: Initial :math:`\beta` (reference: ``(2, 1)``).
+        weight_init: Initial weight of the second (high-similarity) component
+            (reference :math:`w = 0.05`); the first gets ``1 - weight_init``.
+        max_iter: Default EM iteration budget of :meth:`fit`.
+        tol: EM stops when the mean log-likelihood changes by less than this.
+        eps: Values are clamped to ``[eps, 1 - eps]`` (densities are infinite at the ends).
+        min_variance: Floor of a component's variance (all-equal values stay finite).
+        min_weight: Floor of a component's weight (a vanishing component stays usable).
+        min_beta_high: Lower bound of :math:`\beta` of the high-similarity component.
+            The reference code resets it to 1.01 whenever it drops below 1; that traps EM
+            from the default start on ``0.8 Beta(2, 8) + 0.2 Beta(9, 3)`` (the high
+            component stalls at Beta(0.67, 1.01)), so it is off (``None``) by default.
+    """
+
+    def __init__(
+        self,
+        alpha_init: tuple[float, float] = (1.0, 2.0),
+        beta_init: tuple[float, float] = (2.0, 1.0),
+        weight_init: float = 0.05,
+        max_iter: int = 500,
+        tol: float = 1e-7,
+        eps: float = 1e-4,
+        min_variance: float = 1e-6,
+        min_weight: float = 1e-6,
+        min_beta_high: float | None = None,
+    ):
+        super().__init__()
+        for name, pair in (("alpha_init", alpha_init), ("beta_init", beta_init)):
+            if len(pair) != 2:
+                raise ValueError(f"`{name}` must be a pair of two numbers > 0 (got {pair!r})")
+            for value in pair:
+                check_positive(name, value)
+        check_probability("weight_init", weight_init)
+        self.alpha_init = tuple(float(a) for a in alpha_init)
+        self.beta_init = tuple(float(b) for b in beta_init)
+        self.weight_init = float(weight_init)
+        self.max_iter = check_int("max_iter", max_iter, 1)
+        self.tol = float(tol)
+        self.eps = check_positive("eps", eps)
+        if self.eps >= 0.5:
+            raise ValueError(f"`eps` must be in (0, 0.5) (got {eps})")
+        self.min_variance = check_positive("min_variance", min_variance)
+        self.min_weight = check_positive("min_weight", min_weight)
+        self.min_beta_high = None if min_beta_high is None else float(min_beta_high)
+        self.register_buffer("alpha", torch.empty(2))
+        self.register_buffer("beta", torch.empty(2))
+        self.register_buffer("weight", torch.empty(2))
+        self.register_buffer("num_fits", torch.zeros((), dtype=torch.long))
+        self.n_iter_ = 0
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Returns to the initial parameters (cold start)."""
+        self.alpha.copy_(torch.tensor(self.alpha_init))
+        self.beta.copy_(torch.tensor(self.beta_init))
+        self.weight.copy_(torch.tensor([1.0 - self.weight_init, self.weight_init]))
+        self.weight.clamp_(min=self.min_weight).div_(self.weight.sum())
+        self.num_fits.zero_()
+
+    @property
+    def fitted(self) -> bool:
+        """Whether :meth:`fit` has run since construction or the last reset."""
+        return bool(self.num_fits > 0)
+
+    @property
+    def means(self) -> Tensor:
+        r"""Component means :math:`\alpha / (\alpha + \beta)`."""
+        return self.alpha / (self.alpha + self.beta)
+
+    @property
+    def true_negative_index(self) -> int:
+        """Index of the true-negative component (the one with the smaller mean)."""
+        return int(torch.argmin(self.means))
+
+    def _clamp(self, x: Tensor) -> Tensor:
+        return x.clamp(self.eps, 1.0 - self.eps)
+
+    def _joint_log_prob(self, x: Tensor) -> Tensor:
+        """``[n, 2]`` log of weight times density, in the dtype of ``x``."""
+        alpha, beta = self.alpha.to(x.dtype), self.beta.to(x.dtype)
+        return torch.log(self.weight.to(x.dtype)) + beta_log_prob(self._clamp(x), alpha, beta)
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        """Log-density of the mixture at ``x`` (clamped to ``[eps, 1 - eps]``)."""
+        return torch.logsumexp(self._joint_log_prob(x), dim=-1)
+
+    def posterior(self, x: Tensor) -> Tensor:
+        """``[n, 2]`` responsibilities :math:`p(c \\mid x)` of the two components."""
+        return torch.softmax(self._joint_log_prob(x), dim=-1)
+
+    def log_odds_false_negative(self, x: Tensor) -> Tensor:
+        r"""Elementwise :math:`D(x) = \log \frac{\lambda_F \mathrm{Beta}_F(x)}{\lambda_T \mathrm{Beta}_T(x)}`.
+
+        Works on a tensor of any shape; :math:`p(\mathrm{true\ neg.} \mid x) = \sigma(-D)`.
+        Written as one affine function of :math:`\log x` and :math:`\log(1-x)`, so a
+        ``[B, N]`` block costs a few elementwise passes.
+        """
+        t = self.true_negative_index
+        coef = self._log_coefficients()
+        delta = (coef[:, 1 - t] - coef[:, t]).tolist()
+        x = self._clamp(x)
+        d = torch.log(x).mul_(delta[0])
+        d.add_(torch.log1p(-x), alpha=delta[1])
+        return d.add_(delta[2])
+
+    def true_negative_posterior(self, x: Tensor) -> Tensor:
+        """Posterior probability that each value of ``x`` (any shape) is a true negative."""
+        return torch.sigmoid(-self.log_odds_false_negative(x))
+
+    @torch.no_grad()
+    def fit(self, x: Tensor, max_iter: int | None = None) -> BetaMixture:
+        """Runs EM on values in ``[0, 1]``, warm-started from the current parameters.
+
+        Stops when the mean log-likelihood changes by less than ``tol`` between two
+        iterations (moment-matching EM need not increase it monotonically) or after
+        ``max_iter`` iterations (default: the constructor's ``max_iter``).
+
+        Args:
+            x: 1-D tensor of values in ``[0, 1]`` (e.g. ``(cos + 1) / 2``).
+            max_iter: Iteration budget of this call (ProGCL refits online with 10).
+        """
+        x = self._check_values(x)
+        max_iter = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
+        x = self._clamp(x.double())
+        # Sufficient statistics, computed once: the E-step is one [n, 3] @ [3, 2] product
+        # and the M-step one [2, n] @ [n, 3] product.
+        logs = torch.stack([torch.log(x), torch.log1p(-x), torch.ones_like(x)], dim=1)
+        moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
+        previous = -math.inf
+        for it in range(1, max_iter + 1):
+            joint = logs @ self._log_coefficients()
+            log_lik = torch.logsumexp(joint, dim=-1, keepdim=True)
+            self._m_step(torch.exp(joint - log_lik).T @ moments, x.numel())
+            current = float(log_lik.mean())
+            self.n_iter_ = it
+            if abs(current - previous) < self.tol:
+                break
+            previous = current
+        self.num_fits += 1
+        return self
+
+    def _log_coefficients(self) -> Tensor:
+        """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each joint log-density."""
+        a, b, w = self.alpha.double(), self.beta.double(), self.weight.double()
+        log_norm = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
+        return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
+
+    def _check_values(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor) or x.dim() != 1 or x.numel() < 2:
+            shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"`x` must be a 1-D tensor of at least 2 values (got {shape})")
+        if not bool(((x >= 0) & (x <= 1)).all()):
+            raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
+        return x
+
+    def _m_step(self, stats: Tensor, n: int) -> None:
+        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``.
+
+        A component whose mass vanished keeps its previous parameters.
+        """
+        mass, first, second = stats.unbind(dim=1)
+        alive = mass > 1e-8 * n
+        mass = mass.clamp(min=1e-300)
+        mean = (first / mass).clamp(self.eps, 1.0 - self.eps)
+        var = second / mass - mean * mean
+        # A Beta needs 0 < var < mean (1 - mean); flooring keeps all-equal inputs finite.
+        var = torch.minimum(var.clamp(min=self.min_variance), 0.999 * mean * (1 - mean))
+        alpha = mean * (mean * (1 - mean) / var - 1)
+        beta = alpha * (1 - mean) / mean
+        dtype = self.alpha.dtype
+        self.alpha.copy_(torch.where(alive, alpha, self.alpha.double()).to(dtype))
+        self.beta.copy_(torch.where(alive, beta, self.beta.double()).to(dtype))
+        if self.min_beta_high is not None:
+            high = 1 - self.true_negative_index
+            self.beta[high] = self.beta[high].clamp(min=self.min_beta_high)
+        weight = (mass / n).clamp(min=self.min_weight)
+        self.weight.copy_((weight / weight.sum()).to(dtype))
+
+    def extra_repr(self) -> str:
+        a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
+        fmt = ", ".join
+        return (
+            f"alpha=[{fmt(f'{v:.3g}' for v in a)}], beta=[{fmt(f'{v:.3g}' for v in b)}], "
+            f"weight=[{fmt(f'{v:.3g}' for v in w)}], fitted={self.fitted}"
+        )

@@ -1,0 +1,110 @@
+"""Independent dense references of the losses, written from ../shared/docs/algorithms.md.
+
+Plain float64 formulas, no shifting, no blocks, Beta densities from torch.distributions:
+nothing here is shared with the code under test.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _cos(a, b):
+    return F.normalize(a, dim=1) @ F.normalize(b, dim=1).T
+
+
+def _off_diag(m):
+    n = m.size(0)
+    return m[~torch.eye(n, dtype=torch.bool)].view(n, n - 1)
+
+
+def _directions(h1, h2):
+    """(inter θ(a_i, o_k), intra θ(a_i, a_k)) for anchors u then v."""
+    return [(_cos(h1, h2), _cos(h1, h1)), (_cos(h2, h1), _cos(h2, h2))]
+
+
+def _reduce(h1, h2, tau, negatives):
+    """J = 1/2N Σ_i [ℓ(u_i) + ℓ(v_i)] with ℓ = -log pos / (pos + Ng)."""
+    total = 0.0
+    for inter, intra in _directions(h1, h2):
+        pos = torch.exp(inter.diagonal() / tau)
+        ng = negatives(inter, intra, pos)
+        total = total + (-torch.log(pos / (pos + ng))).sum()
+    return total / (2 * h1.size(0))
+
+
+def grace(h1, h2, tau):
+    def ng(inter, intra, pos):
+        return torch.exp(_off_diag(inter) / tau).sum(1) + torch.exp(_off_diag(intra) / tau).sum(1)
+
+    return _reduce(h1, h2, tau, ng)
+
+
+def _debias(neg, pos, m, tau, tau_plus):
+    floor = torch.full_like(neg, m * math.exp(-1 / tau))
+    return torch.maximum((neg - tau_plus * m * pos) / (1 - tau_plus), floor)
+
+
+def dcl(h1, h2, tau, tau_plus):
+    def ng(inter, intra, pos):
+        n = inter.size(0)
+        neg = torch.exp(_off_diag(inter) / tau).sum(1) + torch.exp(_off_diag(intra) / tau).sum(1)
+        return _debias(neg, pos, 2 * (n - 1), tau, tau_plus)
+
+    return _reduce(h1, h2, tau, ng)
+
+
+def hcl(h1, h2, tau, tau_plus, beta):
+    def ng(inter, intra, pos):
+        n = inter.size(0)
+        theta = torch.cat([_off_diag(inter), _off_diag(intra)], dim=1)
+        imp = torch.exp(beta * theta / tau)
+        reweight = (imp * torch.exp(theta / tau)).sum(1) / imp.mean(1)
+        return _debias(reweight, pos, 2 * (n - 1), tau, tau_plus)
+
+    return _reduce(h1, h2, tau, ng)
+
+
+def hardness(theta, alpha, beta, weight, eps=1e-4):
+    """b = p(true negative | s') · s' with s' = clamp((θ+1)/2) and torch.distributions.Beta."""
+    s = ((theta + 1) / 2).clamp(eps, 1 - eps)
+    dens = [
+        weight[c] * torch.exp(torch.distributions.Beta(alpha[c], beta[c]).log_prob(s))
+        for c in range(2)
+    ]
+    means = [alpha[c] / (alpha[c] + beta[c]) for c in range(2)]
+    t = 0 if means[0] < means[1] else 1
+    return (dens[t] / (dens[0] + dens[1]) * s).detach()
+
+
+def progcl_weights(h1, h2, mixture_params):
+    """Dense w_ik of anchors u_i (diagonal excluded), spec §5.2."""
+    inter = _cos(h1, h2)
+    b = hardness(_off_diag(inter), *mixture_params)
+    return b / b.mean(1, keepdim=True)
+
+
+def progcl_weight(h1, h2, tau, mixture_params):
+    def ng(inter, intra, pos):
+        b = hardness(_off_diag(inter), *mixture_params)
+        w = b / b.mean(1, keepdim=True)
+        terms = torch.exp(_off_diag(inter) / tau) + torch.exp(_off_diag(intra) / tau)
+        return (w * terms).sum(1)
+
+    return _reduce(h1, h2, tau, ng)
+
+
+def progcl_mix_one(h1, h2, tau, mixture_params, eps=1e-8):
+    """ProGCL-mix with K = 1: the hardest negative mixed with itself."""
+
+    def ng(inter, intra, pos):
+        theta = _off_diag(inter)
+        b = hardness(theta, *mixture_params)
+        k = b.argmax(1, keepdim=True)
+        bk, tk = b.gather(1, k)[:, 0], theta.gather(1, k)[:, 0]
+        mixed = (bk * tk + bk * tk) / (bk + bk + eps)
+        base = torch.exp(theta / tau).sum(1) + torch.exp(_off_diag(intra) / tau).sum(1)
+        return base + torch.exp(mixed / tau)
+
+    return _reduce(h1, h2, tau, ng)

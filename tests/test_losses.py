@@ -1,0 +1,368 @@
+import math
+
+import pytest
+import reference as ref
+import torch
+
+from pyg_progcl.losses import (
+    DebiasedInfoNCELoss,
+    HardInfoNCELoss,
+    InfoNCELoss,
+    ProGCLLoss,
+)
+from pyg_progcl.mixture import BetaMixture
+
+BLOCKS = [None, 1, 7, 64]  # dense, and row blocks that do / do not divide N
+
+
+def views(n=23, d=5, seed=0, dtype=torch.float64, grad=True):
+    g = torch.Generator().manual_seed(seed)
+    h1 = torch.randn(n, d, generator=g, dtype=dtype)
+    h2 = h1 + 0.7 * torch.randn(n, d, generator=g, dtype=dtype)  # correlated views
+    return h1.requires_grad_(grad), h2.requires_grad_(grad)
+
+
+def fitted_mixture(alpha=(2.0, 6.0), beta=(5.0, 2.0), weight=(0.8, 0.2)):
+    m = BetaMixture().double()
+    m.alpha.copy_(torch.tensor(alpha))
+    m.beta.copy_(torch.tensor(beta))
+    m.weight.copy_(torch.tensor(weight))
+    m.num_fits.fill_(1)
+    return m
+
+
+def params(m):
+    return m.alpha, m.beta, m.weight
+
+
+def assert_matches(loss_fn, ref_fn, h1, h2):
+    """Values and gradients of the loss equal the dense reference."""
+    out, expected = loss_fn(h1, h2), ref_fn(h1, h2)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    g = torch.autograd.grad(out, (h1, h2))
+    g_ref = torch.autograd.grad(expected, (h1, h2))
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+@pytest.mark.parametrize("tau", [0.2, 0.5, 1.0])
+def test_infonce_matches_reference(block_size, tau):
+    h1, h2 = views()
+    assert_matches(
+        InfoNCELoss(tau, block_size=block_size), lambda a, b: ref.grace(a, b, tau), h1, h2
+    )
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+@pytest.mark.parametrize("tau_plus", [0.05, 0.2, 0.6])
+def test_dcl_matches_reference(block_size, tau_plus):
+    h1, h2 = views()
+    loss = DebiasedInfoNCELoss(0.5, tau_plus, block_size=block_size)
+    assert_matches(loss, lambda a, b: ref.dcl(a, b, 0.5, tau_plus), h1, h2)
+
+
+def test_dcl_floor_is_reached_and_finite():
+    # A large prior makes (neg - τ⁺ M pos) negative for aligned views: the floor must win.
+    h1, _ = views()
+    h2 = h1.detach().clone().requires_grad_(True)
+    loss = DebiasedInfoNCELoss(0.5, 0.95)
+    assert_matches(loss, lambda a, b: ref.dcl(a, b, 0.5, 0.95), h1, h2)
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+@pytest.mark.parametrize("beta", [0.5, 1.0, 2.0])
+def test_hcl_matches_reference(block_size, beta):
+    h1, h2 = views()
+    loss = HardInfoNCELoss(0.5, 0.1, beta, block_size=block_size)
+    assert_matches(loss, lambda a, b: ref.hcl(a, b, 0.5, 0.1, beta), h1, h2)
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+@pytest.mark.parametrize(
+    "mixture_args", [{}, {"alpha": (6.0, 2.0), "beta": (2.0, 5.0), "weight": (0.3, 0.7)}]
+)
+def test_progcl_weight_matches_reference(block_size, mixture_args):
+    h1, h2 = views()
+    m = fitted_mixture(**mixture_args)
+    loss = ProGCLLoss(0.4, mode="weight", mixture=m, block_size=block_size)
+    assert_matches(loss, lambda a, b: ref.progcl_weight(a, b, 0.4, params(m)), h1, h2)
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_progcl_mix_one_matches_reference(block_size):
+    h1, h2 = views()
+    m = fitted_mixture()
+    loss = ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=m, block_size=block_size)
+    assert_matches(loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m)), h1, h2)
+
+
+def test_progcl_mix_uses_hardest_negatives():
+    # K = N - 1 mixes every negative; the loss then exceeds GRACE's by the mixed terms.
+    h1, h2 = views(n=12)
+    m = fitted_mixture()
+    grace = ref.grace(h1, h2, 0.4)
+    torch.manual_seed(0)
+    mixed = ProGCLLoss(0.4, mode="mix", num_mix=11, mixture=m)(h1, h2)
+    assert mixed > grace
+    torch.manual_seed(0)
+    again = ProGCLLoss(0.4, mode="mix", num_mix=11, mixture=m, block_size=5)(h1, h2)
+    assert torch.isfinite(again) and again > grace
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda bs: InfoNCELoss(0.5, block_size=bs),
+        lambda bs: DebiasedInfoNCELoss(0.5, 0.1, block_size=bs),
+        lambda bs: HardInfoNCELoss(0.5, 0.1, 1.0, block_size=bs),
+    ],
+)
+@pytest.mark.parametrize("block_size", [None, 3])
+def test_gradcheck(make, block_size):
+    h1, h2 = views(n=7, d=3)
+    assert torch.autograd.gradcheck(make(block_size), (h1, h2))
+
+
+def test_gradcheck_sampled_negatives():
+    h1, h2 = views(n=9, d=3)
+    loss = HardInfoNCELoss(0.5, 0.1, 1.0, num_negatives=4, block_size=4)
+
+    def fn(a, b):
+        torch.manual_seed(3)  # the same sampled negatives at every evaluation
+        return loss(a, b)
+
+    assert torch.autograd.gradcheck(fn, (h1, h2))
+
+
+# --- identities -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("block_size", [None, 5])
+def test_dcl_with_zero_prior_is_grace(block_size):
+    h1, h2 = views()
+    torch.testing.assert_close(
+        DebiasedInfoNCELoss(0.3, 0.0, block_size=block_size)(h1, h2),
+        InfoNCELoss(0.3, block_size=block_size)(h1, h2),
+        rtol=0,
+        atol=0,
+    )
+
+
+@pytest.mark.parametrize("block_size", [None, 5])
+def test_hcl_with_zero_beta_is_dcl(block_size):
+    h1, h2 = views()
+    torch.testing.assert_close(
+        HardInfoNCELoss(0.3, 0.2, 0.0, block_size=block_size)(h1, h2),
+        DebiasedInfoNCELoss(0.3, 0.2, block_size=block_size)(h1, h2),
+        rtol=0,
+        atol=0,
+    )
+
+
+@pytest.mark.parametrize("mode", ["weight", "mix"])
+def test_progcl_before_fit_is_grace(mode):
+    h1, h2 = views()
+    loss = ProGCLLoss(0.3, mode=mode)
+    assert not loss.fitted
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.3)(h1, h2), rtol=0, atol=0)
+
+
+def test_progcl_weight_with_uniform_weights_is_grace():
+    # Two identical components: the posterior is constant, so b ∝ s'; with all
+    # cosines equal (one direction everywhere) the weights are uniform.
+    h1 = torch.ones(6, 4, dtype=torch.float64, requires_grad=True)
+    h2 = torch.ones(6, 4, dtype=torch.float64, requires_grad=True)
+    m = fitted_mixture(alpha=(2.0, 2.0), beta=(3.0, 3.0), weight=(0.5, 0.5))
+    w = ProGCLLoss(0.5, mixture=m).negative_weights(h1, h2)
+    torch.testing.assert_close(
+        ref.progcl_weights(h1, h2, params(m)), torch.ones(6, 5, dtype=w.dtype)
+    )
+    torch.testing.assert_close(
+        ProGCLLoss(0.5, mixture=m)(h1, h2), InfoNCELoss(0.5)(h1, h2), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_progcl_weight_rows_average_to_one():
+    h1, h2 = views(n=30)
+    m = fitted_mixture()
+    w = ProGCLLoss(0.5, mixture=m).negative_weights(h1, h2)
+    assert torch.all(w.diagonal() == 0)
+    off = w[~torch.eye(30, dtype=torch.bool)].view(30, 29)
+    torch.testing.assert_close(off.mean(1), torch.ones(30, dtype=w.dtype))
+    torch.testing.assert_close(off, ref.progcl_weights(h1, h2, params(m)))
+
+
+def test_progcl_uses_current_similarities_and_mixture():
+    h1, h2 = views()
+    loss = ProGCLLoss(0.5)
+    loss.fit(h1, h2)
+    first = loss(h1, h2)
+    # Same mixture, different embeddings: the weights follow the embeddings.
+    h3 = (h2 * 2 + 1).detach()
+    expected = ref.progcl_weight(h1, h3, 0.5, params(loss.mixture))
+    torch.testing.assert_close(loss(h1, h3), expected)
+    # Mixture changed in place: the loss sees the new parameters.
+    loss.mixture.alpha.mul_(2)
+    assert not torch.isclose(loss(h1, h2), first)
+
+
+def test_progcl_fit_warm_starts_and_is_no_grad():
+    h1, h2 = views(n=60)
+    loss = ProGCLLoss(0.5, num_samples=5000)
+    loss.fit(h1, h2)
+    assert loss.fitted and loss.mixture.num_fits == 1
+    assert loss.mixture.n_iter_ <= 10
+    before = loss.mixture.alpha.clone()
+    loss.fit(h1, h2)
+    assert loss.mixture.num_fits == 2
+    assert not torch.equal(before, loss.mixture.alpha)  # continued from the previous fit
+    assert h1.grad is None
+
+
+def test_progcl_state_dict_round_trip():
+    h1, h2 = views(n=40)
+    loss = ProGCLLoss(0.5, num_samples=4000)
+    loss.fit(h1, h2)
+    fresh = ProGCLLoss(0.5, num_samples=4000)
+    assert not fresh.fitted
+    fresh.load_state_dict(loss.state_dict())
+    assert fresh.fitted
+    assert set(loss.state_dict()) == {
+        "mixture.alpha",
+        "mixture.beta",
+        "mixture.weight",
+        "mixture.num_fits",
+    }
+    torch.testing.assert_close(fresh(h1, h2), loss(h1, h2), rtol=0, atol=0)
+
+
+def test_progcl_reset_returns_to_grace():
+    h1, h2 = views()
+    loss = ProGCLLoss(0.5)
+    loss.fit(h1, h2)
+    loss.reset_parameters()
+    assert not loss.fitted
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2), rtol=0, atol=0)
+
+
+# --- sampled negatives ------------------------------------------------------------
+
+
+def test_sampled_negatives_with_all_nodes_is_exact_for_grace():
+    # k = N - 1: every anchor sees every other node, whatever the sample.
+    h1, h2 = views(n=15)
+    exact = InfoNCELoss(0.5)(h1, h2)
+    torch.testing.assert_close(InfoNCELoss(0.5, num_negatives=14)(h1, h2), exact)
+    torch.testing.assert_close(InfoNCELoss(0.5, num_negatives=14, block_size=4)(h1, h2), exact)
+
+
+def test_sampled_negatives_count_k_per_anchor():
+    # DCL's floor uses M = 2k: with identical views and a huge prior the loss is log(1 + M e^{-2/τ}).
+    n, k, tau = 20, 6, 0.5
+    h = torch.randn(n, 4, dtype=torch.float64)
+    loss = DebiasedInfoNCELoss(tau, 0.99, num_negatives=k)(h, h.clone())
+    torch.testing.assert_close(
+        loss, torch.tensor(math.log1p(2 * k * math.exp(-2 / tau)), dtype=loss.dtype)
+    )
+
+
+# --- degenerate and bad input --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: InfoNCELoss(0.5),
+        lambda: DebiasedInfoNCELoss(0.5, 0.1),
+        lambda: HardInfoNCELoss(0.5, 0.1, 1.0),
+        lambda: ProGCLLoss(0.5, mode="weight"),
+        lambda: ProGCLLoss(0.5, mode="mix", num_mix=4),
+        lambda: InfoNCELoss(0.5, block_size=3),
+    ],
+)
+def test_all_equal_embeddings_stay_finite(make):
+    h1 = torch.ones(10, 4, requires_grad=True)
+    h2 = torch.ones(10, 4, requires_grad=True)
+    loss = make()
+    if isinstance(loss, ProGCLLoss):
+        loss.fit(h1, h2)
+        assert all(torch.isfinite(t).all() for t in loss.mixture.buffers())
+    out = loss(h1, h2)
+    out.backward()
+    assert torch.isfinite(out)
+    assert torch.isfinite(h1.grad).all() and torch.isfinite(h2.grad).all()
+
+
+@pytest.mark.parametrize("tau", [0.01, 0.005])
+def test_small_temperature_is_finite(tau):
+    h1, h2 = views(dtype=torch.float32)
+    for loss in (InfoNCELoss(tau), HardInfoNCELoss(tau, 0.1, 2.0)):
+        out = loss(h1, h2)
+        out.backward()
+        assert torch.isfinite(out) and torch.isfinite(h1.grad).all()
+
+
+def test_half_precision_inputs_are_upcast():
+    h1, h2 = views(dtype=torch.float32, grad=False)
+    out = InfoNCELoss(0.2)(h1.bfloat16(), h2.bfloat16())
+    assert out.dtype == torch.float32 and torch.isfinite(out)
+
+
+@pytest.mark.parametrize(
+    "h1, h2, match",
+    [
+        (torch.randn(5, 3), torch.randn(5, 4), "same shape"),
+        (torch.randn(5), torch.randn(5), r"shape \[N, d\]"),
+        (torch.randn(1, 3), torch.randn(1, 3), "at least 2"),
+        (torch.tensor([[float("nan"), 1.0], [1.0, 2.0]]), torch.randn(2, 2), "NaN or inf"),
+        (torch.randn(4, 2), torch.tensor([[float("inf")] * 2] * 4), "NaN or inf"),
+        ([[1.0, 2.0]], torch.randn(1, 2), "torch.Tensor"),
+    ],
+)
+@pytest.mark.parametrize(
+    "loss", [InfoNCELoss(), DebiasedInfoNCELoss(), HardInfoNCELoss(), ProGCLLoss()]
+)
+def test_bad_views_raise(h1, h2, match, loss):
+    with pytest.raises(ValueError, match=match):
+        loss(h1, h2)
+
+
+def test_bad_views_raise_in_fit():
+    with pytest.raises(ValueError, match="h2"):
+        ProGCLLoss().fit(torch.randn(4, 3), torch.randn(3, 3))
+
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: InfoNCELoss(tau=0), "tau"),
+        (lambda: InfoNCELoss(tau=-1), "tau"),
+        (lambda: InfoNCELoss(tau=float("nan")), "tau"),
+        (lambda: DebiasedInfoNCELoss(tau_plus=1.0), "tau_plus"),
+        (lambda: DebiasedInfoNCELoss(tau_plus=-0.1), "tau_plus"),
+        (lambda: HardInfoNCELoss(beta=-1), "beta"),
+        (lambda: ProGCLLoss(num_samples=0), "num_samples"),
+        (lambda: ProGCLLoss(num_mix=0), "num_mix"),
+        (lambda: ProGCLLoss(mode="both"), "mode"),
+        (lambda: ProGCLLoss(fit_iters=0), "fit_iters"),
+        (lambda: InfoNCELoss(block_size=0), "block_size"),
+        (lambda: InfoNCELoss(num_negatives=0), "num_negatives"),
+    ],
+)
+def test_bad_hyperparameters_raise(make, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        make()
+
+
+def test_too_many_sampled_negatives_raise():
+    with pytest.raises(ValueError, match="num_negatives"):
+        InfoNCELoss(num_negatives=5)(torch.randn(5, 3), torch.randn(5, 3))
+
+
+def test_repr():
+    assert repr(InfoNCELoss(0.2)) == "InfoNCELoss(tau=0.2)"
+    assert repr(HardInfoNCELoss(0.5, 0.1, 1.0, block_size=8)) == (
+        "HardInfoNCELoss(tau=0.5, tau_plus=0.1, beta=1.0, block_size=8)"
+    )
+    assert "mode='mix'" in repr(ProGCLLoss(mode="mix")) and "BetaMixture" in repr(ProGCLLoss())
