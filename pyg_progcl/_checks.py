@@ -52,7 +52,9 @@ def check_choice(name: str, value: str, choices) -> str:
 def check_matrix(name: str, x: Tensor, min_rows: int = 2) -> Tensor:
     """Checks ``x`` is a finite floating-point ``[N, d]`` tensor with ``N >= min_rows``."""
     if not isinstance(x, Tensor):
-        raise ValueError(f"`{name}` must be a torch.Tensor of shape [N, d] (got {type(x).__name__})")
+        raise ValueError(
+            f"`{name}` must be a torch.Tensor of shape [N, d] (got {type(x).__name__})"
+        )
     if x.dim() != 2:
         raise ValueError(f"`{name}` must have shape [N, d] (got shape {list(x.shape)})")
     if x.size(0) < min_rows:

@@ -1,0 +1,262 @@
+"""Node encoders: a message-passing stack and an MLP with the same signature.
+
+GRACE (Zhu et al., "Deep Graph Contrastive Representation Learning", 2020,
+https://arxiv.org/abs/2006.04131) and GCA encode each view with a stack of
+graph convolutions whose widths are ``in -> 2*hidden -> ... -> 2*hidden ->
+hidden``, with the activation applied after every layer:
+``H^(l+1) = act(conv_l(H^(l), A))``. :class:`MLPEncoder` uses linear layers of
+the same widths and ignores the graph, the control experiment of the ProGCL
+paper (Xia et al., 2022, https://arxiv.org/abs/2110.02027).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any, Callable, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.nn import GCNConv
+
+from ._checks import check_choice, check_int
+
+#: Slope of the reference code's ``'rrelu'``: ``F.rrelu`` defaults to
+#: ``training=False`` and then is a leaky ReLU of slope ``(lower + upper) / 2``.
+RRELU_EVAL_SLOPE = (1.0 / 8.0 + 1.0 / 3.0) / 2.0
+
+ACTIVATIONS = ("relu", "prelu", "rrelu", "elu", "leaky_relu", "tanh", "identity")
+
+Activation = Union[str, torch.nn.Module, Callable[[Tensor], Tensor]]
+
+
+class _FunctionActivation(torch.nn.Module):
+    """Wraps a plain callable ``Tensor -> Tensor`` as a module."""
+
+    def __init__(self, fn: Callable[[Tensor], Tensor]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x)
+
+    def __repr__(self) -> str:
+        return activation_name(self.fn)
+
+
+def activation_name(activation: Activation) -> str:
+    """Returns a short readable name of an activation (string, module or callable)."""
+    if isinstance(activation, str):
+        return activation
+    if isinstance(activation, _FunctionActivation):
+        return activation_name(activation.fn)
+    if isinstance(activation, type):
+        return activation.__name__
+    if isinstance(activation, torch.nn.Module):
+        return type(activation).__name__
+    return getattr(activation, "__name__", type(activation).__name__)
+
+
+def make_activation(activation: Activation) -> torch.nn.Module:
+    """Builds one fresh activation module (one per layer, so learnable ones are not shared).
+
+    Args:
+        activation (str, torch.nn.Module, type or callable): One of
+            ``'relu'``, ``'prelu'`` (one learnable slope), ``'rrelu'`` (a fixed
+            leaky ReLU of slope :data:`RRELU_EVAL_SLOPE` ~ 0.229, as the
+            GCA/ProGCL reference code runs it), ``'elu'``, ``'leaky_relu'``
+            (slope 0.01), ``'tanh'``, ``'identity'``; or a module instance
+            (deep-copied), a module class (instantiated without arguments), or a
+            callable ``Tensor -> Tensor``.
+    """
+    if isinstance(activation, str):
+        check_choice("activation", activation, ACTIVATIONS)
+        builders = {
+            "relu": torch.nn.ReLU,
+            "prelu": torch.nn.PReLU,
+            "rrelu": lambda: torch.nn.LeakyReLU(RRELU_EVAL_SLOPE),
+            "elu": torch.nn.ELU,
+            "leaky_relu": torch.nn.LeakyReLU,
+            "tanh": torch.nn.Tanh,
+            "identity": torch.nn.Identity,
+        }
+        return builders[activation]()
+    if isinstance(activation, type) and issubclass(activation, torch.nn.Module):
+        return activation()
+    if isinstance(activation, torch.nn.Module):
+        return copy.deepcopy(activation)
+    if callable(activation):
+        return _FunctionActivation(activation)
+    raise ValueError(
+        f"`activation` must be one of {sorted(ACTIVATIONS)}, a torch.nn.Module or a "
+        f"callable (got {activation!r})"
+    )
+
+
+def layer_widths(in_channels: int, hidden_channels: int, num_layers: int) -> list[int]:
+    """Returns GRACE's widths ``[in, 2*hidden, ..., 2*hidden, hidden]`` (``[in, hidden]`` for 1 layer)."""
+    return [in_channels] + [2 * hidden_channels] * (num_layers - 1) + [hidden_channels]
+
+
+class _StackEncoder(torch.nn.Module):
+    """Shared machinery: widths, one activation per layer, reset and repr."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        num_layers: int,
+        activation: Activation,
+    ):
+        super().__init__()
+        self.in_channels = check_int("in_channels", in_channels, minimum=1)
+        self.hidden_channels = check_int("hidden_channels", hidden_channels, minimum=1)
+        self.num_layers = check_int("num_layers", num_layers, minimum=1)
+        self.activation_name = activation_name(activation)
+        self.activations = torch.nn.ModuleList(
+            [make_activation(activation) for _ in range(self.num_layers)]
+        )
+        self.layers = torch.nn.ModuleList()
+
+    def _build_layers(self, make_layer: Callable[[int, int], torch.nn.Module]):
+        widths = layer_widths(self.in_channels, self.hidden_channels, self.num_layers)
+        self.layers.extend(make_layer(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        r"""Resets all learnable parameters (layers and learnable activations)."""
+        for module in list(self.layers) + list(self.activations):
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def _extra_repr_args(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, "
+            f"num_layers={self.num_layers}{self._extra_repr_args()}, "
+            f"activation={self.activation_name})"
+        )
+
+
+def _edge_weight_keyword(conv: type) -> Optional[str]:
+    """Name of the argument through which ``conv.forward`` takes scalar edge weights."""
+    parameters = inspect.signature(conv.forward).parameters
+    for name in ("edge_weight", "edge_attr"):
+        if name in parameters:
+            return name
+    return None
+
+
+class GCNEncoder(_StackEncoder):
+    r"""The message-passing encoder of GRACE / GCA (Zhu et al., 2020,
+    https://arxiv.org/abs/2006.04131): ``H^(l+1) = act(conv_l(H^(l), A))`` with
+    widths ``in -> 2*hidden -> ... -> hidden`` and the activation after every
+    layer (``in -> hidden`` when ``num_layers=1``).
+
+    Args:
+        in_channels (int): Size of each input node feature.
+        hidden_channels (int): Size of the output embedding.
+        num_layers (int, optional): Number of message-passing layers.
+            (default: :obj:`2`)
+        conv (type, optional): Any PyG convolution class, built as
+            ``conv(in, out, **conv_kwargs)`` (e.g. :class:`SAGEConv`,
+            :class:`GATConv`; pass ``concat=False`` to multi-head convolutions
+            so that each layer outputs ``out`` channels). (default: :class:`GCNConv`)
+        activation (str, torch.nn.Module or callable, optional): See
+            :func:`make_activation`. ``'rrelu'`` is a fixed leaky ReLU of slope
+            ``(1/8 + 1/3) / 2`` ~ 0.229, which is what the reference code's
+            ``F.rrelu`` computes (it defaults to evaluation mode); ``'prelu'`` has
+            one learnable slope per layer. (default: :obj:`'relu'`)
+        conv_kwargs (dict, optional): Extra keyword arguments of every ``conv``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        num_layers: int = 2,
+        conv: type = GCNConv,
+        activation: Activation = "relu",
+        conv_kwargs: Optional[dict[str, Any]] = None,
+    ):
+        if not (isinstance(conv, type) and issubclass(conv, torch.nn.Module)):
+            raise ValueError(f"`conv` must be a PyG convolution class (got {conv!r})")
+        if conv_kwargs is not None and not isinstance(conv_kwargs, dict):
+            raise ValueError(f"`conv_kwargs` must be a dict or None (got {conv_kwargs!r})")
+        super().__init__(in_channels, hidden_channels, num_layers, activation)
+        self.conv = conv
+        self.conv_kwargs = dict(conv_kwargs or {})
+        self._edge_weight_arg = _edge_weight_keyword(conv)
+        self._build_layers(lambda a, b: conv(a, b, **self.conv_kwargs))
+
+    def forward(
+        self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None
+    ) -> Tensor:
+        r"""Returns node embeddings of shape ``[num_nodes, hidden_channels]``.
+
+        Args:
+            x (torch.Tensor): Node features ``[num_nodes, in_channels]``.
+            edge_index (torch.Tensor): Graph connectivity ``[2, num_edges]``.
+            edge_weight (torch.Tensor, optional): Edge weights ``[num_edges]``,
+                passed to convolutions that accept ``edge_weight`` (or
+                ``edge_attr``).
+        """
+        kwargs = {}
+        if edge_weight is not None:
+            if self._edge_weight_arg is None:
+                raise ValueError(
+                    f"`edge_weight` was given but {self.conv.__name__} does not accept edge weights"
+                )
+            kwargs[self._edge_weight_arg] = edge_weight
+        for layer, act in zip(self.layers, self.activations):
+            x = act(layer(x, edge_index, **kwargs))
+        return x
+
+    def _extra_repr_args(self) -> str:
+        return f", conv={self.conv.__name__}"
+
+
+class MLPEncoder(_StackEncoder):
+    r"""An MLP with the widths of :class:`GCNEncoder`, ``H^(l+1) = act(H^(l) W_l + b_l)``:
+    the ProGCL paper's control without message passing (Xia et al., 2022,
+    https://arxiv.org/abs/2110.02027).
+
+    It takes the same constructor and :meth:`forward` arguments as
+    :class:`GCNEncoder`, so swapping the two is a one-word change; ``conv`` and
+    ``conv_kwargs`` are accepted and ignored, and so are ``edge_index`` and
+    ``edge_weight``.
+
+    Args:
+        in_channels (int): Size of each input node feature.
+        hidden_channels (int): Size of the output embedding.
+        num_layers (int, optional): Number of linear layers. (default: :obj:`2`)
+        conv (type, optional): Ignored.
+        activation (str, torch.nn.Module or callable, optional): As in
+            :class:`GCNEncoder`. (default: :obj:`'relu'`)
+        conv_kwargs (dict, optional): Ignored.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        num_layers: int = 2,
+        conv: Optional[type] = None,
+        activation: Activation = "relu",
+        conv_kwargs: Optional[dict[str, Any]] = None,
+    ):
+        super().__init__(in_channels, hidden_channels, num_layers, activation)
+        self._build_layers(torch.nn.Linear)
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
+    ) -> Tensor:
+        r"""Returns node embeddings ``[num_nodes, hidden_channels]``; the graph is ignored."""
+        for layer, act in zip(self.layers, self.activations):
+            x = act(layer(x))
+        return x

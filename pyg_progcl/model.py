@@ -1,0 +1,156 @@
+"""The GRACE model: encoder, projection head and two augmenters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Callable, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data.data import BaseData
+from torch_geometric.nn.inits import reset
+
+from ._checks import check_int
+from .augment import Augmenter, Compose
+
+AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
+
+
+def _as_augmenter(name: str, augment: AugmentSpec) -> Optional[Callable]:
+    """``None`` stays the identity, a list becomes a :class:`Compose`, a callable is kept."""
+    if isinstance(augment, (list, tuple)):
+        return Compose(*augment)
+    if augment is None or callable(augment):
+        return augment
+    raise ValueError(
+        f"`{name}` must be None, an Augmenter, a list of Augmenters or a callable "
+        f"(x, edge_index, edge_weight) -> (x, edge_index, edge_weight) (got {augment!r})"
+    )
+
+
+def _unpack(x, edge_index, edge_weight) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+    """Accepts ``(x, edge_index, edge_weight)`` or a single ``Data`` (its ``edge_weight``, if any)."""
+    if isinstance(x, BaseData):
+        if edge_index is not None or edge_weight is not None:
+            raise ValueError("pass either a Data object or (x, edge_index, edge_weight), not both")
+        x, edge_index, edge_weight = x.x, x.edge_index, x.get("edge_weight")
+    if x is None or edge_index is None:
+        raise ValueError("`x` and `edge_index` are required (node features and connectivity)")
+    return x, edge_index, edge_weight
+
+
+class GRACEModel(torch.nn.Module):
+    r"""The GRACE / GCA model (Zhu et al., "Deep Graph Contrastive Representation
+    Learning", 2020, https://arxiv.org/abs/2006.04131): two augmented views are
+    encoded and projected, ``h_k = g(f(t_k(G)))`` with the projection head
+    ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``, ready for a contrastive loss
+    ``loss(h1, h2)``; downstream tasks use the encoder output ``f(G)``.
+
+    .. code-block:: python
+
+        model = GRACEModel(GCNEncoder(F, 128), 128, 128,
+                           augment1=[EdgeDrop(0.2), FeatureMask(0.3)],
+                           augment2=[EdgeDrop(0.4), FeatureMask(0.4)])
+        h1, h2 = model.views(data.x, data.edge_index)
+        loss = loss_fn(h1, h2)
+        z = model(data.x, data.edge_index)   # embeddings for a linear probe
+
+    Args:
+        encoder (torch.nn.Module): Maps ``(x, edge_index, edge_weight)`` to
+            ``[num_nodes, hidden_channels]``, e.g. :class:`GCNEncoder` or
+            :class:`MLPEncoder`.
+        hidden_channels (int): Output size of the encoder.
+        proj_channels (int): Hidden size of the projection head.
+        augment1 (Augmenter, list or callable, optional): Augmentation of the
+            first view; a list is wrapped in :class:`Compose`; :obj:`None` is the
+            identity. Any callable ``(x, edge_index, edge_weight) -> (x,
+            edge_index, edge_weight)`` works. (default: :obj:`None`)
+        augment2 (Augmenter, list or callable, optional): Same for the second
+            view. (default: :obj:`None`)
+    """
+
+    def __init__(
+        self,
+        encoder: torch.nn.Module,
+        hidden_channels: int,
+        proj_channels: int,
+        augment1: AugmentSpec = None,
+        augment2: AugmentSpec = None,
+    ):
+        super().__init__()
+        if not callable(encoder):
+            raise ValueError(f"`encoder` must be a torch.nn.Module (got {encoder!r})")
+        self.hidden_channels = check_int("hidden_channels", hidden_channels, minimum=1)
+        self.proj_channels = check_int("proj_channels", proj_channels, minimum=1)
+        self.encoder = encoder
+        self.projector = torch.nn.Sequential(
+            torch.nn.Linear(self.hidden_channels, self.proj_channels),
+            torch.nn.ELU(),
+            torch.nn.Linear(self.proj_channels, self.hidden_channels),
+        )
+        self.augment1 = _as_augmenter("augment1", augment1)
+        self.augment2 = _as_augmenter("augment2", augment2)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        r"""Resets the encoder and the projection head (and forgets augmenter fits)."""
+        reset(self.encoder)
+        for layer in self.projector:
+            reset(layer)
+        for augment in (self.augment1, self.augment2):
+            if isinstance(augment, Augmenter):
+                augment.reset_parameters()
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
+    ) -> Tensor:
+        r"""Returns the encoder embeddings ``f(G)`` of the un-augmented graph
+        (``[num_nodes, hidden_channels]``). Accepts a ``Data`` in place of ``x``."""
+        x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
+        return self._encode(x, edge_index, edge_weight)
+
+    def project(self, z: Tensor) -> Tensor:
+        r"""Applies the projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
+        return self.projector(z)
+
+    def views(
+        self,
+        x: Tensor,
+        edge_index: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
+    ) -> tuple[Tensor, Tensor]:
+        r"""Returns the projected views ``(h1, h2) = (g(f(t_1(G))), g(f(t_2(G))))``,
+        each ``[num_nodes, hidden_channels]``, ready for ``loss(h1, h2)``.
+
+        The augmenters follow the model's mode: in eval mode both views are the
+        un-augmented graph. Accepts a ``Data`` in place of ``x``.
+        """
+        x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
+        return (
+            self._view(self.augment1, x, edge_index, edge_weight),
+            self._view(self.augment2, x, edge_index, edge_weight),
+        )
+
+    def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
+        if augment is not None:
+            x, edge_index, edge_weight = augment(x, edge_index, edge_weight)
+        return self.project(self._encode(x, edge_index, edge_weight))
+
+    def _encode(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
+        if edge_weight is None:
+            return self.encoder(x, edge_index)
+        return self.encoder(x, edge_index, edge_weight)
+
+    def __repr__(self) -> str:
+        head = f"{self.hidden_channels} -> {self.proj_channels} -> {self.hidden_channels}"
+        return (
+            f"{self.__class__.__name__}(\n"
+            f"  encoder={self.encoder!r},\n"
+            f"  projector=Linear-ELU-Linear({head}),\n"
+            f"  augment1={self.augment1!r},\n"
+            f"  augment2={self.augment2!r},\n"
+            f")"
+        )

@@ -1,0 +1,457 @@
+"""Tests of pyg_progcl.augment against the formulas of docs/algorithms.md §2."""
+
+import math
+
+import networkx
+import pytest
+import torch
+import torch_geometric.transforms as T
+from torch_geometric.data import Data
+from torch_geometric.transforms import BaseTransform
+from torch_geometric.utils import erdos_renyi_graph, to_undirected
+
+from pyg_progcl.augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Augmenter,
+    Compose,
+    EdgeDrop,
+    FeatureMask,
+    drop_edge,
+    drop_edge_weighted,
+    edge_drop_probabilities,
+    feature_drop_probabilities,
+    mask_feature,
+    mask_feature_weighted,
+    node_centrality,
+)
+
+# ----------------------------------------------------------------------- fixtures
+
+
+def random_graph(num_nodes=60, prob=0.1, seed=0):
+    torch.manual_seed(seed)
+    return to_undirected(erdos_renyi_graph(num_nodes, prob))
+
+
+def ring(num_nodes):
+    src = torch.arange(num_nodes)
+    return to_undirected(torch.stack([src, (src + 1) % num_nodes]))
+
+
+def sparse_features(num_nodes, num_features, density=0.1, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.rand(num_nodes, num_features, generator=gen) < density).float()
+
+
+def karate():
+    graph = networkx.karate_club_graph()
+    edges = torch.tensor(list(graph.edges())).t()
+    return graph, to_undirected(edges)
+
+
+# ---------------------------------------------- independent dense references (§2)
+
+
+def reference_rescale(s, p, threshold=0.7):
+    """min((s_max - s)/(s_max - s_mean) * p / mean(...), threshold), written from §2."""
+    w = (s.max() - s) / (s.max() - s.mean())
+    return torch.clamp(w / w.mean() * p, max=threshold)
+
+
+def reference_edge_probabilities(edge_index, c, p, threshold=0.7):
+    s = torch.tensor([math.log(c[int(j)]) for j in edge_index[1]], dtype=torch.float64)
+    return reference_rescale(s, p, threshold)
+
+
+def reference_feature_probabilities(x, c, p, threshold=0.7, dense=False):
+    n, f = x.shape
+    w = []
+    for j in range(f):
+        total = sum(
+            (abs(float(x[i, j])) if dense else float(x[i, j] != 0)) * c[i] for i in range(n)
+        )
+        w.append(math.log(total))
+    return reference_rescale(torch.tensor(w, dtype=torch.float64), p, threshold)
+
+
+# ------------------------------------------------------------ uniform augmentation
+
+
+def test_drop_edge_rate_matches_p():
+    torch.manual_seed(0)
+    edge_index = torch.randint(0, 1000, (2, 20_000))
+    weight = torch.arange(20_000, dtype=torch.float)
+    kept, kept_weight = drop_edge(edge_index, 0.3, edge_weight=weight)
+    assert abs(1 - kept.size(1) / 20_000 - 0.3) < 0.02
+    # Weights stay aligned with their edges.
+    assert torch.equal(edge_index[:, kept_weight.long()], kept)
+
+
+def test_mask_feature_masks_whole_columns_at_rate_p():
+    torch.manual_seed(0)
+    x = torch.rand(40, 4000) + 0.5
+    out = mask_feature(x, 0.3)
+    zero_cols = (out == 0).all(dim=0)
+    kept_cols = (out == x).all(dim=0)
+    assert bool((zero_cols | kept_cols).all()), "every column is masked for all nodes or none"
+    assert abs(zero_cols.float().mean().item() - 0.3) < 0.03
+    assert not torch.equal(out, x) and x.min() > 0, "input not modified"
+
+
+def test_weighted_with_constant_probability_equals_uniform():
+    edge_index = torch.randint(0, 100, (2, 500))
+    x = torch.rand(100, 64)
+    torch.manual_seed(3)
+    uniform_edges, _ = drop_edge(edge_index, 0.4)
+    uniform_x = mask_feature(x, 0.4)
+    torch.manual_seed(3)
+    weighted_edges, _ = drop_edge_weighted(edge_index, torch.full((500,), 0.4))
+    weighted_x = mask_feature_weighted(x, torch.full((64,), 0.4))
+    assert torch.equal(uniform_edges, weighted_edges)
+    assert torch.equal(uniform_x, weighted_x)
+
+
+def test_weighted_drop_rates_follow_per_item_probabilities():
+    torch.manual_seed(0)
+    edge_index = torch.arange(40_000).view(2, -1)
+    drop_prob = torch.cat([torch.full((10_000,), 0.1), torch.full((10_000,), 0.6)])
+    _, kept_weight = drop_edge_weighted(edge_index, drop_prob, torch.arange(20_000.0))
+    kept = torch.zeros(20_000, dtype=torch.bool)
+    kept[kept_weight.long()] = True
+    assert abs(1 - kept[:10_000].float().mean().item() - 0.1) < 0.02
+    assert abs(1 - kept[10_000:].float().mean().item() - 0.6) < 0.02
+
+    x = torch.ones(3, 20_000)
+    out = mask_feature_weighted(x, drop_prob)
+    assert abs((out[0, :10_000] == 0).float().mean().item() - 0.1) < 0.02
+    assert abs((out[0, 10_000:] == 0).float().mean().item() - 0.6) < 0.02
+    assert torch.equal(out[0], out[2])
+
+
+# ------------------------------------------------------------------- centralities
+
+
+def test_degree_centrality_counts_neighbours():
+    edge_index = torch.tensor([[0, 0, 1, 3], [1, 2, 2, 0]])  # directed; GCA symmetrises
+    assert node_centrality(edge_index, 5, "degree").tolist() == [3.0, 2.0, 2.0, 1.0, 0.0]
+
+
+def test_evc_matches_networkx_on_karate():
+    graph, edge_index = karate()
+    expected = networkx.eigenvector_centrality(graph, max_iter=10_000, tol=1e-12)
+    expected = torch.tensor([expected[i] for i in range(graph.number_of_nodes())])
+    got = node_centrality(edge_index, graph.number_of_nodes(), "evc")
+    torch.testing.assert_close(got, expected.float(), atol=1e-5, rtol=1e-4)
+
+
+def test_pagerank_matches_dense_power_iteration():
+    edge_index = random_graph(30, 0.2)
+    adj = torch.zeros(30, 30, dtype=torch.float64)
+    adj[edge_index[0], edge_index[1]] = 1.0
+    out_deg = adj.sum(1)
+    c = torch.ones(30, dtype=torch.float64)
+    for _ in range(10):  # GCA: c <- 0.15 c + 0.85 A^T D_out^-1 c
+        c = 0.15 * c + 0.85 * adj.t() @ (c / out_deg)
+    torch.testing.assert_close(node_centrality(edge_index, 30, "pagerank"), c.float())
+
+
+@pytest.mark.parametrize("kind", ["degree", "pagerank", "evc"])
+def test_centrality_finite_on_disconnected_graph_with_isolated_nodes(kind):
+    complete = torch.combinations(torch.arange(4)).t()  # K4: the dominant component
+    edge_index = to_undirected(torch.cat([complete, ring(5) + 4, torch.tensor([[9], [10]])], 1))
+    c = node_centrality(edge_index, 14, kind)  # nodes 11..13 isolated
+    assert c.shape == (14,) and torch.isfinite(c).all() and (c >= 0).all()
+    if kind == "evc":  # the reference's leading eigenvector lives on the dominant component
+        assert c[:4].min() > 0.1 > c[4:].max()
+    else:
+        assert c[:11].min() > c[11:].max()
+
+
+# ----------------------------------------------------------- adaptive probabilities
+
+
+def test_edge_probabilities_match_reference_formula():
+    edge_index = random_graph()
+    c = node_centrality(edge_index, 60, "degree")
+    expected = reference_edge_probabilities(edge_index, c.tolist(), 0.3)
+    got = edge_drop_probabilities(edge_index, c, 0.3)
+    torch.testing.assert_close(got, expected.float(), atol=1e-5, rtol=1e-5)
+
+
+def test_feature_probabilities_match_reference_formula():
+    edge_index = random_graph()
+    c = node_centrality(edge_index, 60, "degree")
+    x = sparse_features(60, 20, density=0.3)
+    expected = reference_feature_probabilities(x, c.tolist(), 0.3)
+    got = feature_drop_probabilities(x, c, 0.3, dense=False)
+    torch.testing.assert_close(got, expected.float(), atol=1e-5, rtol=1e-5)
+
+    dense_x = torch.randn(60, 20)
+    expected = reference_feature_probabilities(dense_x, c.tolist(), 0.3, dense=True)
+    got = feature_drop_probabilities(dense_x, c, 0.3)  # auto-detected as dense
+    torch.testing.assert_close(got, expected.float(), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got, feature_drop_probabilities(dense_x, c, 0.3, dense=False))
+
+
+@pytest.mark.parametrize("kind", ["degree", "pagerank", "evc"])
+def test_adaptive_probabilities_have_mean_p_and_respect_cap(kind):
+    edge_index = random_graph(80, 0.1)
+    c = node_centrality(edge_index, 80, kind)
+    x = sparse_features(80, 100, density=0.2)
+    small = edge_drop_probabilities(edge_index, c, 0.05)
+    assert small.max() < 0.7, "cap not binding at p=0.05"
+    assert abs(small.mean().item() - 0.05) < 1e-5
+    assert small.std() > 0, "probabilities vary with centrality"
+    for prob in (
+        edge_drop_probabilities(edge_index, c, 0.6),
+        feature_drop_probabilities(x, c, 0.6),
+    ):
+        assert prob.max() <= 0.7 + 1e-7 and prob.min() >= 0
+    features = feature_drop_probabilities(x, c, 0.05)
+    assert features.max() < 0.7 and abs(features.mean().item() - 0.05) < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["degree", "pagerank", "evc"])
+def test_all_equal_scores_give_uniform_probabilities(kind):
+    edge_index = ring(12)
+    c = node_centrality(edge_index, 12, kind)
+    prob = edge_drop_probabilities(edge_index, c, 0.3)
+    torch.testing.assert_close(prob, torch.full_like(prob, 0.3))
+    x = torch.ones(12, 5)
+    torch.testing.assert_close(feature_drop_probabilities(x, c, 0.9), torch.full((5,), 0.7))
+
+
+@pytest.mark.parametrize("kind", ["degree", "pagerank", "evc"])
+def test_probabilities_finite_on_degenerate_graphs(kind):
+    edge_index = torch.cat([ring(5), ring(3) + 5, torch.tensor([[8], [9]])], dim=1)
+    x = sparse_features(12, 30, density=0.2)
+    x[:, 0] = 0  # an all-zero column
+    x[10:, :] = 1  # isolated nodes 10, 11 use every column
+    c = node_centrality(edge_index, 12, kind)
+    for p in (0.0, 0.3, 1.0):
+        for prob in (
+            edge_drop_probabilities(edge_index, c, p),
+            feature_drop_probabilities(x, c, p),
+        ):
+            assert torch.isfinite(prob).all() and prob.min() >= 0 and prob.max() <= 0.7
+    # No edges at all: empty edge probabilities, finite feature probabilities,
+    # uniform ones where every centrality is 0 (degree, evc).
+    empty = torch.empty(2, 0, dtype=torch.long)
+    c = node_centrality(empty, 12, kind)
+    assert edge_drop_probabilities(empty, c, 0.3).numel() == 0
+    prob = feature_drop_probabilities(x, c, 0.3)
+    assert torch.isfinite(prob).all() and prob.max() <= 0.7
+    if kind != "pagerank":
+        torch.testing.assert_close(prob, torch.full((30,), 0.3))
+    # Tiny graphs (networkx's solver needs >= 3 nodes).
+    pair = torch.tensor([[0, 1], [1, 0]])
+    assert torch.isfinite(edge_drop_probabilities(pair, node_centrality(pair, 2, kind), 0.3)).all()
+
+
+# ---------------------------------------------------------------------- modules
+
+
+def make_data(num_nodes=60, num_features=30):
+    edge_index = random_graph(num_nodes)
+    x = sparse_features(num_nodes, num_features, density=0.3) + 0.0
+    weight = edge_index[0] * 1000.0 + edge_index[1]  # encodes its edge
+    return Data(x=x, edge_index=edge_index, edge_weight=weight)
+
+
+ALL_AUGMENTERS = [
+    lambda p: EdgeDrop(p),
+    lambda p: FeatureMask(p),
+    lambda p: AdaptiveEdgeDrop(p, centrality="degree"),
+    lambda p: AdaptiveFeatureMask(p, centrality="degree"),
+    lambda p: Compose(EdgeDrop(p), AdaptiveFeatureMask(p, centrality="evc")),
+]
+
+
+@pytest.mark.parametrize("make", ALL_AUGMENTERS)
+def test_augmenter_is_module_and_transform(make):
+    aug = make(0.5)
+    assert isinstance(aug, torch.nn.Module) and isinstance(aug, BaseTransform)
+    assert isinstance(aug, Augmenter)
+
+
+@pytest.mark.parametrize("make", ALL_AUGMENTERS)
+def test_tensor_call_changes_graph_and_keeps_weights_aligned(make):
+    data = make_data()
+    torch.manual_seed(0)
+    x, edge_index, weight = make(0.5)(data.x, data.edge_index, data.edge_weight)
+    assert x.shape == data.x.shape
+    assert torch.equal(weight, edge_index[0] * 1000.0 + edge_index[1])
+    assert not (torch.equal(x, data.x) and torch.equal(edge_index, data.edge_index))
+
+
+@pytest.mark.parametrize("make", ALL_AUGMENTERS)
+def test_deterministic_under_manual_seed(make):
+    data = make_data()
+    aug = make(0.4)
+    outputs = []
+    for seed in (7, 7, 8):
+        torch.manual_seed(seed)
+        outputs.append(aug(data.x, data.edge_index))
+    same = [torch.equal(a, b) for a, b in zip(outputs[0][:2], outputs[1][:2])]
+    different = [torch.equal(a, b) for a, b in zip(outputs[0][:2], outputs[2][:2])]
+    assert all(same) and not all(different)
+
+
+@pytest.mark.parametrize("make", ALL_AUGMENTERS)
+def test_noop_in_eval_mode_and_with_p_zero(make):
+    data = make_data()
+    for aug in (make(0.5).eval(), make(0.0)):
+        x, edge_index, weight = aug(data.x, data.edge_index, data.edge_weight)
+        assert x is data.x and edge_index is data.edge_index and weight is data.edge_weight
+        out = aug(data)
+        assert out is not data and torch.equal(out.edge_index, data.edge_index)
+        assert torch.equal(out.x, data.x)
+
+
+@pytest.mark.parametrize("make", ALL_AUGMENTERS)
+def test_pyg_compose_on_data_does_not_mutate_input(make):
+    data = make_data()
+    before = data.clone()
+    transform = T.Compose([make(0.5), T.ToUndirected()])
+    torch.manual_seed(1)
+    out = transform(data)
+    assert isinstance(out, Data) and out is not data
+    for key in ("x", "edge_index", "edge_weight"):
+        assert torch.equal(data[key], before[key]), f"input `{key}` was modified"
+    assert out.num_nodes == data.num_nodes
+    assert out.edge_index.size(1) == out.edge_weight.numel()
+
+
+def test_data_call_filters_edge_attributes_with_edges():
+    data = make_data()
+    torch.manual_seed(0)
+    out = EdgeDrop(0.5)(data)
+    assert out.edge_index.size(1) < data.edge_index.size(1)
+    assert torch.equal(out.edge_weight, out.edge_index[0] * 1000.0 + out.edge_index[1])
+    assert torch.equal(out.x, data.x)
+
+
+def test_feature_mask_on_data_masks_columns():
+    data = make_data(num_features=400)
+    torch.manual_seed(0)
+    out = FeatureMask(0.5)(data)
+    masked = (out.x != data.x).any(dim=0)
+    assert bool((out.x[:, masked] == 0).all()) and 0.35 < masked.float().mean() < 0.65
+    assert torch.equal(out.edge_index, data.edge_index)
+
+
+def test_eval_propagates_through_parent_module():
+    compose = Compose(EdgeDrop(0.5), AdaptiveFeatureMask(0.5, centrality="degree"))
+    parent = torch.nn.Module()
+    parent.aug = compose
+    parent.eval()
+    assert not any(aug.training for aug in compose.augmenters)
+    data = make_data()
+    x, edge_index, _ = parent.aug(data.x, data.edge_index)
+    assert x is data.x and edge_index is data.edge_index
+    parent.train()
+    assert all(aug.training for aug in compose.augmenters)
+
+
+def test_centralities_computed_once_per_graph(monkeypatch):
+    calls = []
+    real = networkx.eigenvector_centrality_numpy
+
+    def counting(graph, *args, **kwargs):
+        calls.append(graph.number_of_nodes())
+        return real(graph, *args, **kwargs)
+
+    monkeypatch.setattr(networkx, "eigenvector_centrality_numpy", counting)
+    _, edge_index = karate()
+    x = sparse_features(34, 20, density=0.3)
+    view1 = Compose(AdaptiveEdgeDrop(0.3), AdaptiveFeatureMask(0.2))
+    view2 = Compose(AdaptiveFeatureMask(0.4), AdaptiveEdgeDrop(0.2))
+    for _ in range(5):
+        view1(x, edge_index)
+        view2(x, edge_index)
+    assert len(calls) == 1, "one networkx call shared by all augmenters of one graph"
+
+    fitted = view1.augmenters[0].drop_prob
+    view1(x.clone(), edge_index.clone())  # equal graph: no refit
+    assert view1.augmenters[0].drop_prob is fitted and len(calls) == 1
+
+    other = to_undirected(torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]]))
+    view1(torch.rand(6, 20), other)
+    assert len(calls) == 2
+
+
+def test_adaptive_refits_after_in_place_change_and_reset():
+    data = make_data()
+    aug = AdaptiveEdgeDrop(0.3, centrality="degree")
+    aug(data.x, data.edge_index)
+    first = aug.drop_prob
+    aug(data.x, data.edge_index)
+    assert aug.drop_prob is first
+    edge_index = data.edge_index.clone()
+    aug(data.x, edge_index)
+    assert aug.drop_prob is first
+    edge_index[1, :5] = 0  # modified in place: must refit
+    aug(data.x, edge_index)
+    assert aug.drop_prob is not first
+    aug.reset_parameters()
+    assert aug.drop_prob is None
+
+
+def test_compose_fits_adaptive_members_on_the_input_graph():
+    data = make_data()
+    compose = Compose(EdgeDrop(0.9), AdaptiveFeatureMask(0.3, centrality="degree"))
+    compose(data.x, data.edge_index)
+    c = node_centrality(data.edge_index, data.num_nodes, "degree")
+    expected = feature_drop_probabilities(data.x, c, 0.3)
+    torch.testing.assert_close(compose.augmenters[1].drop_prob, expected)
+
+
+def test_explicit_fit_accepts_data_and_tensors():
+    data = make_data()
+    aug = AdaptiveFeatureMask(0.3, centrality="pagerank").fit(data)
+    assert aug.drop_prob.shape == (data.num_features,)
+    edge_aug = AdaptiveEdgeDrop(0.3, centrality="pagerank").fit(None, data.edge_index)
+    assert edge_aug.drop_prob.shape == (data.edge_index.size(1),)
+
+
+def test_reprs():
+    assert repr(EdgeDrop(0.2)) == "EdgeDrop(p=0.2)"
+    assert repr(FeatureMask(0.3)) == "FeatureMask(p=0.3)"
+    assert repr(AdaptiveEdgeDrop(0.3)) == "AdaptiveEdgeDrop(p=0.3, centrality=evc, threshold=0.7)"
+    assert (
+        repr(AdaptiveFeatureMask(0.1, "degree", 0.5, dense=True))
+        == "AdaptiveFeatureMask(p=0.1, centrality=degree, threshold=0.5, dense=True)"
+    )
+    assert repr(Compose(EdgeDrop(0.2), FeatureMask(0.3))) == (
+        "Compose(EdgeDrop(p=0.2), FeatureMask(p=0.3))"
+    )
+
+
+@pytest.mark.parametrize(
+    "build, name",
+    [
+        (lambda: EdgeDrop(-0.1), "`p`"),
+        (lambda: FeatureMask(1.5), "`p`"),
+        (lambda: AdaptiveEdgeDrop(0.3, threshold=0.0), "`threshold`"),
+        (lambda: AdaptiveFeatureMask(0.3, threshold=1.2), "`threshold`"),
+        (lambda: AdaptiveEdgeDrop(0.3, centrality="katz"), "`centrality`"),
+        (lambda: AdaptiveFeatureMask(0.3, dense="yes"), "`dense`"),
+        (lambda: Compose(EdgeDrop(0.1), "not an augmenter"), "`augmenters"),
+        (lambda: node_centrality(ring(4), 4, "closeness"), "`kind`"),
+        (lambda: node_centrality(ring(4), 3, "degree"), "`num_nodes`"),
+        (lambda: drop_edge(ring(4), 2.0), "`p`"),
+        (lambda: drop_edge(torch.zeros(3, 4, dtype=torch.long), 0.1), "`edge_index`"),
+        (lambda: mask_feature(torch.ones(4), 0.1), "`x`"),
+        (lambda: drop_edge_weighted(ring(4), torch.full((3,), 0.1)), "`drop_prob`"),
+        (
+            lambda: mask_feature_weighted(torch.ones(2, 3), torch.tensor([0.1, 1.5, 0])),
+            "`drop_prob`",
+        ),
+        (lambda: edge_drop_probabilities(ring(4), torch.ones(4), 0.3, threshold=0), "`threshold`"),
+        (lambda: feature_drop_probabilities(torch.ones(4, 2), torch.ones(3), 0.3), "`centrality`"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(build, name):
+    with pytest.raises(ValueError, match=name):
+        build()

@@ -1,0 +1,331 @@
+"""Tests of pyg_progcl.encoders and pyg_progcl.model (docs/algorithms.md §1)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+from torch_geometric.utils import erdos_renyi_graph, to_undirected
+
+from pyg_progcl.augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Compose,
+    EdgeDrop,
+    FeatureMask,
+)
+from pyg_progcl.encoders import RRELU_EVAL_SLOPE, GCNEncoder, MLPEncoder, make_activation
+from pyg_progcl.model import GRACEModel
+
+
+def graph(num_nodes=40, num_features=12, seed=0):
+    torch.manual_seed(seed)
+    edge_index = to_undirected(erdos_renyi_graph(num_nodes, 0.15))
+    x = torch.randn(num_nodes, num_features)
+    return x, edge_index
+
+
+def widths(encoder):
+    return [(layer.in_features, layer.out_features) for layer in encoder.layers]
+
+
+# ------------------------------------------------------------------------ encoders
+
+
+@pytest.mark.parametrize(
+    "num_layers, expected",
+    [(1, [(12, 8)]), (2, [(12, 16), (16, 8)]), (3, [(12, 16), (16, 16), (16, 8)])],
+)
+def test_layer_widths_follow_grace(num_layers, expected):
+    x, edge_index = graph()
+    gcn = GCNEncoder(12, 8, num_layers=num_layers)
+    assert [(c.in_channels, c.out_channels) for c in gcn.layers] == expected
+    assert widths(MLPEncoder(12, 8, num_layers=num_layers)) == expected
+    assert gcn(x, edge_index).shape == (40, 8)
+    assert (gcn.in_channels, gcn.hidden_channels, gcn.num_layers) == (12, 8, num_layers)
+
+
+@pytest.mark.parametrize("encoder_cls", [GCNEncoder, MLPEncoder])
+def test_activation_after_every_layer(encoder_cls):
+    x, edge_index = graph()
+    seen = []
+
+    def act(t):
+        seen.append(t.size(1))
+        return torch.relu(t)
+
+    out = encoder_cls(12, 8, num_layers=3, activation=act)(x, edge_index)
+    assert seen == [16, 16, 8]
+    assert (out >= 0).all() and (out == 0).any(), "the last layer is activated too"
+
+
+def test_rrelu_is_fixed_leaky_relu_of_reference_slope():
+    assert pytest.approx(0.2291667, abs=1e-6) == RRELU_EVAL_SLOPE
+    act = make_activation("rrelu")
+    x = torch.linspace(-3, 3, 13)
+    act.train()
+    torch.testing.assert_close(act(x), F.rrelu(x))  # functional rrelu: training=False
+    torch.testing.assert_close(act(x), torch.where(x < 0, RRELU_EVAL_SLOPE * x, x))
+    enc = GCNEncoder(12, 8, activation="rrelu")
+    x, edge_index = graph()
+    assert torch.equal(enc(x, edge_index), enc(x, edge_index)), "deterministic in train mode"
+
+
+@pytest.mark.parametrize(
+    "name", ["relu", "prelu", "rrelu", "elu", "leaky_relu", "tanh", "identity"]
+)
+def test_named_activations(name):
+    x, edge_index = graph()
+    enc = GCNEncoder(12, 8, activation=name)
+    assert enc(x, edge_index).shape == (40, 8)
+    assert f"activation={name})" in repr(enc)
+
+
+def test_prelu_one_learnable_slope_per_layer_reset():
+    enc = GCNEncoder(12, 8, num_layers=3, activation="prelu")
+    slopes = [act.weight for act in enc.activations]
+    assert len({id(w) for w in slopes}) == 3
+    with torch.no_grad():
+        for w in slopes:
+            w.fill_(0.9)
+    enc.reset_parameters()
+    assert all(w.item() == 0.25 for w in slopes)
+    shared = torch.nn.PReLU()
+    enc = MLPEncoder(12, 8, activation=shared)  # instances are copied per layer
+    assert enc.activations[0].weight is not enc.activations[1].weight
+
+
+def test_custom_conv_classes():
+    x, edge_index = graph()
+    sage = GCNEncoder(12, 8, conv=SAGEConv, conv_kwargs={"aggr": "max"})
+    assert isinstance(sage.layers[0], SAGEConv) and sage.layers[0].aggr == "max"
+    assert sage(x, edge_index).shape == (40, 8)
+    gat = GCNEncoder(12, 8, conv=GATConv, conv_kwargs={"heads": 2, "concat": False})
+    assert gat(x, edge_index).shape == (40, 8)
+    assert "conv=SAGEConv" in repr(sage)
+
+
+def test_edge_weight_reaches_gcn_and_is_refused_by_convs_without_it():
+    x, edge_index = graph()
+    enc = GCNEncoder(12, 8)
+    weight = torch.rand(edge_index.size(1))
+    assert not torch.allclose(enc(x, edge_index), enc(x, edge_index, weight))
+    with pytest.raises(ValueError, match="edge weights"):
+        GCNEncoder(12, 8, conv=SAGEConv)(x, edge_index, weight)
+
+
+def test_mlp_ignores_edges_gcn_does_not():
+    x, edge_index = graph()
+    other = to_undirected(erdos_renyi_graph(40, 0.3))
+    mlp = MLPEncoder(12, 8, conv=GCNConv)
+    torch.testing.assert_close(mlp(x, edge_index), mlp(x, other))
+    torch.testing.assert_close(mlp(x, edge_index), mlp(x))
+    gcn = GCNEncoder(12, 8)
+    assert not torch.allclose(gcn(x, edge_index), gcn(x, other))
+
+
+@pytest.mark.parametrize("encoder_cls", [GCNEncoder, MLPEncoder])
+def test_reset_parameters_deterministic_under_seed(encoder_cls):
+    enc = encoder_cls(12, 8)
+    torch.manual_seed(5)
+    enc.reset_parameters()
+    first = [p.detach().clone() for p in enc.parameters()]
+    torch.manual_seed(5)
+    enc.reset_parameters()
+    assert all(torch.equal(a, b) for a, b in zip(first, enc.parameters()))
+    torch.manual_seed(6)
+    enc.reset_parameters()
+    assert not all(torch.equal(a, b) for a, b in zip(first, enc.parameters()))
+
+
+def test_encoder_reprs():
+    assert repr(GCNEncoder(1433, 128)) == (
+        "GCNEncoder(1433, 128, num_layers=2, conv=GCNConv, activation=relu)"
+    )
+    assert repr(MLPEncoder(1433, 128, 3, activation="prelu")) == (
+        "MLPEncoder(1433, 128, num_layers=3, activation=prelu)"
+    )
+    assert "activation=tanh" in repr(GCNEncoder(4, 2, activation=torch.tanh))
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"in_channels": 0}, "`in_channels`"),
+        ({"hidden_channels": 0}, "`hidden_channels`"),
+        ({"num_layers": 0}, "`num_layers`"),
+        ({"num_layers": 1.5}, "`num_layers`"),
+        ({"activation": "swish"}, "`activation`"),
+        ({"activation": 3}, "`activation`"),
+    ],
+)
+@pytest.mark.parametrize("encoder_cls", [GCNEncoder, MLPEncoder])
+def test_encoder_bad_arguments(encoder_cls, kwargs, name):
+    args = {"in_channels": 12, "hidden_channels": 8, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        encoder_cls(**args)
+
+
+def test_gcn_encoder_rejects_non_class_conv():
+    with pytest.raises(ValueError, match="`conv`"):
+        GCNEncoder(12, 8, conv=GCNConv(12, 8))
+
+
+# ------------------------------------------------------------------------- model
+
+
+def make_model(encoder_cls=GCNEncoder, **kwargs):
+    encoder = encoder_cls(12, 8, num_layers=2, conv=GCNConv, activation="prelu")
+    return GRACEModel(
+        encoder,
+        8,
+        6,
+        augment1=kwargs.get("augment1", [EdgeDrop(0.3), FeatureMask(0.3)]),
+        augment2=kwargs.get("augment2", Compose(EdgeDrop(0.4), FeatureMask(0.2))),
+    )
+
+
+@pytest.mark.parametrize("encoder_cls", [GCNEncoder, MLPEncoder])
+def test_views_shapes_and_encoder_swap(encoder_cls):
+    x, edge_index = graph()
+    model = make_model(encoder_cls)  # the swap is the class name only
+    h1, h2 = model.views(x, edge_index)
+    assert h1.shape == h2.shape == (40, 8)
+    assert model(x, edge_index).shape == (40, 8)
+    assert isinstance(model.augment1, Compose)
+
+
+def test_projection_head_widths():
+    model = make_model()
+    first, act, last = model.projector
+    assert (first.in_features, first.out_features) == (8, 6)
+    assert isinstance(act, torch.nn.ELU)
+    assert (last.in_features, last.out_features) == (6, 8)
+    z = torch.randn(5, 8)
+    torch.testing.assert_close(model.project(z), last(F.elu(first(z))))
+
+
+def test_eval_views_are_unaugmented_train_views_differ():
+    x, edge_index = graph()
+    model = make_model()
+    torch.manual_seed(0)
+    h1, h2 = model.views(x, edge_index)
+    assert not torch.allclose(h1, h2)
+    model.eval()
+    h1, h2 = model.views(x, edge_index)
+    torch.testing.assert_close(h1, h2)
+    torch.testing.assert_close(h1, model.project(model(x, edge_index)))
+
+
+def test_no_augmenters_means_identity_views():
+    x, edge_index = graph()
+    model = GRACEModel(GCNEncoder(12, 8), 8, 8)
+    h1, h2 = model.views(x, edge_index)
+    torch.testing.assert_close(h1, h2)
+
+
+def test_gradient_reaches_encoder_and_head():
+    x, edge_index = graph()
+    model = make_model()
+    h1, h2 = model.views(x, edge_index)
+    (h1 * h2).sum().backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+
+
+def test_state_dict_round_trip():
+    x, edge_index = graph()
+    torch.manual_seed(0)
+    model = make_model()
+    torch.manual_seed(1)
+    clone = make_model()
+    assert not torch.allclose(model(x, edge_index), clone(x, edge_index))
+    clone.load_state_dict(model.state_dict())
+    model.eval()
+    clone.eval()
+    torch.testing.assert_close(model(x, edge_index), clone(x, edge_index))
+    torch.testing.assert_close(model.views(x, edge_index)[0], clone.views(x, edge_index)[0])
+    assert any("activations" in key for key in model.state_dict())
+
+
+def test_reset_parameters_resets_encoder_and_head():
+    model = make_model()
+    torch.manual_seed(3)
+    model.reset_parameters()
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(1.0)
+    torch.manual_seed(3)
+    model.reset_parameters()
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, first[key]), key
+
+
+def test_data_input_and_edge_weight():
+    x, edge_index = graph()
+    weight = torch.rand(edge_index.size(1))
+    model = make_model().eval()
+    data = Data(x=x, edge_index=edge_index, edge_weight=weight)
+    torch.testing.assert_close(model(data), model(x, edge_index, weight))
+    h1, _ = model.views(data)
+    torch.testing.assert_close(h1, model.views(x, edge_index, weight)[0])
+    assert not torch.allclose(model(data), model(x, edge_index))
+
+
+def test_adaptive_augmenters_inside_model_fit_once(monkeypatch):
+    import networkx
+
+    calls = []
+    real = networkx.eigenvector_centrality_numpy
+
+    def counting(g, *args, **kwargs):
+        calls.append(1)
+        return real(g, *args, **kwargs)
+
+    monkeypatch.setattr(networkx, "eigenvector_centrality_numpy", counting)
+    x, edge_index = graph(seed=2)
+    model = make_model(
+        augment1=[AdaptiveEdgeDrop(0.3), AdaptiveFeatureMask(0.2)],
+        augment2=[AdaptiveFeatureMask(0.3), AdaptiveEdgeDrop(0.4)],
+    )
+    for _ in range(3):
+        model.views(x, edge_index)
+    assert len(calls) == 1
+
+
+def test_model_moves_with_to_and_keeps_working():
+    x, edge_index = graph()
+    model = make_model(augment1=[AdaptiveEdgeDrop(0.3, "degree")]).to(torch.float64)
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+    h1, h2 = model.views(x.double(), edge_index)
+    assert h1.dtype == torch.float64 and torch.isfinite(h1).all()
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        model = model.to(device)
+        h1, _ = model.views(x.double().to(device), edge_index.to(device))
+        assert h1.device.type == device
+
+
+def test_model_repr():
+    text = repr(make_model())
+    assert text.startswith("GRACEModel(\n")
+    assert "encoder=GCNEncoder(12, 8, num_layers=2, conv=GCNConv, activation=prelu)" in text
+    assert "projector=Linear-ELU-Linear(8 -> 6 -> 8)" in text
+    assert "augment1=Compose(EdgeDrop(p=0.3), FeatureMask(p=0.3))" in text
+    assert "augment2=Compose(EdgeDrop(p=0.4), FeatureMask(p=0.2))" in text
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"hidden_channels": 0}, "`hidden_channels`"),
+        ({"proj_channels": -1}, "`proj_channels`"),
+        ({"augment1": 0.3}, "`augment1`"),
+        ({"augment2": [EdgeDrop(0.1), "x"]}, "`augmenters"),
+    ],
+)
+def test_model_bad_arguments(kwargs, name):
+    args = {"encoder": GCNEncoder(12, 8), "hidden_channels": 8, "proj_channels": 8, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        GRACEModel(**args)
