@@ -366,3 +366,49 @@ def test_repr():
         "HardInfoNCELoss(tau=0.5, tau_plus=0.1, beta=1.0, block_size=8)"
     )
     assert "mode='mix'" in repr(ProGCLLoss(mode="mix")) and "BetaMixture" in repr(ProGCLLoss())
+
+
+def test_progcl_weight_with_underflowing_posterior_falls_back_to_uniform():
+    # The true-negative component has no mass near s' = 0.5: every b underflows to 0 in
+    # float32, so each row falls back to uniform weights, i.e. GRACE's denominator.
+    h1, h2 = views(n=12, dtype=torch.float32)
+    h1, h2 = h1.detach() * 1e-3 + 1, h2.detach() * 1e-3 + 1  # cosines ~1: s' ~ 1
+    m = fitted_mixture(alpha=(2.0, 200.0), beta=(400.0, 2.0), weight=(1e-6, 1 - 1e-6)).float()
+    loss = ProGCLLoss(0.5, mixture=m)
+    assert float(loss.hardness(torch.tensor([0.99])).max()) == 0.0
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda bs: InfoNCELoss(0.3, block_size=bs),
+        lambda bs: DebiasedInfoNCELoss(0.3, 0.1, block_size=bs),
+        lambda bs: HardInfoNCELoss(0.3, 0.1, 1.0, block_size=bs),
+        lambda bs: ProGCLLoss(0.3, mode="weight", mixture=fitted_mixture(), block_size=bs),
+        lambda bs: ProGCLLoss(0.3, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=bs),
+    ],
+)
+def test_row_blocks_equal_dense_at_500_nodes(make):
+    h1, h2 = views(n=500, d=16)
+    dense = make(None)(h1, h2)
+    g_dense = torch.autograd.grad(dense, (h1, h2))
+    for bs in (37, 128, 499):
+        blocked = make(bs)(h1, h2)
+        torch.testing.assert_close(blocked, dense, rtol=1e-12, atol=1e-12)
+        for a, b in zip(torch.autograd.grad(blocked, (h1, h2)), g_dense):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
+    import pyg_progcl.losses.similarity as similarity
+
+    calls = []
+    monkeypatch.setattr(similarity, "DENSE_MAX_NODES", 50)
+    monkeypatch.setattr(similarity, "BLOCK_ELEMENTS", 60 * 20)
+    original = similarity._row_block
+    monkeypatch.setattr(similarity, "_row_block", lambda *a: calls.append(a[2:4]) or original(*a))
+    h1, h2 = views(n=60)
+    out = InfoNCELoss(0.5)(h1, h2)
+    torch.testing.assert_close(out, ref.grace(h1, h2, 0.5))
+    assert calls[:3] == [(0, 20), (20, 40), (40, 60)] and len(calls) == 6

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -96,50 +94,65 @@ class ProGCLLoss(ContrastiveLoss):
         check_views(h1, h2)
         u, v = normalize_views(h1, h2)
         block = next(dense_blocks(u, v, self.tau))
-        log_b = self._block_log_hardness(block)
-        log_w = log_b - torch.logsumexp(log_b, dim=1, keepdim=True) + math.log(block.count)
-        return torch.exp(log_w)
+        b = self._row_hardness(block)
+        return b * (block.count / b.sum(dim=1, keepdim=True))
 
-    def log_hardness(self, cosine: Tensor) -> Tensor:
-        r""":math:`\log b = \log s' + \log p(\mathrm{true\ neg.} \mid s')` for cosines of any shape."""
+    def hardness(self, cosine: Tensor) -> Tensor:
+        r""":math:`b = s' \, p(\mathrm{true\ neg.} \mid s')`, :math:`s' = (\theta + 1)/2`, any shape."""
         s = self.mixture._clamp(cosine.add(1.0).mul_(0.5))
-        log_posterior = -torch.nn.functional.softplus(self.mixture.log_odds_false_negative(s))
-        return log_posterior.add_(torch.log(s))
+        return torch.sigmoid(self.mixture.log_odds_false_negative(s).neg_()).mul_(s)
 
-    def _block_log_hardness(self, block: NegativeBlock) -> Tensor:
+    def _block_hardness(self, block: NegativeBlock) -> Tensor:
+        """Detached ``b`` of the block's inter-view pairs; excluded entries are 0."""
+
         def fn(inter: Tensor) -> Tensor:
             with torch.no_grad():
-                log_b = self.log_hardness(inter * block.tau + 1.0)
-                return log_b.index_put_(
-                    (block.rows(), block.excluded), log_b.new_tensor(-torch.inf)
-                )
+                b = self.hardness(inter * block.tau + 1.0)
+                return b.index_put_((block.rows(), block.excluded), b.new_zeros(()))
 
-        return block.elementwise_of_inter("log_hardness", fn)
+        return block.elementwise_of_inter("hardness", fn)
+
+    def _row_hardness(self, block: NegativeBlock) -> Tensor:
+        """``b`` with each row rescaled where its maximum is tiny (weights are scale-free).
+
+        A row whose every ``b`` underflowed to 0 gets uniform weights (GRACE's row).
+        """
+        b = self._block_hardness(block)
+        row_max = b.amax(dim=1, keepdim=True)
+        small = row_max < 1e-20
+        if bool(small.any()):
+            uniform = torch.ones_like(b).index_put_((block.rows(), block.excluded), b.new_zeros(()))
+            b = torch.where(row_max > 0, b / row_max.clamp_min(1e-38), uniform)
+            b = torch.where(small, b, self._block_hardness(block))
+        return b
 
     def log_negatives(self, block: NegativeBlock) -> Tensor:
         if not self.fitted:
             return block.log_sum_exp_both()
-        log_b = self._block_log_hardness(block)
+        b = self._row_hardness(block)
         if self.mode == "weight":
-            return self._log_weighted(block, log_b)
-        return torch.logaddexp(block.log_sum_exp_both(), self._log_mixed(block, log_b))
+            return self._log_weighted(block, b)
+        return torch.logaddexp(block.log_sum_exp_both(), self._log_mixed(block, b))
 
-    def _log_weighted(self, block: NegativeBlock, log_b: Tensor) -> Tensor:
-        # w = b / mean b; b is scaled by its row maximum first, so its largest entry is 1.
-        log_b = log_b - log_b.amax(dim=1, keepdim=True)
-        log_mean_b = torch.log(torch.exp(log_b).sum(dim=1) / block.count)
-        log_num = torch.logaddexp(
-            block.log_sum_exp(block.inter + log_b), block.log_sum_exp(block.intra + log_b)
-        )
-        return log_num - log_mean_b
+    def _log_weighted(self, block: NegativeBlock, b: Tensor) -> Tensor:
+        """``log Σ_k w_ik (e^{inter_ik} + e^{intra_ik})`` with ``w = b / mean b``."""
+        log_mean_b = torch.log(b.sum(dim=1) / block.count)
+        if block.exp_fits():
+            num = torch.linalg.vecdot(block.exp_inter() + torch.exp(block.intra), b, dim=1)
+            return torch.log(num) - log_mean_b
+        log_b = torch.log(b)
+        inter = block.log_sum_exp(block.inter + log_b)
+        return torch.logaddexp(inter, block.log_sum_exp(block.intra + log_b)) - log_mean_b
 
-    def _log_mixed(self, block: NegativeBlock, log_b: Tensor) -> Tensor:
+    def _log_mixed(self, block: NegativeBlock, b: Tensor) -> Tensor:
+        """``log Σ_a e^{θ_mix(a)/τ}`` (shifted) over the ``num_mix`` hardest negatives."""
         k = min(self.num_mix, block.count)
-        log_b_top, idx = torch.topk(log_b, k, dim=1)
-        b = torch.exp(log_b_top)
-        theta = block.inter.gather(1, idx) * block.tau + 1.0
+        b_top, idx = torch.topk(b, k, dim=1)
+        theta = (block.inter.gather(1, idx) * block.tau + 1.0).clamp(min=-1.0)
         perm = torch.randperm(k, device=theta.device)
-        mixed = (b * theta + b[:, perm] * theta[:, perm]) / (b + b[:, perm] + self.mix_eps)
+        mixed = (b_top * theta + b_top[:, perm] * theta[:, perm]) / (
+            b_top + b_top[:, perm] + self.mix_eps
+        )
         return torch.logsumexp((mixed - 1.0) / block.tau, dim=1)
 
     def _options(self) -> dict:

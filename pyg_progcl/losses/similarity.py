@@ -72,19 +72,26 @@ class NegativeBlock:
         return (self.inter.detach() * self.tau + 1.0).clamp_(min=-1.0)
 
     def elementwise_of_inter(self, name: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
-        """``fn`` (elementwise, no gradient) applied to the inter-view logits, cached.
+        """``fn`` (elementwise) applied to the inter-view logits, computed once and cached.
 
         The two directions of the dense path share one cache: the second direction's
         inter-view matrix is the transpose of the first, and so is ``fn`` of it.
         """
         if name not in self.cache:
-            value = fn(self.inter.T if self.transposed else self.inter)
-            self.cache[name] = value
+            self.cache[name] = fn(self.inter.T if self.transposed else self.inter)
         value = self.cache[name]
         return value.T if self.transposed else value
 
     def rows(self) -> Tensor:
         return torch.arange(self.inter.size(0), device=self.inter.device)
+
+    def exp_fits(self, scale: float = 1.0) -> bool:
+        """Whether ``exp(scale · logit)`` of every negative is a normal float (no underflow)."""
+        return scale * 2.0 / self.tau <= EXP_SPAN and self.inter.dtype != torch.float16
+
+    def exp_inter(self) -> Tensor:
+        """``exp`` of the inter-view logits (shared by both dense directions)."""
+        return self.elementwise_of_inter("exp", torch.exp)
 
     def log_sum_exp(self, logits: Tensor, scale: float = 1.0) -> Tensor:
         """Row-wise ``log Σ_k exp(scale · logits)`` over the valid negatives.
@@ -95,12 +102,14 @@ class NegativeBlock:
         if scale == 0:
             return torch.full_like(self.pos, math.log(self.count))
         scaled = logits if scale == 1 else logits * scale
-        if scale * 2.0 / self.tau <= EXP_SPAN and scaled.dtype != torch.float16:
+        if self.exp_fits(scale):
             return torch.log(torch.exp(scaled).sum(dim=1))
         return torch.logsumexp(scaled, dim=1)
 
     def log_sum_exp_both(self, scale: float = 1.0) -> Tensor:
         """``log Σ_k [exp(scale·inter_k) + exp(scale·intra_k)]`` over all ``2·count`` negatives."""
+        if scale == 1 and self.exp_fits():
+            return torch.log(self.exp_inter().sum(dim=1) + torch.exp(self.intra).sum(dim=1))
         return torch.logaddexp(
             self.log_sum_exp(self.inter, scale), self.log_sum_exp(self.intra, scale)
         )
