@@ -1,0 +1,218 @@
+"""``python -m pyg_progcl diagnose``: the diagnostics from the command line.
+
+Three ways to get a model:
+
+* ``--checkpoint DIR_OR_FILE``: a checkpoint written by ``train --checkpoint DIR``
+  (``DIR/seed{--seed}.pt``); its config, weights and ProGCL mixture are used.
+* ``--epochs N``: train the preset ``N`` epochs, for each ``--encoder`` (GCN and/or the
+  MLP control), and diagnose before and after training (``--every K`` tracks the
+  summaries every ``K`` epochs).
+* neither: the freshly initialised GCN and MLP of the preset.
+
+Writes ``<out>/diagnostics.json`` (summaries, plain floats), ``<out>/similarity.png``
+(true/false-negative histograms with the mixture) and, when tracking,
+``<out>/tracking.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from .core import diagnose
+
+_TABLE = [
+    ("fn_share_topk", "FN@top-k"),
+    ("fn_rate", "chance"),
+    ("fn_share_topk_lift", "lift"),
+    ("fn_share_topk_hardness", "FN@top-k(b)"),
+    ("auc_similarity", "AUC sim"),
+    ("auc_posterior", "AUC post"),
+    ("mean_cos_tn", "cos TN"),
+    ("mean_cos_fn", "cos FN"),
+]
+
+
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {value})")
+        return value
+
+    return parse
+
+
+def _optional_int(text: str):
+    return None if text.lower() == "none" else _int_at_least(1)(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the ``diagnose`` subcommand's arguments to ``parser``."""
+    from ..presets import METHODS, TrainConfig
+
+    parser.add_argument("--dataset", help="dataset name (default: synthetic, needs no files)")
+    parser.add_argument("--root", help="data root (as for `train`)")
+    parser.add_argument("--method", choices=METHODS, help="loss (default: progcl-weight)")
+    parser.add_argument(
+        "--encoder", dest="encoders", choices=("gcn", "mlp", "both"), default="both",
+        help="message passing, the MLP control, or both (default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--epochs", dest="train_epochs", type=_int_at_least(0), default=0, metavar="N",
+        help="train this many epochs and diagnose before/after (0: initial models only)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--every", type=_int_at_least(0), default=0, metavar="N", help="track every N epochs"
+    )
+    parser.add_argument("--checkpoint", help="a `train --checkpoint` folder or .pt file")
+    parser.add_argument("--seed", type=_int_at_least(0), default=0, help="seed (default 0)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1")
+    parser.add_argument("--config", help="JSON file of config fields")
+    parser.add_argument("--out", default="diagnostics", help="output folder")
+    parser.add_argument("--no-plot", action="store_true", help="write no PNG files")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing")
+    group = parser.add_argument_group("diagnostics")
+    group.add_argument(
+        "--num-pairs", type=_int_at_least(1), default=50_000, help="negative pairs sampled"
+    )
+    group.add_argument("--top-k", type=_int_at_least(1), default=10)
+    group.add_argument("--num-anchors", type=_optional_int, default=4096, help="or 'none'")
+    group.add_argument("--embeddings", choices=("views", "encoder"), default="views")
+    group.add_argument("--no-augment", action="store_true", help="un-augmented views")
+    overrides = parser.add_argument_group("preset overrides (default: the preset's value)")
+    types = {"float": float, "int": int, "str": str, "Optional[int]": _optional_int}
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in ("dataset", "method", "epochs", "encoder"):
+            continue
+        try:
+            overrides.add_argument(
+                "--" + field.name.replace("_", "-"),
+                dest=field.name,
+                type=types.get(str(field.type), str),
+                default=argparse.SUPPRESS,
+            )
+        except argparse.ArgumentError:  # a config field named like a diagnose option
+            continue
+
+
+def _diagnose_kwargs(args) -> dict:
+    return {
+        "num_samples": args.num_pairs,
+        "top_k": args.top_k,
+        "num_anchors": args.num_anchors,
+        "embeddings": args.embeddings,
+        "augment": not args.no_augment,
+        "seed": args.seed,
+    }
+
+
+def _from_checkpoint(args, kwargs):
+    from ..datasets import load_dataset
+    from ..presets import TrainConfig
+    from ..train import build_loss, build_model
+
+    path = Path(args.checkpoint)
+    if path.is_dir():
+        path = path / f"seed{args.seed}.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if "config" not in payload or "model" not in payload:
+        raise ValueError(f"{path} is not a pyg_progcl checkpoint")
+    config = TrainConfig.from_dict(payload["config"])
+    data = load_dataset(config.dataset, args.root)
+    model = build_model(config, data.num_features)
+    model.load_state_dict(payload["model"])
+    loss = build_loss(config)
+    loss.load_state_dict(payload["loss"])
+    model, data = model.to(args.device), data.to(args.device)
+    name = f"{config.encoder.upper()}, epoch {payload.get('epoch')}"
+    return config, {name: diagnose(model, data, loss=loss, **kwargs)}, {}, {}
+
+
+def _from_preset(args, kwargs):
+    from ..datasets import load_dataset
+    from ..train import config_from_args
+    from .control import compare_encoders
+
+    args.epochs = args.train_epochs or None
+    config = config_from_args(args)
+    data = load_dataset(config.dataset, args.root)
+    encoders = ("gcn", "mlp") if args.encoders == "both" else (args.encoders,)
+    trained = args.train_epochs > 0
+    reports = compare_encoders(
+        data, config, encoders=encoders, train=trained, every=args.every if trained else 0,
+        device=args.device, progress=not args.quiet, **kwargs,
+    )  # fmt: skip
+    diags, history, accuracy = {}, {}, {}
+    for enc, rep in reports.items():
+        diags[f"{enc.upper()}, initial"] = rep.before
+        if rep.after is not None:
+            diags[f"{enc.upper()}, {config.epochs} epochs {config.method}"] = rep.after
+            accuracy[enc] = rep.accuracy
+        if rep.history:
+            history[enc.upper()] = rep.history
+    return config, diags, history, accuracy
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Runs the ``diagnose`` subcommand; returns the exit status."""
+    from ..train import write_json
+
+    if args.root is not None and not Path(args.root).expanduser().is_dir():
+        raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
+    kwargs = _diagnose_kwargs(args)
+    make = _from_checkpoint if args.checkpoint else _from_preset
+    config, diags, history, accuracy = make(args, kwargs)
+    out = Path(args.out)
+    result = {
+        "dataset": config.dataset,
+        "method": config.method,
+        "config": config.to_dict(),
+        "diagnose": kwargs,
+        "runs": {name: d.summary for name, d in diags.items()},
+        "history": history,
+        "probe_accuracy": accuracy,
+    }
+    write_json(result, out / "diagnostics.json")
+    written = [out / "diagnostics.json"]
+    if not args.no_plot:
+        from .plots import plot_comparison, plot_tracking
+
+        plot_comparison(diags, out / "similarity.png", suptitle=config.dataset)
+        written.append(out / "similarity.png")
+        if history:
+            plot_tracking(history, out / "tracking.png")
+            written.append(out / "tracking.png")
+    if not args.quiet:
+        print(format_table(result["runs"], accuracy))
+        print("wrote " + ", ".join(map(str, written)))
+    return 0
+
+
+def format_table(runs: dict, accuracy: dict | None = None) -> str:
+    """A plain-text table of the key numbers of ``{name: summary}``."""
+    width = max(len(name) for name in runs) + 2
+    head = "".join(f"{label:>12}" for _, label in _TABLE)
+    lines = [f"{'':{width}}{head}"]
+    for name, summary in runs.items():
+        cells = "".join(f"{summary.get(key, float('nan')):12.3f}" for key, _ in _TABLE)
+        lines.append(f"{name:{width}}{cells}")
+    for enc, acc in (accuracy or {}).items():
+        lines.append(f"linear-probe accuracy, {enc.upper()}: {acc:.4f}")
+    return "\n".join(lines)
+
+
+def add_diagnose_parser(subparsers) -> argparse.ArgumentParser:
+    """Registers ``diagnose`` on an ``argparse`` sub-parsers object; returns its parser."""
+    parser = subparsers.add_parser("diagnose", help="true/false-negative analysis")
+    add_arguments(parser)
+    parser.set_defaults(func=run_cli)
+    return parser

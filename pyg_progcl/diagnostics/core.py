@@ -1,0 +1,427 @@
+"""True- vs false-negative analysis of the similarities a contrastive loss sees.
+
+ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in Graph Contrastive
+Learning", ICML 2022, https://arxiv.org/abs/2110.02027) rests on one observation: under
+message passing the negatives most similar to an anchor are mostly *false* negatives
+(nodes of the anchor's class), so hardness alone is a bad guide; a two-component Beta
+mixture of the negative similarities (spec §5.1) tells true from false negatives better.
+This module measures both claims on a user's graph.
+
+Which similarities: by default the inter-view cosines ``θ(u_i, v_k)``, ``k ≠ i``, of the
+projected views ``(u, v) = model.views(G)`` with the model's augmentations active — the
+similarities the loss sees and the mixture is fitted on (the paper's figures). With
+``embeddings='encoder'`` the encoder output ``z = model(G)`` is compared with itself
+(``θ(z_i, z_k)``), the representation a downstream probe sees.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .._checks import check_choice, check_int, check_matrix
+from ..losses import sample_negative_pairs
+from ..losses.similarity import normalize_views
+from ..mixture import BetaMixture
+
+Source = Union[torch.nn.Module, Tensor, tuple]
+
+#: Elements of one anchors-by-candidates block of the top-k pass (16 MiB in float32).
+BLOCK_ELEMENTS = 1 << 22
+
+
+@dataclass
+class NegativeSample:
+    """Uniformly sampled negative pairs ``(i, k)``, ``k ≠ i``, of one embedding.
+
+    Attributes:
+        cos: ``[M]`` cosine similarities ``θ(u_i, v_k)`` in ``[-1, 1]``.
+        same_label: ``[M]`` bool, ``True`` for a false negative (``y_i = y_k``).
+    """
+
+    cos: Tensor
+    same_label: Tensor
+
+    @property
+    def scaled(self) -> Tensor:
+        """Similarities mapped to ``[0, 1]`` by ``s' = (θ + 1) / 2`` (the mixture's scale)."""
+        return (self.cos + 1.0) / 2.0
+
+
+@dataclass
+class Diagnosis:
+    """Everything :func:`diagnose` measured: the sample, the fitted mixture, the numbers.
+
+    Attributes:
+        sample: The sampled negative similarities with their true/false-negative mask.
+        mixture: The :class:`BetaMixture` fitted (cold, to convergence) on ``sample``.
+        summary: Plain floats (see :func:`diagnose`), ready for JSON.
+    """
+
+    sample: NegativeSample
+    mixture: BetaMixture
+    summary: dict = field(default_factory=dict)
+
+
+def check_labels(labels, num_nodes: int, name: str = "labels") -> Tensor:
+    """Checks node labels: an integer ``[N]`` (or ``[N, 1]``) tensor with >= 2 classes."""
+    if not isinstance(labels, Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor of node labels (got {type(labels)})")
+    if labels.dim() == 2 and labels.size(1) == 1:
+        labels = labels.view(-1)
+    if labels.dim() != 1 or labels.numel() != num_nodes:
+        raise ValueError(
+            f"`{name}` must hold one label per node, shape [{num_nodes}] (got {list(labels.shape)})"
+        )
+    if labels.is_floating_point() or labels.dtype == torch.bool:
+        raise ValueError(f"`{name}` must be integer class labels (got {labels.dtype})")
+    if labels.unique().numel() < 2:
+        raise ValueError(f"`{name}` must contain at least 2 classes to split true/false negatives")
+    return labels
+
+
+def embed(
+    source: Source,
+    data=None,
+    embeddings: str = "views",
+    augment: bool = True,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """The two embeddings whose cross similarities are analysed, without gradients.
+
+    Args:
+        source: A model with ``views(x, edge_index)`` and ``forward`` (e.g.
+            :class:`~pyg_progcl.GRACEModel`), a plain encoder ``forward(x, edge_index)``
+            (its output is compared with itself), a ``[N, d]`` tensor (likewise) or a
+            pair ``(h1, h2)`` of ``[N, d]`` tensors.
+        data: The graph (``x``, ``edge_index``); needed when ``source`` is a model.
+        embeddings: ``'views'`` (projected views, as the loss sees them) or ``'encoder'``
+            (the encoder output compared with itself).
+        augment: With ``'views'``, draw the two augmented views as in training (with a
+            fixed ``seed``; the global random state is restored); else both views are the
+            un-augmented graph.
+        seed: Seed of the augmentations.
+
+    Returns:
+        ``(u, v)``, unit-normalised ``[N, d]`` tensors.
+    """
+    check_choice("embeddings", embeddings, ("views", "encoder"))
+    if isinstance(source, Tensor):
+        h1 = h2 = source
+    elif isinstance(source, (tuple, list)) and len(source) == 2:
+        h1, h2 = source
+    elif isinstance(source, torch.nn.Module):
+        if data is None:
+            raise ValueError("`data` is required when `source` is a model")
+        h1, h2 = _model_embeddings(source, data, embeddings, augment, seed)
+    else:
+        raise ValueError(
+            "`source` must be a model, a [N, d] tensor or a pair (h1, h2) "
+            f"(got {type(source).__name__})"
+        )
+    check_matrix("h1" if h1 is not h2 else "source", h1)
+    check_matrix("h2", h2)
+    if h1.shape != h2.shape:
+        raise ValueError(
+            f"`h1` and `h2` must have one shape (got {list(h1.shape)}, {list(h2.shape)})"
+        )
+    return normalize_views(h1.detach(), h2.detach())
+
+
+@torch.no_grad()
+def _model_embeddings(model, data, embeddings: str, augment: bool, seed: int):
+    """Embeds ``data`` in eval mode; only the augmenters run in training mode if asked."""
+    modes = [(m, m.training) for m in model.modules()]
+    device = next(iter(model.parameters()), torch.empty(0)).device
+    devices = [device.index or 0] if device.type == "cuda" else []
+    x, edge_index = data.x.to(device), data.edge_index.to(device)
+    try:
+        model.eval()
+        if embeddings == "encoder" or not hasattr(model, "views"):
+            z = model(x, edge_index)
+            return z, z
+        if augment:
+            for name in ("augment1", "augment2"):
+                aug = getattr(model, name, None)
+                if isinstance(aug, torch.nn.Module):
+                    aug.train()
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            return model.views(x, edge_index)
+    finally:
+        for module, mode in modes:
+            module.training = mode
+
+
+def negative_similarity_sample(
+    source: Source,
+    data=None,
+    labels: Optional[Tensor] = None,
+    num_samples: int = 50_000,
+    seed: int = 0,
+    **embed_kwargs,
+) -> NegativeSample:
+    """Samples ``num_samples`` uniform off-diagonal pairs and their cosines (no ``N×N`` matrix).
+
+    Args:
+        source, data: See :func:`embed` (``embed_kwargs`` are passed on).
+        labels: ``[N]`` node labels (default ``data.y``).
+        num_samples: Pairs drawn (with replacement), ``>= 1``.
+        seed: Seed of the pair sampling and the augmentations.
+
+    Returns:
+        A :class:`NegativeSample`.
+    """
+    num_samples = check_int("num_samples", num_samples, 1)
+    u, v = embed(source, data, seed=seed, **embed_kwargs)
+    labels = check_labels(_labels(data, labels), u.size(0)).to(u.device)
+    return _sample(u, v, labels, num_samples, seed)
+
+
+def _labels(data, labels):
+    if labels is not None:
+        return labels
+    y = getattr(data, "y", None)
+    if y is None:
+        raise ValueError("`labels` is required (pass labels=... or a `data` with `y`)")
+    return y
+
+
+def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -> NegativeSample:
+    gen = torch.Generator().manual_seed(int(seed))
+    i, k = sample_negative_pairs(u.size(0), num_samples, u.device, gen)
+    cos = (u[i] * v[k]).sum(1).clamp_(-1.0, 1.0)
+    return NegativeSample(cos.float().cpu(), (labels[i] == labels[k]).cpu())
+
+
+def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> BetaMixture:
+    """Fits a fresh :class:`BetaMixture` (reference initialisation) to convergence.
+
+    Args:
+        sample: A :class:`NegativeSample` or cosines in ``[-1, 1]``.
+        max_iter: EM iteration budget (stops earlier at the mixture's tolerance).
+    """
+    cos = sample.cos if isinstance(sample, NegativeSample) else sample
+    return BetaMixture(max_iter=max_iter).fit((cos.double().clamp(-1, 1) + 1) / 2)
+
+
+def true_negative_posterior(mixture: BetaMixture, cos: Tensor) -> Tensor:
+    """``p(true negative | s')`` of cosines ``cos`` under ``mixture``."""
+    return mixture.true_negative_posterior((cos.double() + 1) / 2)
+
+
+def separation_auc(scores: Tensor, is_true_negative: Tensor) -> float:
+    """ROC-AUC of ``scores`` (higher = more likely a true negative); 0.5 is chance.
+
+    Uses :func:`sklearn.metrics.roc_auc_score`; ``nan`` when only one kind is present.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    y = is_true_negative.cpu().numpy().astype(int)
+    if y.min() == y.max():
+        return math.nan
+    return float(roc_auc_score(y, scores.detach().double().cpu().numpy()))
+
+
+@torch.no_grad()
+def topk_false_negative_share(
+    u: Tensor,
+    v: Tensor,
+    labels: Tensor,
+    top_k: int = 10,
+    mixture: Optional[BetaMixture] = None,
+    num_anchors: Optional[int] = 4096,
+    num_candidates: Optional[int] = None,
+    seed: int = 0,
+) -> dict:
+    """Share of false negatives among each anchor's ``top_k`` most similar negatives.
+
+    Anchors ``u_i`` are compared with candidates ``v_k`` (``k ≠ i``) in row blocks, so
+    memory is ``O(B·C)``. With a ``mixture``, also the share among the ``top_k``
+    negatives of largest ProGCL hardness ``b = p(true neg. | s') · s'`` (spec §5.2).
+
+    Args:
+        u, v: Unit-normalised ``[N, d]`` embeddings.
+        labels: ``[N]`` labels.
+        top_k: Negatives ranked per anchor (capped at the candidates available).
+        mixture: Fitted mixture for the hardness ranking (skipped if ``None``).
+        num_anchors: Anchors used (a uniform subset when ``N`` is larger; ``None``: all).
+        num_candidates: Candidate negatives (a uniform subset; ``None``: all ``N``).
+        seed: Seed of the subsets.
+
+    Returns:
+        ``{'fn_share_topk': float}`` and, with a mixture, ``'fn_share_topk_hardness'``.
+    """
+    top_k = check_int("top_k", top_k, 1)
+    n = u.size(0)
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+    anchors = _subset(n, num_anchors, "num_anchors", gen).to(u.device)
+    cands = _subset(n, num_candidates, "num_candidates", gen).to(u.device)
+    k = min(top_k, cands.numel() - 1)
+    hardness = None if mixture is None else partial(log_hardness, mixture)
+    block = max(1, BLOCK_ELEMENTS // cands.numel())
+    hits = {"fn_share_topk": 0.0, "fn_share_topk_hardness": 0.0}
+    for start in range(0, anchors.numel(), block):
+        rows = anchors[start : start + block]
+        cos = (u[rows] @ v[cands].T).clamp_(-1.0, 1.0)
+        self_pair = rows.unsqueeze(1) == cands.unsqueeze(0)
+        same = labels[rows].unsqueeze(1) == labels[cands].unsqueeze(0)
+        hits["fn_share_topk"] += _hits(cos, self_pair, same, k)
+        if hardness is not None:
+            hits["fn_share_topk_hardness"] += _hits(hardness(cos), self_pair, same, k)
+    out = {key: val / (anchors.numel() * k) for key, val in hits.items()}
+    if mixture is None:
+        del out["fn_share_topk_hardness"]
+    return out
+
+
+def log_hardness(mixture: BetaMixture, cos: Tensor) -> Tensor:
+    r"""ProGCL's hardness in log space, :math:`\log b = \log s' + \log p(\mathrm{TN} \mid s')`.
+
+    :math:`b = p(\mathrm{true\ neg.} \mid s')\, s'` with :math:`s' = (\theta + 1)/2`
+    (spec §5.2); log space keeps the ranking where :math:`b` underflows.
+    """
+    s = ((cos + 1.0) / 2.0).clamp(mixture.eps, 1.0 - mixture.eps)
+    return torch.log(s) - F.softplus(mixture.log_odds_false_negative(s))
+
+
+def _hits(score: Tensor, self_pair: Tensor, same: Tensor, k: int) -> float:
+    """Same-label candidates among each row's ``k`` largest scores, the anchor excluded."""
+    idx = score.masked_fill(self_pair, -math.inf).topk(k, dim=1).indices
+    return float(same.gather(1, idx).sum())
+
+
+def _subset(n: int, size: Optional[int], name: str, gen: torch.Generator) -> Tensor:
+    if size is not None:
+        size = check_int(name, size, 2)
+    if size is None or size >= n:
+        return torch.arange(n)
+    return torch.randperm(n, generator=gen)[:size].sort().values
+
+
+def false_negative_rate(labels: Tensor) -> float:
+    """Chance that a uniform negative pair is a false negative: ``Σ_c n_c(n_c−1) / N(N−1)``."""
+    counts = torch.bincount(labels - labels.min()).double()
+    n = float(labels.numel())
+    return float((counts * (counts - 1)).sum() / (n * (n - 1)))
+
+
+def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
+    """The components' parameters as plain floats: ``alpha_tn``, ``beta_fn``, ``weight_fn``, ..."""
+    t = mixture.true_negative_index
+    out = {}
+    for tag, c in (("tn", t), ("fn", 1 - t)):
+        out[f"{prefix}alpha_{tag}"] = float(mixture.alpha[c])
+        out[f"{prefix}beta_{tag}"] = float(mixture.beta[c])
+        out[f"{prefix}weight_{tag}"] = float(mixture.weight[c])
+        out[f"{prefix}mean_{tag}"] = float(mixture.means[c])
+    return out
+
+
+def sample_summary(sample: NegativeSample, mixture: BetaMixture) -> dict:
+    """Numbers of the sample: mean cosines, AUCs, and the mixture's posterior decisions.
+
+    ``auc_similarity`` ranks pairs by ``-θ`` and ``auc_posterior`` by ``p(TN | s')``; the
+    posterior is a function of ``θ`` alone, so the two agree wherever it is monotone.
+    ``flagged_*`` describe the rule "``p(TN | s') < 0.5`` ⇒ false negative".
+    """
+    tn = ~sample.same_label
+    post = true_negative_posterior(mixture, sample.cos)
+    flagged = post < 0.5
+    fn = sample.same_label
+    return {
+        "sample_fn_rate": float(fn.double().mean()),
+        "mean_cos_tn": _mean(sample.cos[tn]),
+        "mean_cos_fn": _mean(sample.cos[fn]),
+        "auc_similarity": separation_auc(-sample.cos, tn),
+        "auc_posterior": separation_auc(post, tn),
+        "flagged_fraction": float(flagged.double().mean()),
+        "flagged_fn_precision": _mean(fn[flagged].double()),
+        "flagged_fn_recall": _mean(flagged[fn].double()),
+    }
+
+
+def _mean(x: Tensor) -> float:
+    return float(x.double().mean()) if x.numel() else math.nan
+
+
+def diagnose(
+    source: Source,
+    data=None,
+    labels: Optional[Tensor] = None,
+    *,
+    num_samples: int = 50_000,
+    top_k: int = 10,
+    num_anchors: Optional[int] = 4096,
+    num_candidates: Optional[int] = None,
+    embeddings: str = "views",
+    augment: bool = True,
+    loss: Optional[torch.nn.Module] = None,
+    max_iter: int = 500,
+    seed: int = 0,
+) -> Diagnosis:
+    """True/false-negative diagnosis of one embedding (ProGCL, Xia et al. 2022, Fig. 1/4).
+
+    Samples negative pairs, fits a Beta mixture to their similarities (cold start, to
+    convergence) and measures how similarity and the mixture separate true negatives
+    (different label) from false negatives (same label).
+
+    Args:
+        source: A model, a ``[N, d]`` embedding or a pair ``(h1, h2)`` (see :func:`embed`).
+        data: The graph (needed for a model; its ``y`` are the default labels).
+        labels: ``[N]`` integer labels, >= 2 classes.
+        num_samples: Negative pairs sampled for the histogram, the mixture and the AUCs.
+        top_k: Most similar negatives inspected per anchor.
+        num_anchors, num_candidates: See :func:`topk_false_negative_share`.
+        embeddings, augment: See :func:`embed`.
+        loss: A :class:`~pyg_progcl.losses.ProGCLLoss`; when its mixture is fitted, the
+            ``loss_*`` entries describe that (online) mixture too.
+        max_iter: EM budget of the cold fit.
+        seed: Seed of every random choice (the global random state is left untouched).
+
+    Returns:
+        A :class:`Diagnosis`. Its ``summary`` holds: ``fn_rate`` (chance level: share of
+        false negatives among all negative pairs), ``fn_share_topk`` (among each anchor's
+        ``top_k`` most similar negatives), ``fn_share_topk_lift`` (their ratio),
+        ``fn_share_topk_hardness`` (among the ``top_k`` of largest ProGCL hardness
+        ``b``), ``mean_cos_tn`` / ``mean_cos_fn``, ``auc_similarity`` / ``auc_posterior``
+        (ROC-AUC at telling true from false negatives; 1 perfect, 0.5 chance),
+        ``flagged_*`` (the rule ``p(TN) < 0.5``), the mixture's ``alpha_tn``, ``beta_tn``,
+        ``weight_tn``, ``mean_tn`` (and ``_fn``), and sizes.
+    """
+    num_samples = check_int("num_samples", num_samples, 1)
+    top_k = check_int("top_k", top_k, 1)
+    u, v = embed(source, data, embeddings=embeddings, augment=augment, seed=seed)
+    labels = check_labels(_labels(data, labels), u.size(0)).to(u.device)
+    sample = _sample(u, v, labels, num_samples, seed)
+    mixture = fit_mixture(sample, max_iter=max_iter)
+    summary = {
+        "num_nodes": float(u.size(0)),
+        "num_classes": float(labels.unique().numel()),
+        "num_samples": float(num_samples),
+        "top_k": float(top_k),
+        "fn_rate": false_negative_rate(labels),
+    }
+    summary.update(
+        topk_false_negative_share(u, v, labels, top_k, mixture, num_anchors, num_candidates, seed)
+    )
+    summary["fn_share_topk_lift"] = summary["fn_share_topk"] / summary["fn_rate"]
+    summary.update(sample_summary(sample, mixture))
+    summary.update(mixture_summary(mixture))
+    loss_mixture = getattr(loss, "mixture", None)
+    if isinstance(loss_mixture, BetaMixture) and loss_mixture.fitted:
+        post = true_negative_posterior(loss_mixture, sample.cos)
+        summary["loss_auc_posterior"] = separation_auc(post, ~sample.same_label)
+        summary.update(mixture_summary(loss_mixture, prefix="loss_"))
+    return Diagnosis(sample, mixture, summary)
+
+
+def summarize(source: Source, data=None, labels: Optional[Tensor] = None, **kwargs) -> dict:
+    """The plain-float summary of :func:`diagnose` (for training logs and JSON)."""
+    return diagnose(source, data, labels, **kwargs).summary

@@ -1,0 +1,255 @@
+"""Plots of the diagnostics (matplotlib, optional: ``pip install pyg_progcl[plot]``).
+
+Figures are built with :class:`matplotlib.figure.Figure` directly (no ``pyplot``), so
+the user's backend is never changed and no window opens; PNG files use Agg.
+
+* :func:`plot_similarity_histogram`: the negative similarities ``s' = (θ + 1)/2`` of
+  true negatives (different label) and false negatives (same label), on one density
+  scale (the two bars add up to the density of all negatives), with the fitted mixture's
+  components ``λ_c Beta(s'; α_c, β_c)`` over them — ProGCL's picture (Xia et al., ICML
+  2022, https://arxiv.org/abs/2110.02027).
+* :func:`plot_comparison`: several of those side by side (GCN vs MLP, before vs after).
+* :func:`plot_tracking`: the summaries over training epochs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Optional, Union
+
+import torch
+
+from ..mixture import BetaMixture, beta_log_prob
+from .core import Diagnosis, NegativeSample, fit_mixture
+
+TN_COLOR, FN_COLOR = "tab:blue", "tab:red"
+
+
+def _figure(**kwargs):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # pragma: no cover - exercised only without matplotlib
+        raise ImportError(
+            "pyg_progcl.diagnostics plots need matplotlib: pip install pyg_progcl[plot]"
+        ) from exc
+    return Figure(**kwargs)
+
+
+def _save(fig, path: Optional[Union[str, os.PathLike]], dpi: int) -> None:
+    if path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=dpi, format="png")
+
+
+def _as_parts(diagnosis, mixture):
+    if isinstance(diagnosis, Diagnosis):
+        return diagnosis.sample, mixture or diagnosis.mixture, diagnosis.summary
+    if isinstance(diagnosis, NegativeSample):
+        return diagnosis, mixture or fit_mixture(diagnosis), {}
+    raise ValueError(
+        f"`diagnosis` must be a Diagnosis or a NegativeSample (got {type(diagnosis).__name__})"
+    )
+
+
+def _component_densities(mixture: BetaMixture, grid: torch.Tensor) -> torch.Tensor:
+    """``[G, 2]`` weighted densities ``λ_c Beta(s; α_c, β_c)`` on ``grid``."""
+    log_p = beta_log_prob(grid.double(), mixture.alpha.double(), mixture.beta.double())
+    return torch.exp(log_p) * mixture.weight.double()
+
+
+def _caption(summary: dict) -> str:
+    lines = []
+    if "fn_share_topk" in summary:
+        k = int(summary["top_k"])
+        lines.append(
+            f"FN among top-{k}: {summary['fn_share_topk']:.2f} (chance {summary['fn_rate']:.2f})"
+        )
+    if "auc_similarity" in summary:
+        lines.append(
+            f"AUC sim {summary['auc_similarity']:.3f}, posterior {summary['auc_posterior']:.3f}"
+        )
+    return "\n".join(lines)
+
+
+def draw_similarity_histogram(ax, diagnosis, mixture=None, title=None, bins: int = 60):
+    """Draws the histogram of :func:`plot_similarity_histogram` into a matplotlib ``ax``."""
+    sample, mixture, summary = _as_parts(diagnosis, mixture)
+    s = sample.scaled.double().clamp(0, 1)
+    lo, hi = torch.quantile(s, torch.tensor([0.001, 0.999], dtype=s.dtype)).tolist()
+    pad = max(0.02, 0.05 * (hi - lo))
+    lo, hi = max(0.0, lo - pad), min(1.0, hi + pad)
+    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
+    width = (hi - lo) / bins
+    scale = 1.0 / (s.numel() * width)
+    fn = sample.same_label
+    tn_hist = torch.histc(s[~fn], bins, lo, hi) * scale
+    fn_hist = torch.histc(s[fn], bins, lo, hi) * scale
+    left = edges[:-1].numpy()
+    ax.bar(
+        left,
+        tn_hist.numpy(),
+        width,
+        align="edge",
+        color=TN_COLOR,
+        alpha=0.45,
+        label="true negatives (other label)",
+    )
+    ax.bar(
+        left,
+        fn_hist.numpy(),
+        width,
+        align="edge",
+        color=FN_COLOR,
+        alpha=0.45,
+        label="false negatives (same label)",
+    )
+    eps = mixture.eps
+    grid = torch.linspace(max(lo, eps), min(hi, 1 - eps), 400, dtype=torch.float64)
+    dens = _component_densities(mixture, grid)
+    t = mixture.true_negative_index
+    g = grid.numpy()
+    ax.plot(
+        g,
+        dens[:, t].numpy(),
+        color=TN_COLOR,
+        lw=2,
+        label=f"mixture TN part (λ={float(mixture.weight[t]):.2f})",
+    )
+    ax.plot(
+        g,
+        dens[:, 1 - t].numpy(),
+        color=FN_COLOR,
+        lw=2,
+        label=f"mixture FN part (λ={float(mixture.weight[1 - t]):.2f})",
+    )
+    ax.plot(g, dens.sum(1).numpy(), color="black", lw=1, ls="--", label="mixture total")
+    top = float(torch.maximum(tn_hist, fn_hist).max()) if s.numel() else 1.0
+    ax.set_ylim(0, 1.35 * max(top, float((tn_hist + fn_hist).max())))
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("s' = (cos + 1) / 2 of negative pairs")
+    ax.set_ylabel("density (all negatives = 1)")
+    if title:
+        ax.set_title(title, fontsize=10)
+    caption = _caption(summary)
+    if caption:
+        ax.text(0.02, 0.97, caption, transform=ax.transAxes, va="top", fontsize=7.5)
+    return ax
+
+
+def plot_similarity_histogram(
+    diagnosis: Union[Diagnosis, NegativeSample],
+    path: Optional[Union[str, os.PathLike]] = None,
+    *,
+    mixture: Optional[BetaMixture] = None,
+    title: Optional[str] = None,
+    bins: int = 60,
+    dpi: int = 90,
+):
+    """Histogram of true- and false-negative similarities with the mixture's components.
+
+    Args:
+        diagnosis: A :class:`~.core.Diagnosis` or a :class:`~.core.NegativeSample`.
+        path: Write a PNG here (folders are created); ``None``: only return the figure.
+        mixture: Mixture to overlay (default: the diagnosis' own, or a cold fit).
+        title: Axes title.
+        bins: Histogram bins.
+        dpi: Resolution of the PNG.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure`.
+    """
+    fig = _figure(figsize=(5.5, 3.8), layout="constrained")
+    ax = fig.add_subplot()
+    draw_similarity_histogram(ax, diagnosis, mixture, title, bins)
+    ax.legend(fontsize=7, loc="upper right")
+    _save(fig, path, dpi)
+    return fig
+
+
+def plot_comparison(
+    diagnoses: Mapping[str, Diagnosis],
+    path: Optional[Union[str, os.PathLike]] = None,
+    *,
+    ncols: int = 2,
+    suptitle: Optional[str] = None,
+    bins: int = 50,
+    dpi: int = 80,
+):
+    """Several similarity histograms in a grid, one per ``{title: diagnosis}``."""
+    if not diagnoses:
+        raise ValueError("`diagnoses` must name at least one diagnosis")
+    n = len(diagnoses)
+    ncols = min(ncols, n)
+    nrows = -(-n // ncols)
+    fig = _figure(figsize=(4.6 * ncols, 3.3 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (title, diag) in zip(axes, diagnoses.items()):
+        draw_similarity_histogram(ax, diag, title=title, bins=bins)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=6.5, loc="upper right")
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=11)
+    _save(fig, path, dpi)
+    return fig
+
+
+TRACKED = {
+    "fn_share_topk": ("FN share, top-k by similarity", "tab:red", "-"),
+    "fn_share_topk_hardness": ("FN share, top-k by ProGCL hardness b", "tab:purple", "-"),
+    "fn_rate": ("FN share, chance (all negatives)", "gray", ":"),
+    "auc_similarity": ("AUC, raw similarity", "tab:orange", "-"),
+    "auc_posterior": ("AUC, mixture posterior (cold fit)", "tab:green", "-"),
+    "loss_auc_posterior": ("AUC, the loss's online mixture", "tab:olive", "--"),
+}
+
+
+def draw_tracking(left, right, history, legend: bool = True) -> None:
+    """Draws :func:`plot_tracking`'s two panels into the matplotlib axes ``left``, ``right``."""
+    runs = dict(history) if isinstance(history, Mapping) else {"": list(history)}
+    if not runs or not all(runs.values()):
+        raise ValueError("`history` must hold at least one record {'epoch': ..., ...}")
+    styles = ["-", "--", "-.", ":"]
+    for r, (run, records) in enumerate(runs.items()):
+        epochs = [rec["epoch"] for rec in records]
+        for key, (label, color, ls) in TRACKED.items():
+            if not any(key in rec for rec in records) or (key == "fn_rate" and r > 0):
+                continue  # chance is the same for every run of one graph
+            ax = left if key.startswith("fn_") else right
+            name = f"{label} [{run}]" if run and key != "fn_rate" else label
+            style = ls if len(runs) == 1 or key == "fn_rate" else styles[r % len(styles)]
+            values = [rec.get(key, math.nan) for rec in records]
+            ax.plot(epochs, values, color=color, ls=style, label=name, marker="o", ms=2)
+    left.set_ylabel("share of false negatives")
+    right.set_ylabel("ROC-AUC, true vs false neg.")
+    right.axhline(0.5, color="gray", lw=0.8, ls=":")
+    for ax in (left, right):
+        ax.set_xlabel("epoch")
+        if legend:
+            ax.legend(fontsize=6.5)
+
+
+def plot_tracking(
+    history: Union[Sequence[dict], Mapping[str, Sequence[dict]]],
+    path: Optional[Union[str, os.PathLike]] = None,
+    *,
+    dpi: int = 80,
+):
+    """The summaries over training: false-negative shares (left) and AUCs (right).
+
+    Args:
+        history: ``[{'epoch': e, **summary}, ...]`` (e.g. a
+            :class:`~.control.DiagnosticsTracker`'s ``history``), or ``{run: history}``
+            to overlay several runs (one line style each).
+        path: Write a PNG here; ``None``: only return the figure.
+        dpi: Resolution of the PNG.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure`.
+    """
+    fig = _figure(figsize=(9.0, 3.4), layout="constrained")
+    draw_tracking(*fig.subplots(1, 2), history)
+    _save(fig, path, dpi)
+    return fig

@@ -1,0 +1,645 @@
+"""Training: GRACE-style contrastive pre-training with any loss, then a linear probe.
+
+The schedule of ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in
+Graph Contrastive Learning", ICML 2022), refitted online as in spec §5.1:
+``warmup_epochs`` epochs with GRACE's loss, then the chosen loss, with
+:meth:`ProGCLLoss.fit` called at every later epoch on that epoch's (detached)
+views before the loss is computed. One :class:`ProGCLLoss` object serves both
+phases (before its first fit it equals :class:`InfoNCELoss`).
+
+Python::
+
+    from pyg_progcl.presets import get_preset
+    from pyg_progcl.train import train
+
+    result = train(get_preset("Cora", "progcl-weight", epochs=50), seeds=2, root="data")
+    print(result["accuracy_mean"], result["accuracy_std"])
+
+Command line: ``python -m pyg_progcl train --dataset Cora --method progcl-weight``
+(see :func:`add_arguments`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from ._checks import check_int
+from .augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Compose,
+    EdgeDrop,
+    FeatureMask,
+)
+from .datasets import DATASETS, canonical_name, load_dataset
+from .encoders import GCNEncoder, MLPEncoder
+from .evaluation import evaluate, mean_std
+from .losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
+from .model import GRACEModel
+from .presets import METHODS, TrainConfig, get_preset
+
+__all__ = [
+    "add_arguments",
+    "build_augmentations",
+    "build_loss",
+    "build_model",
+    "main",
+    "run_cli",
+    "seed_everything",
+    "train",
+    "train_seed",
+]
+
+CHECKPOINT_FORMAT = 1
+#: Config fields that may differ between a checkpoint and the resumed run
+#: (they change what is logged, not what is trained).
+_RESUME_FREE = {"eval_every"}
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:
+    """The two views' augmenters: GRACE's uniform edge drop + feature mask, or
+    GCA's centrality-adaptive versions (``config.augmentation``)."""
+
+    def view(pe: float, pf: float) -> Compose:
+        if config.augmentation == "uniform":
+            return Compose(EdgeDrop(pe), FeatureMask(pf))
+        kind, cap = config.augmentation, config.aug_threshold
+        return Compose(AdaptiveEdgeDrop(pe, kind, cap), AdaptiveFeatureMask(pf, kind, cap))
+
+    return view(config.pe1, config.pf1), view(config.pe2, config.pf2)
+
+
+def build_model(config: TrainConfig, in_channels: int) -> GRACEModel:
+    """A :class:`GRACEModel` (encoder, projection head, augmenters) for ``config``."""
+    encoder_cls = GCNEncoder if config.encoder == "gcn" else MLPEncoder
+    encoder = encoder_cls(
+        in_channels, config.hidden, num_layers=config.num_layers, activation=config.activation
+    )
+    aug1, aug2 = build_augmentations(config)
+    return GRACEModel(encoder, config.hidden, config.proj, augment1=aug1, augment2=aug2)
+
+
+def build_loss(config: TrainConfig) -> torch.nn.Module:
+    """The method's loss: InfoNCE (grace, gca), DCL, HCL or ProGCL (weight / mix)."""
+    common = {"tau": config.tau, "block_size": config.block_size}
+    if config.method in ("grace", "gca"):
+        return InfoNCELoss(**common)
+    if config.method == "dcl":
+        return DebiasedInfoNCELoss(tau_plus=config.tau_plus, **common)
+    if config.method == "hcl":
+        return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
+    extra = {} if config.num_samples is None else {"num_samples": config.num_samples}
+    mode = config.method.split("-", 1)[1]
+    return ProGCLLoss(mode=mode, num_mix=config.num_mix, **extra, **common)
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python's, NumPy's and torch's (CPU and CUDA) random generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+        "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _resolve_device(device: Union[str, torch.device]) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"invalid device {str(device)!r}: {exc}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
+    return device
+
+
+def _mixture_state(loss: torch.nn.Module) -> Optional[dict[str, Any]]:
+    if not isinstance(loss, ProGCLLoss) or not loss.fitted:
+        return None
+    mix = loss.mixture
+    return {
+        "alpha": mix.alpha.tolist(),
+        "beta": mix.beta.tolist(),
+        "weight": mix.weight.tolist(),
+        "true_negative": mix.true_negative_index,
+    }
+
+
+def _progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
+    text = f"loss={loss_value:.4f}"
+    if isinstance(loss_fn, ProGCLLoss):
+        state = _mixture_state(loss_fn)
+        if state is None:
+            return text + " bmm=warm-up"
+        t = state["true_negative"]
+        means = [a / (a + b) for a, b in zip(state["alpha"], state["beta"])]
+        text += (
+            f" bmm: mean TN={means[t]:.2f} FN={means[1 - t]:.2f} w_FN={state['weight'][1 - t]:.3f}"
+        )
+    return text
+
+
+def versions() -> dict[str, str]:
+    """Versions of the library and its main dependencies (for result files)."""
+    import sklearn
+    import torch_geometric
+
+    from . import __version__
+
+    return {
+        "pyg_progcl": __version__,
+        "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__,
+        "numpy": np.__version__,
+        "scikit-learn": sklearn.__version__,
+        "python": platform.python_version(),
+    }
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _checkpoint_path(directory: Path, seed: int) -> Path:
+    return Path(directory) / f"seed{seed}.pt"
+
+
+def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # never a half-written checkpoint
+
+
+def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a pyg_progcl checkpoint (format {payload.get('format')})")
+    saved, current = payload["config"], config.to_dict()
+    diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
+    if diff:
+        detail = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
+        raise ValueError(
+            f"cannot resume from {path}: it was written with another config ({detail}); "
+            "use another checkpoint folder or drop --resume"
+        )
+    return payload
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _evaluate(model, data, config, seed, ogb_name) -> dict[str, Any]:
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        z = model(data.x, data.edge_index)
+    model.train(was_training)
+    return evaluate(
+        z,
+        data,
+        config.protocol,
+        split=config.split,
+        seed=seed,
+        probe_epochs=config.probe_epochs,
+        ogb_name=ogb_name,
+    )
+
+
+def train_seed(
+    config: TrainConfig,
+    data: Data,
+    seed: int = 0,
+    *,
+    device: Union[str, torch.device] = "cpu",
+    checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
+    checkpoint_every: int = 50,
+    resume: bool = False,
+    progress: bool = True,
+    callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
+) -> tuple[GRACEModel, torch.nn.Module, dict[str, Any]]:
+    """Trains and evaluates one model with one seed.
+
+    Args:
+        config: The hyperparameters.
+        data: The graph (on any device; moved to ``device``).
+        seed: Seeds the initialisation, the augmentations, the mixture's
+            sampling, and the evaluation split.
+        device: Torch device (``"auto"``: CUDA if available).
+        checkpoint_dir: Folder for ``seed{seed}.pt``, written every
+            ``checkpoint_every`` epochs and at the end (model, optimiser, loss
+            with its mixture, epoch, RNG states, history).
+        checkpoint_every: Checkpoint interval in epochs.
+        resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
+            there is one (it must have the same config). The result equals an
+            uninterrupted run's.
+        progress: Show a tqdm progress bar and evaluation lines.
+        callback: Called as ``callback(epoch, info)`` after every epoch (and its
+            checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
+
+    Returns:
+        ``(model, loss_fn, record)``; ``record`` holds ``seed``, ``accuracy``,
+        ``history`` (evaluations), ``losses``, ``epoch_times``, ``mixture``.
+    """
+    from tqdm.auto import tqdm
+
+    device = _resolve_device(device)
+    checkpoint_every = check_int("checkpoint_every", checkpoint_every)
+    if resume and checkpoint_dir is None:
+        raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
+    ogb_name = config.dataset if config.dataset.startswith("ogbn-") else None
+    data = data.to(device)
+    path = None if checkpoint_dir is None else _checkpoint_path(Path(checkpoint_dir), seed)
+
+    seed_everything(seed)
+    model = build_model(config, data.num_features).to(device)
+    loss_fn = build_loss(config).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}
+    start = 0
+    if resume and path is not None and path.exists():
+        payload = _load_checkpoint(path, config)
+        model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        loss_fn.load_state_dict(payload["loss"])
+        record = payload["record"]
+        start = payload["epoch"]
+        _set_rng_state(payload["rng"])
+        if start >= config.epochs and "accuracy" in record:
+            return model, loss_fn, record
+    is_progcl = isinstance(loss_fn, ProGCLLoss)
+
+    def checkpoint(epoch: int) -> None:
+        if path is None:
+            return
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "config": config.to_dict(),
+            "epoch": epoch,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "loss": loss_fn.state_dict(),
+            "rng": _rng_state(),
+            "record": record,
+        }
+        _save_checkpoint(path, payload)
+
+    bar = tqdm(
+        total=config.epochs,
+        initial=start,
+        desc=f"{config.dataset}/{config.method} seed {seed}",
+        disable=not progress,
+        dynamic_ncols=True,
+        leave=False,
+    )
+    model.train()
+    try:
+        for epoch in range(start + 1, config.epochs + 1):
+            tic = time.perf_counter()
+            optimizer.zero_grad()
+            h1, h2 = model.views(data.x, data.edge_index)
+            if is_progcl and epoch > config.warmup_epochs:
+                loss_fn.fit(h1.detach(), h2.detach())  # online refit, warm-started
+            loss = loss_fn(h1, h2)
+            loss.backward()
+            optimizer.step()
+            value = float(loss.detach())
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            record["epoch_times"].append(time.perf_counter() - tic)
+            record["losses"].append(value)
+            bar.update(1)
+            bar.set_postfix_str(_progress_postfix(value, loss_fn), refresh=False)
+
+            last = epoch == config.epochs
+            if last or (config.eval_every and epoch % config.eval_every == 0):
+                result = _evaluate(model, data, config, seed, ogb_name)
+                record["history"].append(
+                    {"epoch": epoch, "accuracy": result["accuracy"], "loss": value}
+                )
+                if progress and not last:
+                    bar.write(
+                        f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {result['accuracy']:.4f}"
+                    )
+                if last:
+                    record["accuracy"] = result["accuracy"]
+                    record["evaluation"] = {k: v for k, v in result.items() if k != "accuracy"}
+                    record["mixture"] = _mixture_state(loss_fn)
+            if last or epoch % checkpoint_every == 0:
+                checkpoint(epoch)
+            if callback is not None:
+                callback(epoch, {"loss": value, "model": model, "loss_fn": loss_fn})
+    finally:
+        bar.close()
+    return model, loss_fn, record
+
+
+def train(
+    config: Optional[Union[TrainConfig, dict[str, Any]]] = None,
+    data: Optional[Data] = None,
+    *,
+    seeds: Union[int, Sequence[int]] = 1,
+    root: Optional[Union[str, os.PathLike]] = None,
+    device: Union[str, torch.device] = "cpu",
+    checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
+    checkpoint_every: int = 50,
+    resume: bool = False,
+    progress: bool = True,
+    output: Optional[Union[str, os.PathLike]] = None,
+    callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
+) -> dict[str, Any]:
+    """Trains ``config`` with several seeds and reports the probe accuracy.
+
+    Args:
+        config: A :class:`TrainConfig`, a dict of overrides of the synthetic /
+            GRACE preset (may name ``dataset`` and ``method``), or ``None``
+            (ProGCL-weight on the built-in synthetic graph).
+        data: The graph; default: ``load_dataset(config.dataset, root)``.
+        seeds: A number of seeds (``0 .. seeds-1``) or the seeds themselves.
+        root: Data root for :func:`~pyg_progcl.datasets.load_dataset`.
+        device: Torch device.
+        checkpoint_dir, checkpoint_every, resume, progress, callback: See
+            :func:`train_seed` (one checkpoint file per seed).
+        output: Also write the result as JSON to this file.
+
+    Returns:
+        A JSON-serialisable dict: ``dataset``, ``method``, ``config``,
+        ``seeds``, ``accuracies`` (fractions), ``accuracy_mean``,
+        ``accuracy_std``, ``epoch_time_s`` (mean seconds per training epoch),
+        ``wall_time_s``, ``history``, ``final_loss``, ``mixture``, ``device``,
+        ``versions``.
+    """
+    if config is None:
+        config = get_preset("synthetic", "progcl-weight")
+    elif isinstance(config, dict):
+        overrides = dict(config)
+        config = get_preset(
+            overrides.pop("dataset", "synthetic"), overrides.pop("method", "progcl-weight"),
+            **overrides,
+        )  # fmt: skip
+    seed_list = list(range(check_int("seeds", seeds))) if isinstance(seeds, int) else list(seeds)
+    if not seed_list:
+        raise ValueError("`seeds` must name at least one seed")
+    device = _resolve_device(device)
+    if data is None:
+        data = load_dataset(config.dataset, root)
+
+    tic = time.perf_counter()
+    records = []
+    for seed in seed_list:
+        _, _, record = train_seed(
+            config,
+            data,
+            seed,
+            device=device,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            resume=resume,
+            progress=progress,
+            callback=callback,
+        )
+        records.append(record)
+    accs = [r["accuracy"] for r in records]
+    mean, std = mean_std(accs)
+    times = [t for r in records for t in r["epoch_times"]]
+    result = {
+        "dataset": config.dataset,
+        "method": config.method,
+        "config": config.to_dict(),
+        "seeds": seed_list,
+        "accuracies": accs,
+        "accuracy_mean": mean,
+        "accuracy_std": std,
+        "epoch_time_s": float(np.mean(times)) if times else 0.0,
+        "epoch_time_s_per_seed": [float(np.mean(r["epoch_times"])) for r in records],
+        "wall_time_s": time.perf_counter() - tic,
+        "history": {str(r["seed"]): r["history"] for r in records},
+        "final_loss": [r["losses"][-1] for r in records],
+        "mixture": [r.get("mixture") for r in records],
+        "num_nodes": int(data.num_nodes),
+        "num_edges": int(data.num_edges),
+        "device": str(device),
+        "versions": versions(),
+    }
+    if output is not None:
+        write_json(result, output)
+    return result
+
+
+def write_json(result: dict[str, Any], path: Union[str, os.PathLike]) -> None:
+    """Writes a result dict as JSON (creating the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+# ----------------------------------------------------------------------------- command line
+
+_FIELD_HELP = {
+    "lr": "Adam learning rate",
+    "weight_decay": "Adam weight decay",
+    "warmup_epochs": "ProGCL: GRACE epochs before the mixture is first fitted",
+    "hidden": "encoder output width",
+    "proj": "projection head width",
+    "num_layers": "message-passing layers",
+    "activation": "encoder activation (relu, prelu, rrelu, elu, ...)",
+    "encoder": "gcn or mlp",
+    "augmentation": "uniform, degree, pagerank or evc",
+    "pe1": "edge drop probability, view 1",
+    "pe2": "edge drop probability, view 2",
+    "pf1": "feature mask probability, view 1",
+    "pf2": "feature mask probability, view 2",
+    "aug_threshold": "cap of adaptive drop probabilities",
+    "tau": "temperature",
+    "tau_plus": "DCL/HCL class prior",
+    "beta": "HCL concentration",
+    "num_samples": "ProGCL: similarities sampled per mixture fit",
+    "num_mix": "ProGCL-mix: negatives mixed per anchor",
+    "block_size": "row block of the loss (none: automatic)",
+    "protocol": "evaluation protocol: gca or grace",
+    "split": "random or public",
+    "probe_epochs": "epochs of the logistic-regression probe (gca protocol)",
+    "eval_every": "evaluate every N epochs (0: only at the end)",
+}
+
+
+def _optional_int(text: str) -> Optional[int]:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'none' (got {text!r})") from None
+
+
+def _dataset_name(text: str) -> str:
+    try:
+        return canonical_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {value})")
+        return value
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the ``train`` subcommand's arguments to ``parser``."""
+    parser.add_argument(
+        "--dataset", type=_dataset_name,
+        help=f"dataset name (default: synthetic, needs no files); one of {', '.join(DATASETS)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--root",
+        help="data root, plain (<root>/Cora) or grouped (<root>/planetoid/Cora); default: "
+        "$PYG_PROGCL_DATA, else ~/.cache/pyg_progcl",
+    )
+    parser.add_argument("--method", choices=METHODS, help="loss (default: progcl-weight)")
+    parser.add_argument("--epochs", type=_int_at_least(1), help="training epochs (preset)")
+    parser.add_argument("--seeds", type=_int_at_least(1), default=1, help="number of seeds")
+    parser.add_argument("--seed", type=_int_at_least(0), default=0, help="first seed")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 or auto")
+    parser.add_argument(
+        "--threads",
+        type=_int_at_least(1),
+        help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)",
+    )
+    parser.add_argument("--output", help="write the result as JSON to this file")
+    parser.add_argument("--checkpoint", help="checkpoint folder (one file per seed)")
+    parser.add_argument("--checkpoint-every", type=_int_at_least(1), default=50, metavar="N")
+    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    group = parser.add_argument_group("preset overrides (default: the preset's value)")
+    parsers = {"float": float, "int": int, "str": str, "Optional[int]": _optional_int}
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in ("dataset", "method", "epochs"):
+            continue
+        group.add_argument(
+            "--" + field.name.replace("_", "-"),
+            dest=field.name,
+            type=parsers[str(field.type)],
+            default=argparse.SUPPRESS,
+            help=_FIELD_HELP.get(field.name),
+        )
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The preset of ``--dataset`` / ``--method`` with ``--config``'s fields and the flags applied.
+
+    Dataset and method come from the flags, else from the ``--config`` file, else
+    ``synthetic`` / ``progcl-weight``.
+    """
+    overrides: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {args.config!r} does not exist")
+        try:
+            loaded = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"config file {args.config!r} is not valid JSON: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"config file {args.config!r} must hold a JSON object")
+        # A result file of `--output` works too: its "config" entry is the config.
+        overrides.update(loaded["config"] if isinstance(loaded.get("config"), dict) else loaded)
+    dataset = args.dataset or overrides.pop("dataset", None) or "synthetic"
+    method = args.method or overrides.pop("method", None) or "progcl-weight"
+    overrides.pop("dataset", None)
+    overrides.pop("method", None)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    overrides.update({k: v for k, v in vars(args).items() if k in names and v is not None})
+    overrides.pop("dataset", None)
+    overrides.pop("method", None)
+    return get_preset(dataset, method, **overrides)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Runs the ``train`` subcommand; returns the exit status."""
+    if args.resume and not args.checkpoint:
+        raise ValueError("--resume needs --checkpoint DIR")
+    if args.root is not None and not Path(args.root).expanduser().is_dir():
+        raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
+    config = config_from_args(args)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    result = train(
+        config,
+        seeds=seeds,
+        root=args.root,
+        device=args.device,
+        checkpoint_dir=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        progress=not args.quiet,
+        output=args.output,
+    )
+    if not args.quiet:
+        accs = ", ".join(f"{a:.4f}" for a in result["accuracies"])
+        print(
+            f"{result['dataset']} / {result['method']}: accuracy "
+            f"{result['accuracy_mean']:.4f} ± {result['accuracy_std']:.4f} "
+            f"over {len(seeds)} seed(s) [{accs}]; {config.epochs} epochs, "
+            f"{result['epoch_time_s'] * 1000:.1f} ms/epoch, {result['wall_time_s']:.1f} s"
+        )
+        if args.output:
+            print(f"wrote {args.output}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m pyg_progcl.train``: the ``train`` subcommand alone."""
+    from .__main__ import main as package_main
+
+    return package_main(["train", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

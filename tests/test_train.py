@@ -1,0 +1,200 @@
+"""Trainer and command line: end to end, resume = uninterrupted, clear CLI errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch_geometric.transforms as T
+
+from pyg_progcl.__main__ import main
+from pyg_progcl.datasets import synthetic_graph
+from pyg_progcl.presets import get_preset
+from pyg_progcl.train import train, train_seed
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def small_graph():
+    graph = synthetic_graph(num_nodes=300, num_classes=3, homophily=0.8, topic_prob=0.15)
+    return T.NormalizeFeatures()(graph)
+
+
+def small_config(method="progcl-weight", **kw):
+    values = dict(
+        epochs=30, warmup_epochs=10, hidden=32, proj=32, lr=0.01, probe_epochs=200,
+        eval_every=15, num_samples=2000,
+    )  # fmt: skip
+    values.update(kw)
+    return get_preset("synthetic", method, **values)
+
+
+def test_end_to_end_beats_chance_and_writes_json(small_graph, tmp_path):
+    out = tmp_path / "res" / "result.json"
+    result = train(small_config(), small_graph, seeds=2, progress=False, output=out)
+    loaded = json.loads(out.read_text())
+    for key in ("dataset", "method", "config", "accuracies", "accuracy_mean", "accuracy_std"):
+        assert key in loaded
+    assert loaded["dataset"] == "synthetic" and loaded["method"] == "progcl-weight"
+    assert loaded["config"]["epochs"] == 30 and loaded["seeds"] == [0, 1]
+    assert loaded["versions"]["torch"] == torch.__version__
+    assert loaded["epoch_time_s"] > 0 and len(loaded["history"]["0"]) == 2  # epochs 15, 30
+    accs = loaded["accuracies"]
+    assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs)
+    assert loaded["accuracy_mean"] == pytest.approx(sum(accs) / 2)
+    assert min(accs) > 0.6, f"chance is 1/3, got {accs}"
+    assert result["mixture"][0] is not None  # the mixture was fitted after warm-up
+    assert len(result["mixture"][0]["alpha"]) == 2
+
+
+@pytest.mark.parametrize("method", ["grace", "dcl", "hcl", "progcl-mix"])
+def test_every_method_trains(method, small_graph):
+    config = small_config(method, epochs=4, warmup_epochs=2, eval_every=0, probe_epochs=20)
+    result = train(config, small_graph, progress=False)
+    assert 0.0 <= result["accuracy_mean"] <= 1.0
+    assert all(torch.isfinite(torch.tensor(result["final_loss"])))
+
+
+class _InterruptError(Exception):
+    pass
+
+
+def test_resume_equals_uninterrupted(small_graph, tmp_path):
+    config = small_config(epochs=12, warmup_epochs=4, eval_every=5, probe_epochs=30)
+    model_a, loss_a, rec_a = train_seed(config, small_graph, seed=3, progress=False)
+
+    def stop_at_8(epoch, info):
+        if epoch == 8:
+            raise _InterruptError
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(_InterruptError):
+        train_seed(
+            config, small_graph, seed=3, checkpoint_dir=ckpt, checkpoint_every=3,
+            progress=False, callback=stop_at_8,
+        )  # fmt: skip
+    saved = torch.load(ckpt / "seed3.pt", weights_only=True)
+    assert saved["epoch"] == 6 and saved["loss"]["mixture.num_fits"] == 2  # epochs 5, 6
+    model_b, loss_b, rec_b = train_seed(
+        config, small_graph, seed=3, checkpoint_dir=ckpt, checkpoint_every=3,
+        resume=True, progress=False,
+    )  # fmt: skip
+    assert rec_b["accuracy"] == rec_a["accuracy"]
+    assert rec_b["losses"] == rec_a["losses"]
+    assert rec_b["history"] == rec_a["history"]
+    for (name, p), q in zip(model_a.state_dict().items(), model_b.state_dict().values()):
+        assert torch.equal(p, q), name
+    for p, q in zip(loss_a.state_dict().values(), loss_b.state_dict().values()):
+        assert torch.equal(p, q)
+    # A finished run resumes to the same result without training again.
+    _, _, rec_c = train_seed(
+        config, small_graph, seed=3, checkpoint_dir=ckpt, resume=True, progress=False,
+        callback=lambda *a: pytest.fail("trained again"),
+    )  # fmt: skip
+    assert rec_c["accuracy"] == rec_a["accuracy"]
+
+
+def test_resume_refuses_another_config(small_graph, tmp_path):
+    config = small_config(epochs=2, eval_every=0, probe_epochs=10)
+    train_seed(config, small_graph, checkpoint_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="another config.*tau"):
+        train_seed(
+            config.replace(tau=0.3), small_graph, checkpoint_dir=tmp_path, resume=True,
+            progress=False,
+        )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def run_main(capsys, *argv):
+    """Runs the CLI in-process; returns (exit status, stdout, stderr)."""
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:
+        status = exc.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+TINY = [
+    "--epochs", "3", "--hidden", "16", "--proj", "16", "--probe-epochs", "20",
+    "--quiet", "--threads", "1",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--dataset", "Kora"], "unknown dataset 'Kora'"),
+        (["train", "--method", "simclr"], "invalid choice: 'simclr'"),
+        (["--epochs", "-5"], "must be an integer >= 1 (got -5)"),
+        (["--dataset", "Cora", "--root", "/no/such/folder"], "data root '/no/such/folder'"),
+        (["--tau", "0"], "`tau` must be a finite number > 0"),
+        (["--resume"], "--resume needs --checkpoint"),
+        (
+            ["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "bogus"],
+            "device",
+        ),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_input_is_one_clear_line(capsys, argv, message):
+    status, out, err = run_main(capsys, *argv)
+    assert status == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and message in lines[0], err
+
+
+def test_cli_output_config_round_trip_and_resume(capsys, tmp_path):
+    out1, out2, ckpt = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "ckpt"
+    status, _, err = run_main(
+        capsys, "train", *TINY, "--tau", "0.3", "--output", str(out1), "--checkpoint", str(ckpt)
+    )
+    assert status == 0, err
+    first = json.loads(out1.read_text())
+    assert first["config"]["tau"] == 0.3 and first["method"] == "progcl-weight"
+    assert (ckpt / "seed0.pt").exists()
+    # --config accepts a result file; --resume finds the finished run and reports it again.
+    status, _, err = run_main(
+        capsys, "--config", str(out1), "--quiet", "--output", str(out2),
+        "--checkpoint", str(ckpt), "--resume",
+    )  # fmt: skip
+    assert status == 0, err
+    second = json.loads(out2.read_text())
+    assert second["config"] == first["config"]
+    assert second["accuracies"] == first["accuracies"]
+
+
+def test_cli_loads_a_read_only_dataset_copy(capsys, readonly_root, tmp_path):
+    out = tmp_path / "cora.json"
+    argv = ["--dataset", "cora", "--root", str(readonly_root), "--method", "grace", *TINY]
+    status, _, err = run_main(capsys, *argv, "--protocol", "gca", "--output", str(out))
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    assert result["dataset"] == "Cora" and result["num_nodes"] == 2708
+    assert 0.0 <= result["accuracy_mean"] <= 1.0
+
+
+def test_python_dash_m_subprocess(tmp_path):
+    """The real entry point: a short run writes JSON; a bad flag gives one line, exit 2."""
+    out = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": REPO}
+    ok = subprocess.run(
+        [sys.executable, "-m", "pyg_progcl", *TINY, "--output", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(out.read_text())["dataset"] == "synthetic"
+    bad = subprocess.run(
+        [sys.executable, "-m", "pyg_progcl", "--method", "nope"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
