@@ -1,0 +1,239 @@
+"""Per-step time and peak memory of every loss on real graphs (issue 2's targets).
+
+One training step = both augmented views through GRACEModel, the loss, backward and an
+Adam step; for ProGCL also ``ProGCLLoss.fit`` (the online refit), timed separately too.
+Every (dataset, method) row runs in its own subprocess so that its peak memory is its own
+(peak RSS on the CPU, ``torch.cuda.max_memory_allocated`` on a GPU). The matmul throughput
+of this machine is measured in the same run, and the time the GRACE step's matrix
+products need at that throughput is printed beside the measurement.
+
+    python benchmarks/speed.py                         # Cora and Amazon-Photo, CPU
+    python benchmarks/speed.py --device cuda --steps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# isort: off
+import pyg_progcl  # noqa: F401  (before torch: sets the CPU allocator option)
+import torch
+
+# isort: on
+
+from pyg_progcl import (
+    DebiasedInfoNCELoss,
+    EdgeDrop,
+    FeatureMask,
+    GCNEncoder,
+    GRACEModel,
+    HardInfoNCELoss,
+    InfoNCELoss,
+    ProGCLLoss,
+)
+from pyg_progcl.datasets import load_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = {
+    "grace": lambda tau, bs: InfoNCELoss(tau, block_size=bs),
+    "dcl": lambda tau, bs: DebiasedInfoNCELoss(tau, 0.1, block_size=bs),
+    "hcl": lambda tau, bs: HardInfoNCELoss(tau, 0.1, 1.0, block_size=bs),
+    "progcl-weight": lambda tau, bs: ProGCLLoss(tau, "weight", block_size=bs),
+    "progcl-mix": lambda tau, bs: ProGCLLoss(tau, "mix", block_size=bs),
+}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def matmul_gflops(n: int, d: int, device: torch.device, reps: int = 5) -> float:
+    """Measured GFLOP/s of the loss's Gram product ``[n, d] @ [d, n]`` in float32."""
+    a, b = torch.randn(n, d, device=device), torch.randn(n, d, device=device)
+    _sync(device)
+    times = []
+    for _ in range(reps + 1):
+        start = time.perf_counter()
+        a @ b.T
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 2 * n * n * d / statistics.median(times[1:]) / 1e9
+
+
+def grace_step_flops(n: int, f: int, hidden: int, blocked: bool) -> float:
+    """FLOPs of the matrix products of one GRACE step (both views, forward + backward).
+
+    Loss: 3 Gram products ``2N²d`` forward and 6 backward (dense); row blocks recompute
+    each block in backward: 4 forward, 4 recomputed, 8 backward. Model: the dense layers
+    (encoder in → 2h → h, projection h → h → h), forward + 2x backward, per view.
+    """
+    grams = (16 if blocked else 9) * 2 * n * n * hidden
+    dense = 2 * n * (f * 2 * hidden + 2 * hidden * hidden + 2 * hidden * hidden)
+    return grams + 2 * 3 * dense
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_one(args) -> dict:
+    """One (dataset, method) row; runs inside its own process."""
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    data = load_dataset(args.dataset, args.root).to(device)
+    n, f = data.num_nodes, data.num_features
+    model = GRACEModel(
+        GCNEncoder(f, args.hidden),
+        args.hidden,
+        args.hidden,
+        [EdgeDrop(0.2), FeatureMask(0.3)],
+        [EdgeDrop(0.4), FeatureMask(0.4)],
+    ).to(device)
+    loss_fn = METHODS[args.method](0.5, args.block_size).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    refit = isinstance(loss_fn, ProGCLLoss)
+    base_mb = _peak_memory_mb(device)
+    steps, fits = [], []
+    for i in range(args.warmup + args.steps):
+        _sync(device)
+        start = time.perf_counter()
+        h1, h2 = model.views(data.x, data.edge_index)
+        loss = loss_fn(h1, h2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        _sync(device)
+        fit_start = time.perf_counter()
+        if refit:
+            loss_fn.fit(h1.detach(), h2.detach())
+            _sync(device)
+        end = time.perf_counter()
+        if i >= args.warmup:
+            steps.append(end - start)
+            fits.append(end - fit_start)
+    blocked = args.block_size is not None or n > 4096
+    bound_s = grace_step_flops(n, f, args.hidden, blocked=False) / (
+        matmul_gflops(n, args.hidden, device) * 1e9
+    )
+    return {
+        "dataset": args.dataset,
+        "method": args.method,
+        "nodes": n,
+        "path": f"blocks of {args.block_size}"
+        if args.block_size
+        else ("auto blocks" if blocked else "dense"),
+        "step_s": statistics.median(steps),
+        "refit_s": statistics.median(fits) if refit else 0.0,
+        "peak_mb": _peak_memory_mb(device),
+        "base_mb": base_mb,
+        "matmul_bound_s": bound_s,
+        "loss": float(loss),
+    }
+
+
+def run_all(args) -> list[dict]:
+    rows = []
+    for dataset in args.datasets:
+        for method in args.methods:
+            for block_size in args.block_sizes:
+                cmd = [sys.executable, __file__, "--worker", "--dataset", dataset]
+                cmd += ["--method", method, "--device", args.device, "--root", str(args.root)]
+                cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+                cmd += ["--hidden", str(args.hidden)]
+                if block_size != "auto":
+                    cmd += ["--block-size", block_size]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                rows.append(json.loads(out.strip().splitlines()[-1]))
+                print(_format_row(rows[-1], rows), flush=True)
+    return rows
+
+
+def _format_row(row: dict, rows: list[dict]) -> str:
+    grace = next(
+        (
+            r
+            for r in rows
+            if r["dataset"] == row["dataset"]
+            and r["method"] == "grace"
+            and r["path"] == row["path"]
+        ),
+        row,
+    )
+    return (
+        f"| {row['dataset']} | {row['method']} | {row['path']} | {row['step_s'] * 1e3:.0f} "
+        f"| {row['step_s'] / grace['step_s']:.2f}x | {row['refit_s'] * 1e3:.1f} "
+        f"({100 * row['refit_s'] / row['step_s']:.1f}%) | {row['matmul_bound_s'] * 1e3:.0f} "
+        f"({row['step_s'] / row['matmul_bound_s']:.2f}x) | {row['peak_mb']:.0f} |"
+    )
+
+
+HEADER = (
+    "| dataset | method | loss path | step (ms) | vs GRACE | refit (ms, % of step) "
+    "| GRACE matmul bound (ms, step / bound) | peak memory (MB) |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--datasets", nargs="+", default=["Cora", "Amazon-Photo"])
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--block-sizes", nargs="+", default=["auto"], help="'auto' and/or integers")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path(os.environ.get("PYG_PROGCL_DATA", REPO.parent / "shared" / "data")),
+    )
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "speed.md")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--dataset", help=argparse.SUPPRESS)
+    p.add_argument("--method", help=argparse.SUPPRESS)
+    p.add_argument("--block-size", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(run_one(args)))
+        return
+    head = f"Machine: {machine()}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median); hidden = proj = {args.hidden}."
+    print(head)
+    print(HEADER, flush=True)
+    rows = run_all(args)
+    table = "\n".join(_format_row(r, rows) for r in rows)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(f"{head}\n\n{HEADER}\n{table}\n")
+    args.output.with_suffix(".json").write_text(
+        json.dumps({"machine": machine(), "rows": rows}, indent=1)
+    )
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
