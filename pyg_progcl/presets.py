@@ -85,7 +85,14 @@ class TrainConfig:
         num_samples: ProGCL: similarities sampled per mixture fit (``None``:
             the loss's default).
         num_mix: ProGCL-mix: hardest negatives mixed per anchor (K).
-        block_size: Row block of the loss computation (``None``: dense).
+        block_size: Row block of the loss computation (``None``: dense up to 4096
+            nodes, automatic row blocks above).
+        num_negatives: ``k`` sampled negatives per anchor and view instead of all
+            (``None``: all; GRACE's ogbn-arxiv setting is 2048).
+        batch_size: Seed nodes per mini-batch: train on sampled subgraphs
+            (:mod:`pyg_progcl.minibatch`) instead of the full graph (``None``).
+        num_neighbors: Neighbours sampled per hop for ``batch_size`` (``-1``: all;
+            ``None``: 10 per message-passing layer).
         protocol: Evaluation protocol, ``gca`` or ``grace`` (spec §6).
         split: ``random`` or ``public`` (the dataset's own split).
         probe_epochs: Epochs of the GCA protocol's logistic-regression probe.
@@ -115,6 +122,9 @@ class TrainConfig:
     num_samples: Optional[int] = None
     num_mix: int = 1000
     block_size: Optional[int] = None
+    num_negatives: Optional[int] = None
+    batch_size: Optional[int] = None
+    num_neighbors: Optional[list[int]] = None
     protocol: str = "gca"
     split: str = "random"
     probe_epochs: int = 3000
@@ -130,9 +140,13 @@ class TrainConfig:
         for key in ("hidden", "proj", "num_layers", "num_mix", "probe_epochs"):
             setattr(self, key, check_int(key, getattr(self, key)))
         self.eval_every = check_int("eval_every", self.eval_every, minimum=0)
-        for key in ("num_samples", "block_size"):
+        for key in ("num_samples", "block_size", "num_negatives", "batch_size"):
             if getattr(self, key) is not None:
                 setattr(self, key, check_int(key, getattr(self, key)))
+        if self.num_neighbors is not None:
+            from .minibatch import check_num_neighbors
+
+            self.num_neighbors = check_num_neighbors(self.num_neighbors)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("augmentation", self.augmentation, AUGMENTATIONS)
@@ -214,7 +228,6 @@ DATASET_PRESETS: dict[str, dict[str, Any]] = {
     "Coauthor-Physics": dict(
         _PROGCL_COMMON, lr=0.01, hidden=128, proj=64, activation="rrelu", pe1=0.4, pe2=0.1,
         pf1=0.1, pf2=0.4, tau=0.5, epochs=1500, warmup_epochs=400, eval_every=500,
-        block_size=8192,
     ),
     "WikiCS": dict(
         _PROGCL_COMMON, lr=0.01, hidden=256, proj=256, activation="prelu", pe1=0.2, pe2=0.3,
@@ -224,7 +237,7 @@ DATASET_PRESETS: dict[str, dict[str, Any]] = {
     "ogbn-arxiv": dict(
         _PROGCL_COMMON, lr=1e-3, weight_decay=0.0, hidden=256, proj=256, activation="prelu",
         pe1=0.2, pe2=0.3, pf1=0.1, pf2=0.1, tau=0.5, epochs=500, warmup_epochs=250,
-        split="public", block_size=4096, eval_every=100,
+        split="public", eval_every=100,
     ),
 }  # fmt: skip
 

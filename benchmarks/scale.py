@@ -1,0 +1,490 @@
+"""Peak memory and time per epoch of full-graph ProGCL-weight on large graphs (spec §9).
+
+The ProGCL reference code holds several ``N×N`` float32 matrices and a float64
+``N×(N−1)`` weight matrix, and runs out of memory on Coauthor-Physics and ogbn-arxiv
+(Xia et al., "ProGCL", ICML 2022). pyg_progcl computes the same loss exactly in row
+blocks of ``B`` anchors against all ``N`` nodes, each block recomputed in backward, so
+only ``B×N`` intermediates are alive. This script measures one training epoch of
+ProGCL-weight *with its mixture refit* (views, ``ProGCLLoss.fit``, loss, backward, Adam
+step) with each dataset's preset, on:
+
+* Amazon-Photo, Coauthor-CS, Coauthor-Physics (real data, ``--root``);
+* a random graph of ogbn-arxiv's size (169,343 nodes, ~1.17 M undirected edges, 128
+  features, the ogbn-arxiv preset): the exact epoch, and beside it the epoch with
+  ``k`` sampled negatives per anchor (the "GRACE with 2048 negatives" setting);
+* Amazon-Photo on the *dense* path (all ``N×N`` matrices at once), to count how many
+  ``N×N`` float32 matrices the dense path holds at its peak; that count gives the
+  dense path's need on the larger graphs.
+
+Every configuration runs in its own subprocess. Memory on the CPU is the process's
+resident set: ``baseline`` after loading the data and building the model (an idle
+python + torch + data + model process), ``training peak`` the high-water mark over the
+timed epochs only (``VmHWM`` reset through ``/proc/self/clear_refs`` after setup), and
+``process peak`` the ``ru_maxrss`` of the whole child (setup included, e.g. the
+eigenvector centralities of the adaptive augmentation). On CUDA: ``max_memory_allocated``.
+
+An exact arxiv-size epoch is ``~16·N²·d`` FLOPs of matrix products alone (about
+10^14); on a small CPU it runs for an hour or more. ``--arxiv-blocks`` measures
+partial epochs that compute the loss over a given number of evenly spaced anchor
+blocks per direction (everything else of the epoch in full) at two block counts, and
+extrapolates the time linearly to all blocks; the table labels that figure as an
+extrapolation. ``--arxiv-blocks 0`` measures the whole epoch.
+
+    python benchmarks/scale.py --root ../shared/data
+    python benchmarks/scale.py --configs arxiv-exact arxiv-sampled --device cuda --arxiv-blocks 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+# isort: off
+import pyg_progcl  # noqa: E402,F401  (before torch: sets the CPU allocator option)
+import torch  # noqa: E402
+
+# isort: on
+
+from pyg_progcl.datasets import load_dataset  # noqa: E402
+from pyg_progcl.losses import ProGCLLoss  # noqa: E402
+from pyg_progcl.losses import similarity as sim  # noqa: E402
+from pyg_progcl.presets import get_preset  # noqa: E402
+from pyg_progcl.train import build_loss, build_model, seed_everything  # noqa: E402
+
+ARXIV_NODES, ARXIV_EDGES, ARXIV_FEATURES, ARXIV_CLASSES = 169_343, 1_166_243, 128, 40
+GIB = 2**30
+
+#: name -> (dataset or "arxiv-size", preset dataset, loss path, epochs run)
+CONFIGS: dict[str, dict[str, Any]] = {
+    "photo-dense": dict(data="Amazon-Photo", path="dense", epochs=1),
+    "photo": dict(data="Amazon-Photo", path="blocks", epochs=2),
+    "cs": dict(data="Coauthor-CS", path="blocks", epochs=1),
+    "physics": dict(data="Coauthor-Physics", path="blocks", epochs=1),
+    "arxiv-exact": dict(data="arxiv-size", path="blocks", epochs=1),
+    "arxiv-sampled": dict(data="arxiv-size", path="sampled", epochs=2),
+}
+TARGETS_GB = {"photo": 1.0, "physics": 3.0, "arxiv-exact": 8.0}
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+def machine(device: str) -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "device": device,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def _status_kib(field: str) -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    return float("nan")
+
+
+class Memory:
+    """Resident-set (CPU) or allocator (CUDA) readings of this process, in bytes."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def current(self) -> float:
+        if self.device.type == "cuda":
+            return float(torch.cuda.memory_allocated(self.device))
+        return _status_kib("VmRSS") * 1024
+
+    def reset_peak(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+        except OSError:
+            pass
+
+    def peak(self) -> float:
+        if self.device.type == "cuda":
+            return float(torch.cuda.max_memory_allocated(self.device))
+        return _status_kib("VmHWM") * 1024
+
+    @staticmethod
+    def process_peak() -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def arxiv_size_graph(seed: int = 0):
+    """A random graph of ogbn-arxiv's size: uniform random edges, symmetrised."""
+    from torch_geometric.data import Data
+    from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
+
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(ARXIV_NODES, (2, ARXIV_EDGES), generator=gen)
+    edge_index, _ = remove_self_loops(edge_index)
+    edge_index = coalesce(to_undirected(edge_index, num_nodes=ARXIV_NODES), num_nodes=ARXIV_NODES)
+    x = torch.randn(ARXIV_NODES, ARXIV_FEATURES, generator=gen)
+    y = torch.randint(ARXIV_CLASSES, (ARXIV_NODES,), generator=gen)
+    return Data(x=x, edge_index=edge_index, y=y)
+
+
+def _partial_loss(loss_fn, h1, h2, blocks: int) -> torch.Tensor:
+    """The exact loss's terms over ``blocks`` evenly spaced anchor blocks per direction
+    (the same blocks and arithmetic as ``contrastive_loss``), scaled by ``1 / 2N``."""
+    u, v = sim.normalize_views(h1, h2)
+    n = u.size(0)
+    size = sim.auto_block_size(n) or n
+    starts = list(range(0, n, size))
+    step = max(1, len(starts) // blocks)
+    chosen = starts[::step][:blocks]
+    total = u.new_zeros(())
+    for a, o in ((u, v), (v, u)):
+        for start in chosen:
+            args = (a, o, start, min(start + size, n))
+            total = total + sim._block_sum(sim._row_block, args, loss_fn.tau, loss_fn.log_negatives)
+    return total / (2 * n)
+
+
+def _epoch(model, loss_fn, data, optimizer, device, blocks: int | None) -> dict[str, float]:
+    """One epoch after warm-up: views, refit, loss, backward, step (timed in parts)."""
+    _sync(device)
+    tic = time.perf_counter()
+    optimizer.zero_grad()
+    h1, h2 = model.views(data.x, data.edge_index)
+    _sync(device)
+    t_views = time.perf_counter()
+    loss_fn.fit(h1.detach(), h2.detach())
+    _sync(device)
+    t_fit = time.perf_counter()
+    loss = loss_fn(h1, h2) if blocks is None else _partial_loss(loss_fn, h1, h2, blocks)
+    loss.backward()
+    optimizer.step()
+    _sync(device)
+    toc = time.perf_counter()
+    return {
+        "epoch_s": toc - tic,
+        "views_s": t_views - tic,
+        "refit_s": t_fit - t_views,
+        "loss_backward_step_s": toc - t_fit,
+        "loss": float(loss.detach()),
+    }
+
+
+def _encoder_step(model, data, optimizer, device) -> float:
+    """A step without the contrastive loss (views, a trivial loss, backward, step), run
+    before the timed epochs: the encoder's share of time and memory."""
+    _sync(device)
+    tic = time.perf_counter()
+    optimizer.zero_grad()
+    h1, h2 = model.views(data.x, data.edge_index)
+    (h1.sum() + h2.sum()).mul(0.0).backward()
+    optimizer.step()
+    _sync(device)
+    return time.perf_counter() - tic
+
+
+def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Measures one configuration inside this (fresh) process."""
+    spec = CONFIGS[name]
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    mem = Memory(device)
+    imports = mem.current()  # an idle python + torch + PyG + pyg_progcl process
+    load_start = os.getloadavg()[0]
+    tic = time.perf_counter()
+    seed_everything(0)
+    if spec["data"] == "arxiv-size":
+        data, preset = arxiv_size_graph(), "ogbn-arxiv"
+    else:
+        data, preset = load_dataset(spec["data"], args.root), spec["data"]
+    config = get_preset(preset, "progcl-weight")
+    data = data.to(device)
+    model = build_model(config, data.num_features).to(device)
+    loss_fn = build_loss(config).to(device)
+    assert isinstance(loss_fn, ProGCLLoss)
+    loss_fn.block_size = None  # the automatic choice (presets may pin a block size)
+    if spec["path"] == "sampled":
+        loss_fn.num_negatives = args.num_negatives
+    if spec["path"] == "dense":
+        sim.DENSE_MAX_NODES = 1 << 62  # force the dense path (all N×N matrices at once)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    model.train()
+    with torch.no_grad():  # fit the adaptive augmentation's probabilities (setup, not timed)
+        model.views(data.x, data.edge_index)
+    setup_s = time.perf_counter() - tic
+    gc.collect()
+    baseline = mem.current()
+    mem.reset_peak()
+    encoder_only = _encoder_step(model, data, optimizer, device)
+    encoder_peak = mem.peak()
+    gc.collect()
+    mem.reset_peak()
+
+    n = data.num_nodes
+    partial = spec["data"] == "arxiv-size" and spec["path"] == "blocks" and args.arxiv_blocks > 0
+    epochs = []
+    if partial:  # two partial epochs; the time is extrapolated linearly to all blocks
+        counts = [args.arxiv_blocks, 3 * args.arxiv_blocks]
+        for blocks in counts:
+            epochs.append(
+                {
+                    "blocks_per_direction": blocks,
+                    **_epoch(model, loss_fn, data, optimizer, device, blocks),
+                }
+            )
+    else:
+        for _ in range(spec["epochs"]):
+            epochs.append(_epoch(model, loss_fn, data, optimizer, device, None))
+    peak = max(mem.peak(), encoder_peak)
+    block = sim.auto_block_size(n)
+    if spec["path"] == "sampled":
+        block = sim.auto_block_size(n, args.num_negatives + 1)
+    row = {
+        "config": name,
+        "dataset": spec["data"],
+        "preset": preset,
+        "path": spec["path"],
+        "nodes": n,
+        "edges": int(data.edge_index.size(1)),
+        "features": int(data.num_features),
+        "hidden": config.hidden,
+        "tau": config.tau,
+        "block_size": None if spec["path"] == "dense" else (block or n),
+        "num_negatives": args.num_negatives if spec["path"] == "sampled" else None,
+        "setup_s": setup_s,
+        "epochs": epochs,
+        "import_bytes": imports,
+        "baseline_bytes": baseline,
+        "training_peak_bytes": peak,
+        "encoder_step_s": encoder_only,
+        "encoder_peak_bytes": encoder_peak,
+        "process_peak_bytes": mem.process_peak() if device.type == "cpu" else peak,
+        "load_before": load_start,
+        "load_after": os.getloadavg()[0],
+        "threads": torch.get_num_threads(),
+    }
+    if partial:
+        total_blocks = len(range(0, n, block or n))
+        (b1, e1), (b2, e2) = ((e["blocks_per_direction"], e["epoch_s"]) for e in epochs)
+        per_block = (e2 - e1) / (b2 - b1)  # seconds per anchor block, both directions
+        fixed = e1 - per_block * b1
+        row["blocks_per_direction_total"] = total_blocks
+        row["measured_fraction"] = b2 / total_blocks
+        row["per_block_pair_s"] = per_block
+        row["fixed_s"] = fixed
+        row["extrapolated_epoch_s"] = fixed + per_block * total_blocks
+    else:
+        row["epoch_s"] = statistics.median(e["epoch_s"] for e in epochs)
+    return row
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def dense_bytes(n: int, matrices: float) -> float:
+    return matrices * 4.0 * n * n
+
+
+def reference_bytes(n: int) -> float:
+    """Lower bound for the ProGCL reference code: four float32 ``N×N`` matrices (the
+    exponentiated intra- and inter-view similarities of both directions, kept for
+    backward) plus its float64 ``N×(N−1)`` weight matrix."""
+    return 4 * 4.0 * n * n + 8.0 * n * (n - 1)
+
+
+def _gb(value: float) -> str:
+    return f"{value / GIB:.2f}" if value < 100 * GIB else f"{value / GIB:.0f}"
+
+
+def _time(row: dict[str, Any]) -> str:
+    if "extrapolated_epoch_s" in row:
+        measured = row["epochs"][-1]
+        return (
+            f"**extrapolated {row['extrapolated_epoch_s'] / 60:.0f} min** (measured "
+            f"{measured['epoch_s']:.0f} s for {measured['blocks_per_direction']} of "
+            f"{row['blocks_per_direction_total']} blocks per direction, "
+            f"{100 * row['measured_fraction']:.1f}%)"
+        )
+    return f"{row['epoch_s']:.1f} s"
+
+
+def _encoder(row: dict[str, Any]) -> str:
+    if "encoder_step_s" not in row:
+        return "not measured"
+    return f"{row['encoder_step_s']:.1f} s, {_gb(row['encoder_peak_bytes'] - row['import_bytes'])}"
+
+
+def markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+    dense = next((r for r in rows if r["config"] == "photo-dense"), None)
+    blocked = next((r for r in rows if r["config"] == "photo"), None)
+    count = None
+    if dense and blocked:
+        extra = dense["training_peak_bytes"] - blocked["training_peak_bytes"]
+        count = extra / (4.0 * dense["nodes"] ** 2)
+    lines = [
+        "| graph | N | loss path | epoch time (views + refit + loss + backward + step) "
+        "| imports / + data & model (GB) | training peak (GB) | peak − imports (GB) "
+        "| encoder-only step: s, peak − imports (GB) "
+        "| dense path need (GB) | reference code need (GB, lower bound) | target "
+        "| load (1-min, before → after) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        n = r["nodes"]
+        used = r["training_peak_bytes"] - r["import_bytes"]
+        if r["path"] == "dense":
+            path, need = "dense (forced)", f"{_gb(used)} (measured)"
+        else:
+            path = (
+                f"{r['num_negatives']} sampled negatives"
+                if r["path"] == "sampled"
+                else f"exact, blocks of {r['block_size']}"
+            )
+            need = "–" if count is None else _gb(dense_bytes(n, count) + used)
+        target = TARGETS_GB.get(r["config"])
+        ok = ""
+        if target is not None:
+            ok = f"≤ {target:g} GB: {'met' if used <= target * GIB else 'missed'}"
+        lines.append(
+            f"| {r['dataset']} | {n:,} | {path} | {_time(r)} "
+            f"| {_gb(r['import_bytes'])} / {_gb(r['baseline_bytes'])} "
+            f"| {_gb(r['training_peak_bytes'])} | {_gb(used)} "
+            f"| {_encoder(r)} "
+            f"| {need} "
+            f"| {_gb(reference_bytes(n))} | {ok} | {r['load_before']:.1f} → {r['load_after']:.1f} |"
+        )
+    notes = [
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, {info['threads']} torch threads, "
+        f"torch {info['torch']}, device {info['device']}"
+        + (f" ({info['gpu']})" if "gpu" in info else "")
+        + ". Load: the 1-minute load average before and after each configuration (the "
+        "machine is shared; timings only mean something at a load below the core count).",
+        "",
+        "- ProGCL-weight with each dataset's preset (the ogbn-arxiv preset for the random "
+        "arxiv-size graph), mixture refitted every epoch (50,000 sampled pairs, 10 EM "
+        "iterations); epoch time = median over the timed epochs.",
+        "- Resident memory (RSS) of each configuration's own process: imports = after "
+        "importing torch, PyG and pyg_progcl (nothing allocated); + data & model = the idle "
+        "process after loading the data and building the model; training peak = the "
+        "high-water mark during the timed epochs (reset after setup). peak − imports is "
+        "what training holds beyond the interpreter and libraries (data, model, "
+        "activations, loss blocks), the CPU counterpart of CUDA's `max_memory_allocated`; "
+        "the targets are checked against it. The encoder-only step (views, a zero loss, "
+        "backward, step; its own high-water mark) separates the encoder's share (data, "
+        "augmented feature copies, activations) from the loss's.",
+    ]
+    if count is not None:
+        notes.append(
+            f"- dense path need: the dense path's training peak on Amazon-Photo exceeds the "
+            f"row-blocked one by {count:.1f} float32 N×N matrices (measured); the column "
+            "adds that many N×N matrices to each graph's measured row-blocked peak."
+        )
+    notes.append(
+        "- reference code need: a lower bound for the ProGCL reference code, 4 float32 N×N "
+        "(exponentiated similarities of both directions) + its float64 N×(N−1) weights = "
+        "24·N² bytes, before any temporaries."
+    )
+    return "\n".join(lines + notes) + "\n"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument(
+        "--root", default=os.environ.get("PYG_PROGCL_DATA", str(REPO.parent / "shared" / "data"))
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--num-negatives", type=int, default=2048)
+    parser.add_argument(
+        "--arxiv-blocks",
+        type=int,
+        default=24,
+        help="anchor blocks per direction of the first partial arxiv-size epoch (the second "
+        "has 3x); 0 measures the whole exact epoch",
+    )
+    parser.add_argument("--output", default=str(HERE / "results" / "scale.md"))
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the markdown from the JSON, run nothing"
+    )
+    parser.add_argument("--child", choices=list(CONFIGS), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(run_child(args.child, args)))
+        return 0
+    out_md = Path(args.output)
+    out_json = out_md.with_suffix(".json")
+    rows = []
+    if out_json.exists():  # keep rows measured earlier that are not re-run now
+        rerun = [] if args.report_only else args.configs
+        rows = [r for r in json.loads(out_json.read_text())["rows"] if r["config"] not in rerun]
+    for name in [] if args.report_only else args.configs:
+        cmd = [sys.executable, __file__, "--child", name, "--root", args.root]
+        cmd += ["--device", args.device, "--threads", str(args.threads)]
+        cmd += [
+            "--num-negatives",
+            str(args.num_negatives),
+            "--arxiv-blocks",
+            str(args.arxiv_blocks),
+        ]
+        print(f"running {name} ...", flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"configuration {name} failed (exit {proc.returncode})")
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    order = list(CONFIGS)
+    rows.sort(key=lambda r: order.index(r["config"]))
+    info = machine(args.device)
+    info["threads"] = rows[-1]["threads"] if rows else torch.get_num_threads()
+    text = markdown(rows, info)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(text)
+    out_json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
+    print(text)
+    print(f"wrote {out_md} and {out_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""Mini-batch training on sampled subgraphs and batched inference (spec §9)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.nn import SAGEConv
+
+import pyg_progcl.minibatch as mb
+from pyg_progcl import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Compose,
+    EdgeDrop,
+    FeatureMask,
+    GCNEncoder,
+    GRACEModel,
+    InfoNCELoss,
+    MLPEncoder,
+    ProGCLLoss,
+)
+from pyg_progcl.datasets import synthetic_graph
+from pyg_progcl.evaluation import evaluate
+from pyg_progcl.minibatch import (
+    NeighborSubgraphLoader,
+    SubgraphAugmenter,
+    embed_minibatch,
+    minibatch_epoch,
+    neighbor_loader,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small scatter kernels are 10-100x slower with 2 OpenMP threads on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic_graph(num_nodes=600, seed=1)
+
+
+def make_model(data, hidden=32, augment=True, **encoder_kwargs):
+    aug1 = [EdgeDrop(0.2), FeatureMask(0.3)] if augment else None
+    aug2 = [EdgeDrop(0.4), FeatureMask(0.4)] if augment else None
+    encoder = GCNEncoder(data.num_features, hidden, **encoder_kwargs)
+    return GRACEModel(encoder, hidden, hidden, augment1=aug1, augment2=aug2)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def test_fallback_batches_are_sampled_subgraphs(graph):
+    torch.manual_seed(0)
+    loader = NeighborSubgraphLoader(graph, [4, 3], batch_size=50, shuffle=True)
+    edges = set(map(tuple, graph.edge_index.t().tolist()))
+    seen = []
+    for batch in loader:
+        seeds = batch.batch_size
+        assert torch.equal(batch.n_id[:seeds], batch.input_id)
+        assert batch.n_id.unique().numel() == batch.num_nodes  # relabelled, no duplicates
+        glob = batch.n_id[batch.edge_index]
+        assert all(tuple(e) in edges for e in glob.t().tolist())  # real edges, source -> target
+        assert torch.equal(graph.edge_index[:, batch.e_id], glob)  # e_id = global edge ids
+        assert torch.equal(batch.x, graph.x[batch.n_id])
+        fan_in = torch.bincount(batch.edge_index[1], minlength=batch.num_nodes)
+        assert int(fan_in[:seeds].max()) <= 4  # hop 1: at most 4 in-neighbours per seed
+        assert int(fan_in[seeds:].max()) <= 3  # hop 2
+        seen.append(batch.input_id)
+    assert len(seen) == len(loader) == 12
+    assert torch.equal(torch.cat(seen).sort().values, torch.arange(graph.num_nodes))
+
+
+def test_fallback_with_all_neighbours_takes_every_in_edge(graph):
+    loader = NeighborSubgraphLoader(graph, [-1], batch_size=64)
+    batch = next(iter(loader))
+    degree = torch.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+    fan_in = torch.bincount(batch.edge_index[1], minlength=batch.num_nodes)
+    assert torch.equal(fan_in[:64], degree[:64])
+
+
+@pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without:UserWarning")
+def test_loader_choice_follows_pyg_sampling_support(graph, monkeypatch):
+    from torch_geometric.loader import NeighborLoader
+
+    monkeypatch.setattr(mb, "pyg_can_sample", lambda: True)
+    assert isinstance(neighbor_loader(graph, [5, 5], 32), NeighborLoader)
+    monkeypatch.setattr(mb, "pyg_can_sample", lambda: False)
+    assert isinstance(neighbor_loader(graph, [5, 5], 32), NeighborSubgraphLoader)
+    assert isinstance(neighbor_loader(graph, [5], 32, backend="torch"), NeighborSubgraphLoader)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_neighbors": []}, "num_neighbors"),
+        ({"num_neighbors": 10}, "num_neighbors"),
+        ({"num_neighbors": [10, 0]}, "num_neighbors"),
+        ({"num_neighbors": [-2]}, "num_neighbors"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"backend": "dgl"}, "backend"),
+    ],
+)
+def test_bad_loader_arguments_raise(graph, kwargs, match):
+    args = {"num_neighbors": [5], "batch_size": 8, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        neighbor_loader(graph, **args)
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+@pytest.mark.parametrize(
+    "encoder_kwargs",
+    [{}, {"conv": SAGEConv}, {"num_layers": 3, "activation": "prelu"}],
+    ids=["gcn", "sage", "gcn-3-layers"],
+)
+def test_embed_minibatch_is_exact(graph, encoder_kwargs):
+    torch.manual_seed(0)
+    model = make_model(graph, **encoder_kwargs)
+    z = embed_minibatch(model, graph, batch_size=128)
+    model.eval()
+    full = model(graph.x, graph.edge_index)
+    assert z.shape == (graph.num_nodes, 32)
+    torch.testing.assert_close(z, full, rtol=1e-5, atol=1e-6)
+    model.train()
+    embed_minibatch(model, graph, 200)
+    assert model.training
+
+
+def test_embed_minibatch_mlp_and_generic_encoders(graph):
+    torch.manual_seed(0)
+    mlp = GRACEModel(MLPEncoder(graph.num_features, 16), 16, 16).eval()
+    torch.testing.assert_close(embed_minibatch(mlp, graph, 100), mlp(graph.x, graph.edge_index))
+
+    class Wrapped(torch.nn.Module):  # unknown to the layer-wise path: full L+1 hops
+        def __init__(self):
+            super().__init__()
+            self.inner = GCNEncoder(graph.num_features, 16)
+            self.num_layers = 2
+
+        def forward(self, x, edge_index):
+            return self.inner(x, edge_index)
+
+    model = GRACEModel(Wrapped(), 16, 16).eval()
+    z = embed_minibatch(model, graph, 100)
+    torch.testing.assert_close(z, model(graph.x, graph.edge_index), rtol=1e-5, atol=1e-6)
+    # L hops are not enough for GCN: the outermost nodes' degrees would be wrong.
+    short = embed_minibatch(model, graph, 100, num_neighbors=[-1, -1])
+    assert not torch.allclose(short, z, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- augmentation
+
+
+def test_adaptive_augmenters_use_the_full_graphs_probabilities(graph):
+    torch.manual_seed(0)
+    edge_drop = AdaptiveEdgeDrop(0.4, "degree")
+    feature_mask = AdaptiveFeatureMask(0.3, "degree")
+    augment = SubgraphAugmenter(Compose(edge_drop, feature_mask), graph)
+    full_prob = edge_drop.drop_prob.clone()
+    batch = next(iter(NeighborSubgraphLoader(graph, [5, 5], 64)))
+    table = augment.node_drop_prob[0]
+    # An edge's probability depends on its target only: the table reproduces the full graph's.
+    assert torch.equal(table[batch.n_id[batch.edge_index[1]]], full_prob[batch.e_id])
+    x, edge_index, _ = augment(batch.x, batch.edge_index, batch.n_id)
+    assert torch.equal(edge_drop.drop_prob, full_prob)  # not refitted on the subgraph
+    assert edge_index.size(1) < batch.edge_index.size(1)
+    dropped_cols = (x == 0).all(0) & (batch.x != 0).any(0)
+    assert dropped_cols.any()
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _train(graph, loss_fn, epochs, warmup=0, batch_size=150, seed=0):
+    torch.manual_seed(seed)
+    model = make_model(graph)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = neighbor_loader(graph, [10, 10], batch_size)
+    losses = [
+        minibatch_epoch(model, loss_fn, loader, optimizer, fit=epoch > warmup)
+        for epoch in range(1, epochs + 1)
+    ]
+    return model, losses
+
+
+def test_minibatch_training_learns(graph):
+    torch.manual_seed(0)
+    before = evaluate(embed_minibatch(make_model(graph), graph, 300), graph, probe_epochs=200)
+    model, losses = _train(graph, InfoNCELoss(0.5), epochs=12)
+    z = embed_minibatch(model, graph, 300)
+    after = evaluate(z, graph, probe_epochs=200)
+    assert z.shape == (graph.num_nodes, 32)
+    assert losses[-1] < losses[0] - 0.2
+    assert after["accuracy"] > max(0.5, before["accuracy"])  # chance is 0.2
+
+
+def test_minibatch_progcl_refits_once_per_epoch_after_warmup(graph, monkeypatch):
+    loss_fn = ProGCLLoss(0.5, num_samples=2000)
+    sizes = []
+    fit = loss_fn.fit
+    monkeypatch.setattr(loss_fn, "fit", lambda h1, h2: sizes.append(h1.size(0)) or fit(h1, h2))
+    _, losses = _train(graph, loss_fn, epochs=5, warmup=2)
+    assert loss_fn.fitted
+    assert sizes == [150, 150, 150]  # epochs 3, 4, 5; on one batch of seeds each
+    assert all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_minibatch_with_sampled_negatives_skips_too_small_batches(graph):
+    loss_fn = InfoNCELoss(0.5, num_negatives=100)
+    torch.manual_seed(0)
+    model = make_model(graph)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    seen = []
+    loader = neighbor_loader(graph, [5], 250)  # 250, 250, 100 seeds: the last is skipped
+
+    def wrapped(h1, h2):
+        seen.append(h1.size(0))
+        return loss_fn(h1, h2)
+
+    wrapped.num_negatives = 100
+    value = minibatch_epoch(model, wrapped, loader, optimizer)
+    assert seen == [250, 250] and value > 0
+    with pytest.raises(ValueError, match="batch_size"):
+        minibatch_epoch(model, wrapped, neighbor_loader(graph, [5], 100), optimizer)
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+def test_trainer_minibatch_from_python(graph, monkeypatch):
+    import pyg_progcl.train as trainer
+    from pyg_progcl.presets import get_preset
+
+    calls = []
+    epoch = trainer.minibatch_epoch
+    monkeypatch.setattr(
+        trainer, "minibatch_epoch", lambda *a, **k: calls.append(k["fit"]) or epoch(*a, **k)
+    )
+    config = get_preset(
+        "synthetic", "progcl-weight", epochs=4, warmup_epochs=2, batch_size=200,
+        num_neighbors=[5, 5], hidden=32, proj=32, probe_epochs=100, eval_every=0,
+    )  # fmt: skip
+    result = trainer.train(config, graph, seeds=1, progress=False)
+    assert calls == [False, False, True, True]  # refit after the warm-up
+    assert result["mixture"][0] is not None
+    assert result["accuracy_mean"] > 0.3  # chance is 0.2
+
+
+def test_trainer_cli_minibatch_flags(tmp_path):
+    import json
+
+    from pyg_progcl.__main__ import main
+
+    out = tmp_path / "result.json"
+    argv = ["train", "--dataset", "synthetic", "--method", "grace", "--epochs", "3"]
+    argv += ["--batch-size", "250", "--num-neighbors", "5", "5", "--num-negatives", "50"]
+    argv += ["--hidden", "32", "--proj", "32", "--probe-epochs", "50", "--eval-every", "0"]
+    assert main([*argv, "--quiet", "--output", str(out)]) == 0
+    config = json.loads(out.read_text())["config"]
+    assert (config["batch_size"], config["num_neighbors"], config["num_negatives"]) == (
+        250,
+        [5, 5],
+        50,
+    )
+
+
+@pytest.mark.parametrize(
+    "flags", [["--batch-size", "0"], ["--num-neighbors", "0"], ["--num-negatives", "0"]]
+)
+def test_trainer_cli_rejects_bad_minibatch_flags(flags, capsys):
+    from pyg_progcl.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--epochs", "1", "--quiet", *flags])
+    assert info.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_trainer_minibatch_resume_equals_uninterrupted(graph, tmp_path):
+    from pyg_progcl.presets import get_preset
+    from pyg_progcl.train import train_seed
+
+    config = get_preset(
+        "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, batch_size=200,
+        num_neighbors=[4, 4], hidden=16, proj=16, probe_epochs=20, eval_every=0,
+        num_samples=1000,
+    )  # fmt: skip
+    _, _, rec_a = train_seed(config, graph, seed=1, progress=False)
+
+    class StopError(Exception):
+        pass
+
+    def stop_at_5(epoch, info):
+        if epoch == 5:
+            raise StopError
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(StopError):
+        train_seed(
+            config, graph, seed=1, checkpoint_dir=ckpt, checkpoint_every=2, progress=False,
+            callback=stop_at_5,
+        )  # fmt: skip
+    _, _, rec_b = train_seed(
+        config, graph, seed=1, checkpoint_dir=ckpt, checkpoint_every=2, resume=True,
+        progress=False,
+    )  # fmt: skip
+    assert rec_b["losses"] == rec_a["losses"] and rec_b["accuracy"] == rec_a["accuracy"]
