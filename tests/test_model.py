@@ -329,3 +329,26 @@ def test_model_bad_arguments(kwargs, name):
     args = {"encoder": GCNEncoder(12, 8), "hidden_channels": 8, "proj_channels": 8, **kwargs}
     with pytest.raises(ValueError, match=name):
         GRACEModel(**args)
+
+
+@pytest.mark.parametrize("conv", [GCNConv, SAGEConv])
+def test_sparse_propagation_equals_edge_index_path(conv):
+    from pyg_progcl.encoders import SPARSE_CONVS, _csr_adjacency_t
+
+    assert conv in SPARSE_CONVS
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 6, generator=g)
+    raw = torch.randint(40, (2, 160), generator=g)  # with self-loops and repeats
+    assert _csr_adjacency_t(raw, None, x) is None  # falls back to the edge list
+    edge_index = to_undirected(raw[:, raw[0] != raw[1]])
+    assert _csr_adjacency_t(edge_index, None, x) is not None
+    torch.manual_seed(0)
+    plain = GCNEncoder(6, 8, conv=conv, sparse=False)
+    torch.manual_seed(0)
+    fast = GCNEncoder(6, 8, conv=conv)
+    assert fast.sparse and "sparse" not in repr(fast) and "sparse=False" in repr(plain)
+    torch.testing.assert_close(fast(x, edge_index), plain(x, edge_index))
+    if conv is GCNConv:
+        w = torch.rand(edge_index.size(1), generator=g)
+        torch.testing.assert_close(fast(x, edge_index, w), plain(x, edge_index, w))
+    torch.testing.assert_close(fast(x, raw), plain(x, raw))
