@@ -129,6 +129,13 @@ class BetaMixture(torch.nn.Module):
         """``[n, 2]`` responsibilities :math:`p(c \\mid x)` of the two components."""
         return torch.softmax(self._joint_log_prob(x), dim=-1)
 
+    def log_odds_coefficients(self) -> tuple[float, float, float]:
+        r"""``(a, b, c)`` with :math:`D(x) = a \log x + b \log(1-x) + c` (see below)."""
+        t = self.true_negative_index
+        coef = self._log_coefficients()
+        a, b, c = (coef[:, 1 - t] - coef[:, t]).tolist()
+        return a, b, c
+
     def log_odds_false_negative(self, x: Tensor) -> Tensor:
         r"""Elementwise :math:`D(x) = \log \frac{\lambda_F \mathrm{Beta}_F(x)}{\lambda_T \mathrm{Beta}_T(x)}`.
 
@@ -136,13 +143,11 @@ class BetaMixture(torch.nn.Module):
         Written as one affine function of :math:`\log x` and :math:`\log(1-x)`, so a
         ``[B, N]`` block costs a few elementwise passes.
         """
-        t = self.true_negative_index
-        coef = self._log_coefficients()
-        delta = (coef[:, 1 - t] - coef[:, t]).tolist()
+        a, b, c = self.log_odds_coefficients()
         x = self._clamp(x)
-        d = torch.log(x).mul_(delta[0])
-        d.add_(torch.log1p(-x), alpha=delta[1])
-        return d.add_(delta[2])
+        d = torch.special.xlogy(a, x)
+        d.add_(torch.special.xlog1py(b, x.neg()))
+        return d.add_(c)
 
     def true_negative_posterior(self, x: Tensor) -> Tensor:
         """Posterior probability that each value of ``x`` (any shape) is a true negative."""

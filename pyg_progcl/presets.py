@@ -97,6 +97,9 @@ class TrainConfig:
         split: ``random`` or ``public`` (the dataset's own split).
         probe_epochs: Epochs of the GCA protocol's logistic-regression probe.
         eval_every: Evaluate every this many epochs (0: only at the end).
+        diagnose_every: Record the false-negative diagnostics
+            (:func:`pyg_progcl.diagnostics.summarize`) every this many epochs and at
+            the end into the results (0: never).
     """
 
     dataset: str = "synthetic"
@@ -129,6 +132,7 @@ class TrainConfig:
     split: str = "random"
     probe_epochs: int = 3000
     eval_every: int = 0
+    diagnose_every: int = 0
 
     def __post_init__(self):
         self.dataset = canonical_name(self.dataset)
@@ -140,6 +144,7 @@ class TrainConfig:
         for key in ("hidden", "proj", "num_layers", "num_mix", "probe_epochs"):
             setattr(self, key, check_int(key, getattr(self, key)))
         self.eval_every = check_int("eval_every", self.eval_every, minimum=0)
+        self.diagnose_every = check_int("diagnose_every", self.diagnose_every, minimum=0)
         for key in ("num_samples", "block_size", "num_negatives", "batch_size"):
             if getattr(self, key) is not None:
                 setattr(self, key, check_int(key, getattr(self, key)))

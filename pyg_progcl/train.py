@@ -68,7 +68,7 @@ __all__ = [
 CHECKPOINT_FORMAT = 1
 #: Config fields that may differ between a checkpoint and the resumed run
 #: (they change what is logged, not what is trained).
-_RESUME_FREE = {"eval_every"}
+_RESUME_FREE = {"eval_every", "diagnose_every"}
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -231,7 +231,8 @@ def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- training
 
 
-def _evaluate(model, data, config, seed, ogb_name) -> dict[str, Any]:
+def _evaluate(model, data, config, seed) -> dict[str, Any]:
+    """Linear-probe evaluation of the encoder output (OGB graphs: the official evaluator)."""
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -247,8 +248,39 @@ def _evaluate(model, data, config, seed, ogb_name) -> dict[str, Any]:
         split=config.split,
         seed=seed,
         probe_epochs=config.probe_epochs,
-        ogb_name=ogb_name,
+        ogb_name=config.dataset if config.dataset.startswith("ogbn-") else None,
     )
+
+
+def _full_graph_epoch(model, loss_fn, optimizer, data: Data, refit: bool) -> float:
+    """One optimisation step on the whole graph; ProGCL refits first when ``refit``."""
+    optimizer.zero_grad()
+    h1, h2 = model.views(data.x, data.edge_index)
+    if refit:
+        loss_fn.fit(h1.detach(), h2.detach())  # online refit, warm-started
+    loss = loss_fn(h1, h2)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+def _record_evaluation(record, epoch, value, last, model, loss_fn, data, config, seed) -> None:
+    """Probes the current embeddings; at the last epoch also stores the final result."""
+    result = _evaluate(model, data, config, seed)
+    record["history"].append({"epoch": epoch, "accuracy": result["accuracy"], "loss": value})
+    if last:
+        record["accuracy"] = result["accuracy"]
+        record["evaluation"] = {k: v for k, v in result.items() if k != "accuracy"}
+        record["mixture"] = _mixture_state(loss_fn)
+
+
+def _record_diagnostics(record, epoch, model, loss_fn, data: Data, seed: int) -> None:
+    """Appends the false-negative summary of this epoch (issue: diagnostics tracking)."""
+    from .diagnostics import summarize  # lazy: diagnostics imports this module
+
+    loss = loss_fn if isinstance(loss_fn, ProGCLLoss) else None
+    summary = summarize(model, data, loss=loss, seed=seed)
+    record.setdefault("diagnostics", []).append({"epoch": epoch, **summary})
 
 
 def train_seed(
@@ -292,7 +324,6 @@ def train_seed(
     checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
-    ogb_name = config.dataset if config.dataset.startswith("ogbn-") else None
     if config.batch_size is None:
         data = data.to(device)
     else:  # the graph stays where it is; sampled batches go to the device
@@ -349,14 +380,7 @@ def train_seed(
             if config.batch_size is not None:
                 value = minibatch_epoch(model, loss_fn, loader, optimizer, device=device, fit=refit)
             else:
-                optimizer.zero_grad()
-                h1, h2 = model.views(data.x, data.edge_index)
-                if refit:
-                    loss_fn.fit(h1.detach(), h2.detach())  # online refit, warm-started
-                loss = loss_fn(h1, h2)
-                loss.backward()
-                optimizer.step()
-                value = float(loss.detach())
+                value = _full_graph_epoch(model, loss_fn, optimizer, data, refit)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             record["epoch_times"].append(time.perf_counter() - tic)
@@ -366,18 +390,12 @@ def train_seed(
 
             last = epoch == config.epochs
             if last or (config.eval_every and epoch % config.eval_every == 0):
-                result = _evaluate(model, data, config, seed, ogb_name)
-                record["history"].append(
-                    {"epoch": epoch, "accuracy": result["accuracy"], "loss": value}
-                )
+                _record_evaluation(record, epoch, value, last, model, loss_fn, data, config, seed)
                 if progress and not last:
-                    bar.write(
-                        f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {result['accuracy']:.4f}"
-                    )
-                if last:
-                    record["accuracy"] = result["accuracy"]
-                    record["evaluation"] = {k: v for k, v in result.items() if k != "accuracy"}
-                    record["mixture"] = _mixture_state(loss_fn)
+                    accuracy = record["history"][-1]["accuracy"]
+                    bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
+            if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
+                _record_diagnostics(record, epoch, model, loss_fn, data, seed)
             if last or epoch % checkpoint_every == 0:
                 checkpoint(epoch)
             if callback is not None:
@@ -469,6 +487,7 @@ def train(
         "history": {str(r["seed"]): r["history"] for r in records},
         "final_loss": [r["losses"][-1] for r in records],
         "mixture": [r.get("mixture") for r in records],
+        "diagnostics": {str(r["seed"]): r.get("diagnostics", []) for r in records},
         "num_nodes": int(data.num_nodes),
         "num_edges": int(data.num_edges),
         "device": str(device),

@@ -198,3 +198,20 @@ def test_python_dash_m_subprocess(tmp_path):
     )  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_diagnostics_are_tracked_into_the_results(tmp_path):
+    from pyg_progcl.datasets import synthetic_graph
+    from pyg_progcl.presets import get_preset
+    from pyg_progcl.train import train
+
+    config = get_preset(
+        "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, diagnose_every=3, probe_epochs=20
+    )
+    result = train(
+        config, synthetic_graph(num_nodes=120, seed=1), progress=False, output=tmp_path / "r.json"
+    )
+    tracked = result["diagnostics"]["0"]
+    assert [entry["epoch"] for entry in tracked] == [3, 6]
+    assert 0 < tracked[-1]["fn_rate"] < 1 and 0 <= tracked[-1]["fn_share_topk"] <= 1
+    assert "diagnostics" in json.loads((tmp_path / "r.json").read_text())

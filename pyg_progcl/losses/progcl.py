@@ -99,15 +99,26 @@ class ProGCLLoss(ContrastiveLoss):
 
     def hardness(self, cosine: Tensor) -> Tensor:
         r""":math:`b = s' \, p(\mathrm{true\ neg.} \mid s')`, :math:`s' = (\theta + 1)/2`, any shape."""
-        s = self.mixture._clamp(cosine.add(1.0).mul_(0.5))
-        return torch.sigmoid(self.mixture.log_odds_false_negative(s).neg_()).mul_(s)
+        with torch.no_grad():
+            return self._hardness_of(cosine.add(1.0).mul_(0.5))
+
+    def _hardness_of(self, s: Tensor) -> Tensor:
+        """``b = s · σ(-D(s))`` in nine elementwise passes, overwriting ``s`` (no gradient)."""
+        m = self.mixture
+        a, b, c = m.log_odds_coefficients()
+        s.clamp_(m.eps, 1.0 - m.eps)
+        minus_d = torch.special.xlogy(-a, s)
+        minus_d.add_(torch.special.xlog1py(-b, s.neg())).sub_(c)
+        return minus_d.sigmoid_().mul_(s)
 
     def _block_hardness(self, block: NegativeBlock) -> Tensor:
         """Detached ``b`` of the block's inter-view pairs; excluded entries are 0."""
 
         def fn(inter: Tensor) -> Tensor:
             with torch.no_grad():
-                b = self.hardness(inter * block.tau + 1.0)
+                # s' = (θ + 1)/2 = 1 + τ·logit/2 for the shifted logits (θ - 1)/τ.
+                s = torch.add(inter.new_ones(()), inter, alpha=block.tau / 2)
+                b = self._hardness_of(s)
                 return b.index_put_((block.rows(), block.excluded), b.new_zeros(()))
 
         return block.elementwise_of_inter("hardness", fn)
