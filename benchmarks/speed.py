@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,9 @@ from pyg_progcl import (
 )
 from pyg_progcl.datasets import load_dataset
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale  # noqa: E402  (the benchmarks' shared machine description)
+
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {
     "grace": lambda tau, bs: InfoNCELoss(tau, block_size=bs),
@@ -51,14 +53,9 @@ METHODS = {
 }
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+def machine(device: str = "cpu") -> str:
+    info = scale.machine(device)
+    return f"{info.get('gpu', info['cpu'])}, {info['torch_threads']} threads, torch {info['torch']}"
 
 
 def matmul_gflops(n: int, d: int, device: torch.device, reps: int = 5) -> float:
@@ -222,7 +219,7 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(run_one(args)))
         return
-    head = f"Machine: {machine()}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median); hidden = proj = {args.hidden}."
+    head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median); hidden = proj = {args.hidden}."
     print(head)
     print(HEADER, flush=True)
     rows = run_all(args)
@@ -230,7 +227,7 @@ def main(argv=None):
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(f"{head}\n\n{HEADER}\n{table}\n")
     args.output.with_suffix(".json").write_text(
-        json.dumps({"machine": machine(), "rows": rows}, indent=1)
+        json.dumps({"machine": machine(args.device), "rows": rows}, indent=1)
     )
     print(f"written to {args.output}")
 

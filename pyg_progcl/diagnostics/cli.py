@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..train import _int_at_least
 from .core import diagnose
 
 _TABLE = [
@@ -34,19 +35,6 @@ _TABLE = [
     ("mean_cos_tn", "cos TN"),
     ("mean_cos_fn", "cos FN"),
 ]
-
-
-def _int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {value})")
-        return value
-
-    return parse
 
 
 def _optional_int(text: str):
