@@ -145,8 +145,8 @@ class BetaMixture(torch.nn.Module):
         """
         a, b, c = self.log_odds_coefficients()
         x = self._clamp(x)
-        d = torch.special.xlogy(a, x)
-        d.add_(torch.special.xlog1py(b, x.neg()))
+        d = torch.log(x).mul_(a)
+        d.add_(torch.neg(x).log1p_(), alpha=b)
         return d.add_(c)
 
     def true_negative_posterior(self, x: Tensor) -> Tensor:
