@@ -412,3 +412,15 @@ def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
     out = InfoNCELoss(0.5)(h1, h2)
     torch.testing.assert_close(out, ref.grace(h1, h2, 0.5))
     assert calls[:3] == [(0, 20), (20, 40), (40, 60)] and len(calls) == 6
+
+
+def test_block_size_of_all_nodes_is_the_dense_path(monkeypatch):
+    import pyg_progcl.losses.similarity as similarity
+
+    def fail(*args):
+        raise AssertionError("row blocks used")
+
+    monkeypatch.setattr(similarity, "_row_block", fail)
+    h1, h2 = views(n=20)
+    torch.testing.assert_close(InfoNCELoss(0.5, block_size=20)(h1, h2), ref.grace(h1, h2, 0.5))
+    torch.testing.assert_close(InfoNCELoss(0.5, block_size=10**6)(h1, h2), ref.grace(h1, h2, 0.5))

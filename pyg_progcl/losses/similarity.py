@@ -205,18 +205,18 @@ def contrastive_loss(
         tau: Temperature.
         log_negatives: Maps a :class:`NegativeBlock` to ``[B]`` shifted ``log Ng``.
         block_size: Anchors per row block; ``None`` chooses (dense up to
-            ``DENSE_MAX_NODES`` nodes).
+            ``DENSE_MAX_NODES`` nodes); ``block_size >= N`` is the dense path.
         num_negatives: ``k`` sampled negatives per anchor and view; ``None`` = all.
         generator: Random generator of the negative sampling.
     """
     u, v = normalize_views(h1, h2)
     n = u.size(0)
-    if num_negatives is None and block_size is None:
-        block_size = auto_block_size(n)
-        if block_size is None:
+    if num_negatives is None:
+        block_size = auto_block_size(n) if block_size is None else block_size
+        if block_size is None or block_size >= n:  # one block of all anchors: the dense path
             total = sum(anchor_losses(b, log_negatives).sum() for b in dense_blocks(u, v, tau))
             return total / (2 * n)
-    if block_size is None:
+    elif block_size is None:
         block_size = auto_block_size(n, num_negatives + 1)
     total = u.new_zeros(())
     for a, o in ((u, v), (v, u)):
