@@ -232,7 +232,7 @@ def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
         data, preset = load_dataset(spec["data"], args.root), spec["data"]
     config = get_preset(preset, "progcl-weight")
     data = data.to(device)
-    model = build_model(config, data.num_features).to(device)
+    model = build_model(config, data.num_features, data.num_nodes).to(device)
     loss_fn = build_loss(config).to(device)
     assert isinstance(loss_fn, ProGCLLoss)
     loss_fn.block_size = None  # the automatic choice (presets may pin a block size)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
@@ -67,6 +69,11 @@ class GRACEModel(torch.nn.Module):
             edge_index, edge_weight)`` works. (default: :obj:`None`)
         augment2 (Augmenter, list or callable, optional): Same for the second
             view. (default: :obj:`None`)
+        recompute_views (bool, optional): Recompute each view's augmentation and
+            encoding in backward (``torch.utils.checkpoint``) instead of keeping its
+            activations. The augmented feature matrices are the largest tensors on
+            graphs with wide dense features (Coauthor-Physics: 1.2 GB per view); this
+            trades one more encoder forward for them. (default: :obj:`False`)
     """
 
     def __init__(
@@ -76,8 +83,10 @@ class GRACEModel(torch.nn.Module):
         proj_channels: int,
         augment1: AugmentSpec = None,
         augment2: AugmentSpec = None,
+        recompute_views: bool = False,
     ):
         super().__init__()
+        self.recompute_views = bool(recompute_views)
         if not callable(encoder):
             raise ValueError(f"`encoder` must be a torch.nn.Module (got {encoder!r})")
         self.hidden_channels = check_int("hidden_channels", hidden_channels, minimum=1)
@@ -135,6 +144,14 @@ class GRACEModel(torch.nn.Module):
         )
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
+        if self.recompute_views and torch.is_grad_enabled():
+            # Keep no activations of the view; redo augmentation (same RNG state) and
+            # encoding in backward.
+            fn = functools.partial(self._augment_and_encode, augment)
+            return checkpoint(fn, x, edge_index, edge_weight, use_reentrant=False)
+        return self._augment_and_encode(augment, x, edge_index, edge_weight)
+
+    def _augment_and_encode(self, augment, x, edge_index, edge_weight) -> Tensor:
         if augment is not None:
             x, edge_index, edge_weight = augment(x, edge_index, edge_weight)
         return self.project(self._encode(x, edge_index, edge_weight))

@@ -87,14 +87,24 @@ def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:
     return view(config.pe1, config.pf1), view(config.pe2, config.pf2)
 
 
-def build_model(config: TrainConfig, in_channels: int) -> GRACEModel:
-    """A :class:`GRACEModel` (encoder, projection head, augmenters) for ``config``."""
+#: Feature matrices with at least this many entries (256 MB of float32) are not kept per
+#: view: the model recomputes its views in backward (``GRACEModel(recompute_views=True)``).
+RECOMPUTE_FEATURES = 1 << 26
+
+
+def build_model(config: TrainConfig, in_channels: int, num_nodes: int = 0) -> GRACEModel:
+    """A :class:`GRACEModel` (encoder, projection head, augmenters) for ``config``.
+
+    Views are recomputed in backward when ``num_nodes × in_channels`` reaches
+    :data:`RECOMPUTE_FEATURES`.
+    """
     encoder_cls = GCNEncoder if config.encoder == "gcn" else MLPEncoder
     encoder = encoder_cls(
         in_channels, config.hidden, num_layers=config.num_layers, activation=config.activation
     )
     aug1, aug2 = build_augmentations(config)
-    return GRACEModel(encoder, config.hidden, config.proj, augment1=aug1, augment2=aug2)
+    recompute = num_nodes * in_channels >= RECOMPUTE_FEATURES
+    return GRACEModel(encoder, config.hidden, config.proj, aug1, aug2, recompute_views=recompute)
 
 
 def build_loss(config: TrainConfig) -> torch.nn.Module:
@@ -332,7 +342,7 @@ def train_seed(
     path = None if checkpoint_dir is None else _checkpoint_path(Path(checkpoint_dir), seed)
 
     seed_everything(seed)
-    model = build_model(config, data.num_features).to(device)
+    model = build_model(config, data.num_features, data.num_nodes).to(device)
     loss_fn = build_loss(config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}

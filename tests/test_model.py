@@ -352,3 +352,26 @@ def test_sparse_propagation_equals_edge_index_path(conv):
         w = torch.rand(edge_index.size(1), generator=g)
         torch.testing.assert_close(fast(x, edge_index, w), plain(x, edge_index, w))
     torch.testing.assert_close(fast(x, raw), plain(x, raw))
+
+
+def test_recomputed_views_equal_kept_views_in_value_and_gradient():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(30, 12, generator=g)
+    edge_index = to_undirected(erdos_renyi_graph(30, 0.2))
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = GRACEModel(
+            GCNEncoder(12, 8),
+            8,
+            8,
+            [EdgeDrop(0.3), FeatureMask(0.3)],
+            [EdgeDrop(0.2), FeatureMask(0.4)],
+            recompute_views=recompute,
+        )
+        torch.manual_seed(1)
+        h1, h2 = model.views(x, edge_index)
+        (h1.square().sum() + (h1 * h2).sum()).backward()
+        grads.append([h1.detach(), h2.detach()] + [p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
