@@ -131,7 +131,15 @@ def run_one(args) -> dict:
         if i >= args.warmup:
             steps.append(end - start)
             fits.append(end - fit_start)
-    blocked = args.block_size is not None or n > 4096
+    if args.block_size is not None:
+        blocked = args.block_size < n
+    else:
+        blocked = n > 4096
+    path = (
+        ("auto blocks" if args.block_size is None else f"blocks of {args.block_size}")
+        if blocked
+        else "dense"
+    )
     bound_s = grace_step_flops(n, f, args.hidden, blocked=False) / (
         matmul_gflops(n, args.hidden, device) * 1e9
     )
@@ -139,9 +147,7 @@ def run_one(args) -> dict:
         "dataset": args.dataset,
         "method": args.method,
         "nodes": n,
-        "path": f"blocks of {args.block_size}"
-        if args.block_size
-        else ("auto blocks" if blocked else "dense"),
+        "path": path,
         "step_s": statistics.median(steps),
         "refit_s": statistics.median(fits) if refit else 0.0,
         "peak_mb": _peak_memory_mb(device),

@@ -123,15 +123,16 @@ class ProGCLLoss(ContrastiveLoss):
                 b = self._hardness_of(s)
                 return b.index_put_((block.rows(), block.excluded), b.new_zeros(()))
 
-        return block.elementwise_of_inter("hardness", fn)
+        return block.elementwise_of_inter("hardness", fn, native=True)
 
     def _row_hardness(self, block: NegativeBlock) -> Tensor:
-        """``b`` with each row rescaled where its maximum is tiny (weights are scale-free).
+        """``b`` in the block's native orientation (anchors along ``1 - block.dim``), each
+        anchor's values rescaled where their maximum is tiny (weights are scale-free).
 
-        A row whose every ``b`` underflowed to 0 gets uniform weights (GRACE's row).
+        An anchor whose every ``b`` underflowed to 0 gets uniform weights (GRACE's row).
         """
         b = self._block_hardness(block)
-        row_max = b.amax(dim=1, keepdim=True)
+        row_max = b.amax(dim=block.dim, keepdim=True)
         small = row_max < 1e-20
         if bool(small.any()):
             uniform = torch.ones_like(b).index_put_((block.rows(), block.excluded), b.new_zeros(()))
@@ -149,10 +150,11 @@ class ProGCLLoss(ContrastiveLoss):
 
     def _log_weighted(self, block: NegativeBlock, b: Tensor) -> Tensor:
         """``log Σ_k w_ik (e^{inter_ik} + e^{intra_ik})`` with ``w = b / mean b``."""
-        log_mean_b = torch.log(b.sum(dim=1) / block.count)
+        log_mean_b = torch.log(b.sum(dim=block.dim) / block.count)
         if block.exp_fits():
-            num = torch.linalg.vecdot(block.exp_inter() + torch.exp(block.intra), b, dim=1)
-            return torch.log(num) - log_mean_b
+            terms = block.exp_inter(native=True) + torch.exp(block.intra)
+            return torch.log(torch.linalg.vecdot(terms, b, dim=block.dim)) - log_mean_b
+        b = b.T if block.transposed else b
         log_b = torch.log(b)
         inter = block.log_sum_exp(block.inter + log_b)
         return torch.logaddexp(inter, block.log_sum_exp(block.intra + log_b)) - log_mean_b
@@ -160,6 +162,7 @@ class ProGCLLoss(ContrastiveLoss):
     def _log_mixed(self, block: NegativeBlock, b: Tensor) -> Tensor:
         """``log Σ_a e^{θ_mix(a)/τ}`` (shifted) over the ``num_mix`` hardest negatives."""
         k = min(self.num_mix, block.count)
+        b = b.T if block.transposed else b
         b_top, idx = torch.topk(b, k, dim=1)
         theta = (block.inter.gather(1, idx) * block.tau + 1.0).clamp(min=-1.0)
         perm = torch.randperm(k, device=theta.device)

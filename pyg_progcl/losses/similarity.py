@@ -71,16 +71,29 @@ class NegativeBlock:
         """Detached inter-view cosines; excluded entries read ``-1``."""
         return (self.inter.detach() * self.tau + 1.0).clamp_(min=-1.0)
 
-    def elementwise_of_inter(self, name: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
+    @property
+    def dim(self) -> int:
+        """Dimension of the stored (native) inter-view matrix that runs over negatives.
+
+        The dense path's second direction is the transpose of the first: reducing the
+        native matrix over dim 0 reads it contiguously, its ``.T`` view over dim 1 does not.
+        The intra-view matrices are symmetric, so they pair with either orientation.
+        """
+        return 0 if self.transposed else 1
+
+    def elementwise_of_inter(
+        self, name: str, fn: Callable[[Tensor], Tensor], native: bool = False
+    ) -> Tensor:
         """``fn`` (elementwise) applied to the inter-view logits, computed once and cached.
 
         The two directions of the dense path share one cache: the second direction's
-        inter-view matrix is the transpose of the first, and so is ``fn`` of it.
+        inter-view matrix is the transpose of the first, and so is ``fn`` of it. With
+        ``native=True`` the cached orientation is returned (reduce it over :attr:`dim`).
         """
         if name not in self.cache:
             self.cache[name] = fn(self.inter.T if self.transposed else self.inter)
         value = self.cache[name]
-        return value.T if self.transposed else value
+        return value.T if self.transposed and not native else value
 
     def rows(self) -> Tensor:
         return torch.arange(self.inter.size(0), device=self.inter.device)
@@ -89,9 +102,9 @@ class NegativeBlock:
         """Whether ``exp(scale · logit)`` of every negative is a normal float (no underflow)."""
         return scale * 2.0 / self.tau <= EXP_SPAN and self.inter.dtype != torch.float16
 
-    def exp_inter(self) -> Tensor:
+    def exp_inter(self, native: bool = False) -> Tensor:
         """``exp`` of the inter-view logits (shared by both dense directions)."""
-        return self.elementwise_of_inter("exp", torch.exp)
+        return self.elementwise_of_inter("exp", torch.exp, native)
 
     def log_sum_exp(self, logits: Tensor, scale: float = 1.0) -> Tensor:
         """Row-wise ``log Σ_k exp(scale · logits)`` over the valid negatives.
@@ -109,7 +122,8 @@ class NegativeBlock:
     def log_sum_exp_both(self, scale: float = 1.0) -> Tensor:
         """``log Σ_k [exp(scale·inter_k) + exp(scale·intra_k)]`` over all ``2·count`` negatives."""
         if scale == 1 and self.exp_fits():
-            return torch.log(self.exp_inter().sum(dim=1) + torch.exp(self.intra).sum(dim=1))
+            inter = self.exp_inter(native=True).sum(dim=self.dim)
+            return torch.log(inter + torch.exp(self.intra).sum(dim=self.dim))
         return torch.logaddexp(
             self.log_sum_exp(self.inter, scale), self.log_sum_exp(self.intra, scale)
         )
