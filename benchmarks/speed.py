@@ -131,10 +131,7 @@ def run_one(args) -> dict:
         if i >= args.warmup:
             steps.append(end - start)
             fits.append(end - fit_start)
-    if args.block_size is not None:
-        blocked = args.block_size < n
-    else:
-        blocked = n > 4096
+    blocked = args.block_size < n if args.block_size is not None else n > 4096
     path = (
         ("auto blocks" if args.block_size is None else f"blocks of {args.block_size}")
         if blocked
