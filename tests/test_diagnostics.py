@@ -40,15 +40,6 @@ from pyg_progcl.model import GRACEModel
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tensors here are small: one thread avoids OpenMP stalls on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def sbm() -> Data:
     """400 nodes, 4 classes, ~9 neighbours each, ~96% of edges inside a class;

@@ -30,15 +30,6 @@ from pyg_progcl.minibatch import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small scatter kernels are 10-100x slower with 2 OpenMP threads on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def graph():
     return synthetic_graph(num_nodes=600, seed=1)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_NODES, NUM_CLASSES, NUM_FEATURES = 60, 40, 128
@@ -69,14 +68,6 @@ def evaluator_calls(monkeypatch):
 
     monkeypatch.setattr(Evaluator, "eval", spy)
     return calls
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def run(script, tmp_path, *flags):
