@@ -90,11 +90,13 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo("Coauthor-Physics", "coauthor", "Physics", "Physics", "coauthor"),
         DatasetInfo("WikiCS", "wikics", "WikiCS", "WikiCS", "wikics", False, True),
         DatasetInfo("ogbn-arxiv", "ogb", "ogbn-arxiv", "ogbn_arxiv", "ogb", False, True),
+        DatasetInfo("ogbn-products", "ogb", "ogbn-products", "ogbn_products", "ogb", False, True),
     ]
 }
 
 _ALIASES = {"photo": "Amazon-Photo", "computers": "Amazon-Computers"}
 _ALIASES.update({"cs": "Coauthor-CS", "physics": "Coauthor-Physics", "arxiv": "ogbn-arxiv"})
+_ALIASES.update({"products": "ogbn-products"})
 
 
 def _key(name: str) -> str:

@@ -15,15 +15,17 @@ REPO = Path(__file__).resolve().parents[1]
 NUM_NODES, NUM_CLASSES, NUM_FEATURES = 60, 40, 128
 
 
-def write_arxiv_layout(root: Path, seed: int = 0) -> Path:
-    """A tiny graph on disk exactly as ``PygNodePropPredDataset('ogbn-arxiv')`` reads it:
-    gzip CSVs without header under ``ogbn_arxiv/raw`` and ``split/time``, and the
-    release note that keeps the loader from asking to re-download."""
+def write_arxiv_layout(root: Path, seed: int = 0, name: str = "ogbn-arxiv") -> Path:
+    """A tiny graph on disk exactly as ``PygNodePropPredDataset(name)`` reads it: gzip
+    CSVs without header under ``<name>/raw`` and ``split/<split>``, and the release note
+    that keeps the loader from asking to re-download. ``ogbn-products`` has no node
+    years and its split is ``sales_ranking``."""
     rng = np.random.default_rng(seed)
-    folder = root / "ogbn_arxiv"
+    folder = root / name.replace("-", "_")
+    split = "time" if name == "ogbn-arxiv" else "sales_ranking"
     (folder / "raw").mkdir(parents=True)
-    (folder / "split" / "time").mkdir(parents=True)
-    (folder / "RELEASE_v1.txt").write_text("# Release note for ogbn-arxiv\n\n### v1: initial\n")
+    (folder / "split" / split).mkdir(parents=True)
+    (folder / "RELEASE_v1.txt").write_text(f"# Release note for {name}\n\n### v1: initial\n")
 
     def write(name: str, rows) -> None:
         with gzip.open(folder / name, "wt") as fh:
@@ -36,11 +38,12 @@ def write_arxiv_layout(root: Path, seed: int = 0) -> Path:
     write("raw/node-feat.csv.gz", rng.normal(size=(NUM_NODES, NUM_FEATURES)).round(5))
     write("raw/num-node-list.csv.gz", [NUM_NODES])
     write("raw/num-edge-list.csv.gz", [src.size])
-    write("raw/node_year.csv.gz", rng.integers(2000, 2021, NUM_NODES))
+    if name == "ogbn-arxiv":
+        write("raw/node_year.csv.gz", rng.integers(2000, 2021, NUM_NODES))
     write("raw/node-label.csv.gz", rng.integers(0, NUM_CLASSES, NUM_NODES))
     perm = rng.permutation(NUM_NODES)
-    for name, idx in zip(("train", "valid", "test"), np.split(perm, [30, 45])):
-        write(f"split/time/{name}.csv.gz", np.sort(idx))
+    for part, idx in zip(("train", "valid", "test"), np.split(perm, [30, 45])):
+        write(f"split/{split}/{part}.csv.gz", np.sort(idx))
     return root
 
 
@@ -70,8 +73,8 @@ def evaluator_calls(monkeypatch):
     return calls
 
 
-def run(script, tmp_path, *flags):
-    root = write_arxiv_layout(tmp_path / "data")
+def run(script, tmp_path, *flags, name="ogbn-arxiv"):
+    root = write_arxiv_layout(tmp_path / "data", name=name)
     out = tmp_path / "result.json"
     argv = ["--root", str(root), "--epochs", "3", "--probe-epochs", "40", "--quiet"]
     assert script.main([*argv, "--output", str(out), *flags]) == 0
@@ -107,3 +110,11 @@ def test_ogbn_arxiv_script_sampled_negatives_and_minibatch(script, tmp_path, eva
 def test_ogbn_arxiv_script_rejects_non_ogb_datasets(script):
     with pytest.raises(SystemExit):
         script.parse_args(["--dataset", "Cora"])
+
+
+def test_ogbn_products_through_the_same_script(script, tmp_path, evaluator_calls):
+    flags = ["--dataset", "ogbn-products", "--batch-size", "32", "--num-neighbors", "5", "5"]
+    result = run(script, tmp_path, *flags, name="ogbn-products")
+    assert result["dataset"] == "ogbn-products" and result["num_nodes"] == NUM_NODES
+    assert result["config"]["batch_size"] == 32
+    assert {name for name, _ in evaluator_calls} == {"ogbn-products"}
