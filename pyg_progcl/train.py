@@ -262,6 +262,30 @@ def _evaluate(model, data, config, seed) -> dict[str, Any]:
     )
 
 
+def _payload(epoch, config, model, optimizer, loss_fn, record) -> dict[str, Any]:
+    """Everything a resumed run needs to continue bit-identically."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "config": config.to_dict(),
+        "epoch": epoch,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "loss": loss_fn.state_dict(),
+        "rng": _rng_state(),
+        "record": record,
+    }
+
+
+def _restore(path, config, model, optimizer, loss_fn) -> tuple[int, dict[str, Any]]:
+    """Loads a checkpoint into the objects; returns ``(epoch, record)``."""
+    payload = _load_checkpoint(path, config)
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    loss_fn.load_state_dict(payload["loss"])
+    _set_rng_state(payload["rng"])
+    return payload["epoch"], payload["record"]
+
+
 def _full_graph_epoch(model, loss_fn, optimizer, data: Data, refit: bool) -> float:
     """One optimisation step on the whole graph; ProGCL refits first when ``refit``."""
     optimizer.zero_grad()
@@ -348,31 +372,14 @@ def train_seed(
     record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}
     start = 0
     if resume and path is not None and path.exists():
-        payload = _load_checkpoint(path, config)
-        model.load_state_dict(payload["model"])
-        optimizer.load_state_dict(payload["optimizer"])
-        loss_fn.load_state_dict(payload["loss"])
-        record = payload["record"]
-        start = payload["epoch"]
-        _set_rng_state(payload["rng"])
+        start, record = _restore(path, config, model, optimizer, loss_fn)
         if start >= config.epochs and "accuracy" in record:
             return model, loss_fn, record
     is_progcl = isinstance(loss_fn, ProGCLLoss)
 
     def checkpoint(epoch: int) -> None:
-        if path is None:
-            return
-        payload = {
-            "format": CHECKPOINT_FORMAT,
-            "config": config.to_dict(),
-            "epoch": epoch,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "loss": loss_fn.state_dict(),
-            "rng": _rng_state(),
-            "record": record,
-        }
-        _save_checkpoint(path, payload)
+        if path is not None:
+            _save_checkpoint(path, _payload(epoch, config, model, optimizer, loss_fn, record))
 
     bar = tqdm(
         total=config.epochs,
