@@ -149,13 +149,22 @@ class ProGCLLoss(ContrastiveLoss):
         return torch.logaddexp(block.log_sum_exp_both(), self._log_mixed(block, b))
 
     def _log_weighted(self, block: NegativeBlock, b: Tensor) -> Tensor:
-        """``log Σ_k w_ik (e^{inter_ik} + e^{intra_ik})`` with ``w = b / mean b``."""
+        """``log Σ_k w_ik (e^{inter_ik} + e^{intra_ik})`` with ``w = b / mean b``.
+
+        Each product is one ``exp(logit + log b)``, whose backward is a single product;
+        the dense path's inter-view one serves both directions (rows, then columns).
+        """
         log_mean_b = torch.log(b.sum(dim=block.dim) / block.count)
+        shared = b is self._block_hardness(block)  # not rescaled: cacheable
+        log_b = block.cached("log_hardness", lambda: torch.log(b)) if shared else torch.log(b)
         if block.exp_fits():
-            terms = block.exp_inter(native=True) + torch.exp(block.intra)
-            return torch.log(torch.linalg.vecdot(terms, b, dim=block.dim)) - log_mean_b
-        b = b.T if block.transposed else b
-        log_b = torch.log(b)
+            if shared:
+                inter = block.cached("weighted_exp", lambda: torch.exp(block.native_inter + log_b))
+            else:
+                inter = torch.exp(block.native_inter + log_b)
+            intra = torch.exp(block.intra + log_b)  # intra-view matrices are symmetric
+            return torch.log(inter.sum(dim=block.dim) + intra.sum(dim=block.dim)) - log_mean_b
+        log_b = log_b.T if block.transposed else log_b
         inter = block.log_sum_exp(block.inter + log_b)
         return torch.logaddexp(inter, block.log_sum_exp(block.intra + log_b)) - log_mean_b
 

@@ -90,10 +90,19 @@ class NegativeBlock:
         inter-view matrix is the transpose of the first, and so is ``fn`` of it. With
         ``native=True`` the cached orientation is returned (reduce it over :attr:`dim`).
         """
-        if name not in self.cache:
-            self.cache[name] = fn(self.inter.T if self.transposed else self.inter)
-        value = self.cache[name]
+        value = self.cached(name, lambda: fn(self.native_inter))
         return value.T if self.transposed and not native else value
+
+    def cached(self, name: str, fn: Callable[[], Tensor]) -> Tensor:
+        """``fn()`` computed once per block (once for both dense directions)."""
+        if name not in self.cache:
+            self.cache[name] = fn()
+        return self.cache[name]
+
+    @property
+    def native_inter(self) -> Tensor:
+        """The inter-view logits in their stored orientation (negatives along :attr:`dim`)."""
+        return self.inter.T if self.transposed else self.inter
 
     def rows(self) -> Tensor:
         return torch.arange(self.inter.size(0), device=self.inter.device)
