@@ -354,7 +354,14 @@ def test_sparse_propagation_equals_edge_index_path(conv):
     torch.testing.assert_close(fast(x, raw), plain(x, raw))
 
 
-def test_recomputed_views_equal_kept_views_in_value_and_gradient():
+def test_recomputed_views_equal_kept_views_in_value_and_gradient(monkeypatch):
+    import pyg_progcl.model as model_module
+
+    calls = []
+    original = model_module.checkpoint
+    monkeypatch.setattr(
+        model_module, "checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
     g = torch.Generator().manual_seed(0)
     x = torch.rand(30, 12, generator=g)
     edge_index = to_undirected(erdos_renyi_graph(30, 0.2))
@@ -373,5 +380,6 @@ def test_recomputed_views_equal_kept_views_in_value_and_gradient():
         h1, h2 = model.views(x, edge_index)
         (h1.square().sum() + (h1 * h2).sum()).backward()
         grads.append([h1.detach(), h2.detach()] + [p.grad.clone() for p in model.parameters()])
+    assert len(calls) == 2  # only the recomputing model checkpoints, once per view
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)

@@ -63,15 +63,6 @@ class NegativeBlock:
     transposed: bool = False
 
     @property
-    def shift(self) -> float:
-        """The constant ``1/τ`` subtracted from every logit."""
-        return 1.0 / self.tau
-
-    def cosine_inter(self) -> Tensor:
-        """Detached inter-view cosines; excluded entries read ``-1``."""
-        return (self.inter.detach() * self.tau + 1.0).clamp_(min=-1.0)
-
-    @property
     def dim(self) -> int:
         """Dimension of the stored (native) inter-view matrix that runs over negatives.
 
