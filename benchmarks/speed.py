@@ -5,7 +5,10 @@ Adam step; for ProGCL also ``ProGCLLoss.fit`` (the online refit), timed separate
 Every (dataset, method) row runs in its own subprocess so that its peak memory is its own
 (peak RSS on the CPU, ``torch.cuda.max_memory_allocated`` on a GPU). The matmul throughput
 of this machine is measured in the same run, and the time the GRACE step's matrix
-products need at that throughput is printed beside the measurement.
+products need at that throughput is printed beside the measurement. A further process
+interleaves one step of every method per round and reports the median within-round ratio
+to GRACE: separate processes on a shared machine drift apart by ±10 %, interleaved steps
+see the same machine state.
 
     python benchmarks/speed.py                         # Cora and Amazon-Photo, CPU
     python benchmarks/speed.py --device cuda --steps 50
@@ -96,48 +99,62 @@ def _peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class Stepper:
+    """One method's model, loss and optimiser; :meth:`step` times one training step."""
+
+    def __init__(self, method: str, data, args, device: torch.device):
+        torch.manual_seed(0)
+        f = data.num_features
+        self.data, self.device = data, device
+        self.model = GRACEModel(
+            GCNEncoder(f, args.hidden),
+            args.hidden,
+            args.hidden,
+            [EdgeDrop(0.2), FeatureMask(0.3)],
+            [EdgeDrop(0.4), FeatureMask(0.4)],
+        ).to(device)
+        self.loss_fn = METHODS[method](0.5, args.block_size).to(device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.refit = isinstance(self.loss_fn, ProGCLLoss)
+
+    def step(self) -> tuple[float, float, float]:
+        """``(step seconds incl. refit, refit seconds, loss)``."""
+        _sync(self.device)
+        start = time.perf_counter()
+        h1, h2 = self.model.views(self.data.x, self.data.edge_index)
+        loss = self.loss_fn(h1, h2)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        _sync(self.device)
+        fit_start = time.perf_counter()
+        if self.refit:
+            self.loss_fn.fit(h1.detach(), h2.detach())
+            _sync(self.device)
+        end = time.perf_counter()
+        return end - start, end - fit_start, float(loss)
+
+
 def run_one(args) -> dict:
     """One (dataset, method) row; runs inside its own process."""
-    torch.manual_seed(0)
     device = torch.device(args.device)
     data = load_dataset(args.dataset, args.root).to(device)
-    n, f = data.num_nodes, data.num_features
-    model = GRACEModel(
-        GCNEncoder(f, args.hidden),
-        args.hidden,
-        args.hidden,
-        [EdgeDrop(0.2), FeatureMask(0.3)],
-        [EdgeDrop(0.4), FeatureMask(0.4)],
-    ).to(device)
-    loss_fn = METHODS[args.method](0.5, args.block_size).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    refit = isinstance(loss_fn, ProGCLLoss)
+    n = data.num_nodes
     base_mb = _peak_memory_mb(device)
+    stepper = Stepper(args.method, data, args, device)
     steps, fits = [], []
     for i in range(args.warmup + args.steps):
-        _sync(device)
-        start = time.perf_counter()
-        h1, h2 = model.views(data.x, data.edge_index)
-        loss = loss_fn(h1, h2)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        _sync(device)
-        fit_start = time.perf_counter()
-        if refit:
-            loss_fn.fit(h1.detach(), h2.detach())
-            _sync(device)
-        end = time.perf_counter()
+        step_s, fit_s, loss = stepper.step()
         if i >= args.warmup:
-            steps.append(end - start)
-            fits.append(end - fit_start)
+            steps.append(step_s)
+            fits.append(fit_s)
     blocked = args.block_size < n if args.block_size is not None else n > 4096
     path = (
         ("auto blocks" if args.block_size is None else f"blocks of {args.block_size}")
         if blocked
         else "dense"
     )
-    bound_s = grace_step_flops(n, f, args.hidden, blocked=False) / (
+    bound_s = grace_step_flops(n, data.num_features, args.hidden, blocked=False) / (
         matmul_gflops(n, args.hidden, device) * 1e9
     )
     return {
@@ -146,28 +163,58 @@ def run_one(args) -> dict:
         "nodes": n,
         "path": path,
         "step_s": statistics.median(steps),
-        "refit_s": statistics.median(fits) if refit else 0.0,
+        "refit_s": statistics.median(fits) if stepper.refit else 0.0,
         "peak_mb": _peak_memory_mb(device),
         "base_mb": base_mb,
         "matmul_bound_s": bound_s,
-        "loss": float(loss),
+        "loss": loss,
     }
+
+
+def run_interleaved(args) -> dict[str, float]:
+    """Step-time ratio of each method to GRACE with their steps interleaved in one process.
+
+    Every round runs one step of each method in turn; the ratio is the median over rounds
+    of ``t_method / t_grace`` within a round, so that a drift in the machine's speed
+    (other load, frequency) hits both sides of each ratio alike.
+    """
+    device = torch.device(args.device)
+    data = load_dataset(args.dataset, args.root).to(device)
+    steppers = {m: Stepper(m, data, args, device) for m in args.methods}
+    ratios: dict[str, list[float]] = {m: [] for m in args.methods}
+    for i in range(args.warmup + args.steps):
+        times = {m: stepper.step()[0] for m, stepper in steppers.items()}
+        if i >= args.warmup:
+            for m in args.methods:
+                ratios[m].append(times[m] / times["grace"])
+    return {m: statistics.median(r) for m, r in ratios.items()}
+
+
+def _worker(args, dataset: str, block_size: str, *extra: str) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--dataset", dataset, *extra]
+    cmd += ["--device", args.device, "--root", str(args.root)]
+    cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    cmd += ["--hidden", str(args.hidden)]
+    if block_size != "auto":
+        cmd += ["--block-size", block_size]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def run_all(args) -> list[dict]:
     rows = []
     for dataset in args.datasets:
-        for method in args.methods:
-            for block_size in args.block_sizes:
-                cmd = [sys.executable, __file__, "--worker", "--dataset", dataset]
-                cmd += ["--method", method, "--device", args.device, "--root", str(args.root)]
-                cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
-                cmd += ["--hidden", str(args.hidden)]
-                if block_size != "auto":
-                    cmd += ["--block-size", block_size]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                rows.append(json.loads(out.strip().splitlines()[-1]))
-                print(_format_row(rows[-1], rows), flush=True)
+        for block_size in args.block_sizes:
+            new = [_worker(args, dataset, block_size, "--method", m) for m in args.methods]
+            if args.interleave and "grace" in args.methods and len(args.methods) > 1:
+                ratios = _worker(
+                    args, dataset, block_size, "--interleave-worker", "--methods", *args.methods
+                )
+                for row in new:
+                    row["interleaved_ratio"] = ratios[row["method"]]
+            for row in new:
+                rows.append(row)
+                print(_format_row(row, rows), flush=True)
     return rows
 
 
@@ -184,16 +231,22 @@ def _format_row(row: dict, rows: list[dict]) -> str:
     )
     return (
         f"| {row['dataset']} | {row['method']} | {row['path']} | {row['step_s'] * 1e3:.0f} "
-        f"| {row['step_s'] / grace['step_s']:.2f}x | {row['refit_s'] * 1e3:.1f} "
+        f"| {row['step_s'] / grace['step_s']:.2f}x | {_interleaved(row)} | {row['refit_s'] * 1e3:.1f} "
         f"({100 * row['refit_s'] / row['step_s']:.1f}%) | {row['matmul_bound_s'] * 1e3:.0f} "
         f"({row['step_s'] / row['matmul_bound_s']:.2f}x) | {row['peak_mb']:.0f} |"
     )
 
 
+def _interleaved(row: dict) -> str:
+    ratio = row.get("interleaved_ratio")
+    return "–" if ratio is None else f"{ratio:.2f}x"
+
+
 HEADER = (
-    "| dataset | method | loss path | step (ms) | vs GRACE | refit (ms, % of step) "
+    "| dataset | method | loss path | step (ms) | vs GRACE (separate runs) "
+    "| vs GRACE (interleaved) | refit (ms, % of step) "
     "| GRACE matmul bound (ms, step / bound) | peak memory (MB) |\n"
-    "|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -214,13 +267,20 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "speed.md")
+    p.add_argument(
+        "--no-interleave",
+        dest="interleave",
+        action="store_false",
+        help="skip the side-by-side run that interleaves the methods' steps in one process",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--interleave-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dataset", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
     p.add_argument("--block-size", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(run_one(args)))
+        print(json.dumps(run_interleaved(args) if args.interleave_worker else run_one(args)))
         return
     head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median); hidden = proj = {args.hidden}."
     print(head)

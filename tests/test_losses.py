@@ -368,15 +368,37 @@ def test_repr():
     assert "mode='mix'" in repr(ProGCLLoss(mode="mix")) and "BetaMixture" in repr(ProGCLLoss())
 
 
-def test_progcl_weight_with_underflowing_posterior_falls_back_to_uniform():
+@pytest.mark.parametrize("block_size", [None, 5])
+def test_progcl_weight_with_underflowing_posterior_falls_back_to_uniform(block_size):
     # The true-negative component has no mass near s' = 0.5: every b underflows to 0 in
     # float32, so each row falls back to uniform weights, i.e. GRACE's denominator.
     h1, h2 = views(n=12, dtype=torch.float32)
     h1, h2 = h1.detach() * 1e-3 + 1, h2.detach() * 1e-3 + 1  # cosines ~1: s' ~ 1
     m = fitted_mixture(alpha=(2.0, 200.0), beta=(400.0, 2.0), weight=(1e-6, 1 - 1e-6)).float()
-    loss = ProGCLLoss(0.5, mixture=m)
+    loss = ProGCLLoss(0.5, mixture=m, block_size=block_size)
     assert float(loss.hardness(torch.tensor([0.99])).max()) == 0.0
     torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2))
+
+
+@pytest.mark.parametrize("block_size", [None, 5])
+def test_progcl_weight_with_tiny_hardness_stays_exact(block_size):
+    # Cosines ~0.98 under a mixture that calls them false negatives: b ~ 1e-24 .. 1e-28,
+    # normal float32 numbers far below any linear-space rescaling threshold. The weights
+    # are scale-free, so the float32 loss must still match the float64 reference.
+    h1, h2 = views(n=12, dtype=torch.float64, grad=False)
+    h1, h2 = h1 * 0.1 + 1, h2 * 0.1 + 1
+    m = fitted_mixture(alpha=(2.0, 14.0), beta=(14.0, 2.0), weight=(0.5, 0.5))
+    b = ProGCLLoss(0.5, mixture=m.float()).hardness(torch.tensor([0.97, 0.99]))
+    assert float(b.min()) > 0 and float(b.max()) < 1e-20
+    loss = ProGCLLoss(0.5, mixture=m.float(), block_size=block_size)
+    w = loss.negative_weights(h1.float(), h2.float())
+    off = w[~torch.eye(12, dtype=torch.bool)].view(12, 11)
+    expected = ref.progcl_weights(h1, h2, params(m))
+    torch.testing.assert_close(off.double(), expected, rtol=2e-3, atol=1e-9)
+    value = loss(h1.float(), h2.float())
+    torch.testing.assert_close(
+        value.double(), ref.progcl_weight(h1, h2, 0.5, params(m)), rtol=1e-5, atol=0
+    )
 
 
 @pytest.mark.parametrize(
@@ -401,26 +423,89 @@ def test_row_blocks_equal_dense_at_500_nodes(make):
 
 
 def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
+    import pyg_progcl.losses.blockwise as blockwise
     import pyg_progcl.losses.similarity as similarity
 
     calls = []
     monkeypatch.setattr(similarity, "DENSE_MAX_NODES", 50)
     monkeypatch.setattr(similarity, "BLOCK_ELEMENTS", 60 * 20)
-    original = similarity._row_block
-    monkeypatch.setattr(similarity, "_row_block", lambda *a: calls.append(a[2:4]) or original(*a))
+    original = blockwise._Blocks.__init__
+
+    def record(self, u, v, start, stop, *args):
+        calls.append((start, stop))
+        original(self, u, v, start, stop, *args)
+
+    monkeypatch.setattr(blockwise._Blocks, "__init__", record)
     h1, h2 = views(n=60)
     out = InfoNCELoss(0.5)(h1, h2)
     torch.testing.assert_close(out, ref.grace(h1, h2, 0.5))
-    assert calls[:3] == [(0, 20), (20, 40), (40, 60)] and len(calls) == 6
+    assert calls == [(0, 20), (20, 40), (40, 60)]  # one pass serves both directions
+    out.backward()  # recomputes each block once
+    assert calls == [(0, 20), (20, 40), (40, 60)] * 2
+
+
+def test_losses_without_exp_sums_use_per_direction_row_blocks(monkeypatch):
+    import pyg_progcl.losses.similarity as similarity
+
+    calls = []
+    original = similarity._row_block
+    monkeypatch.setattr(similarity, "_row_block", lambda *a: calls.append(a[2:4]) or original(*a))
+    h1, h2 = views(n=60)
+    loss = ProGCLLoss(0.3, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=20)
+    torch.testing.assert_close(loss(h1, h2), ref.progcl_mix_one(h1, h2, 0.3, params(loss.mixture)))
+    assert calls == [(0, 20), (20, 40), (40, 60)] * 2
+    calls.clear()  # tiny τ: exponentials would underflow, so log-sum-exp per direction
+    torch.testing.assert_close(
+        InfoNCELoss(0.01, block_size=20)(h1, h2), ref.grace(h1, h2, 0.01), rtol=1e-9, atol=1e-9
+    )
+    assert len(calls) == 6
 
 
 def test_block_size_of_all_nodes_is_the_dense_path(monkeypatch):
+    import pyg_progcl.losses.blockwise as blockwise
     import pyg_progcl.losses.similarity as similarity
 
     def fail(*args):
         raise AssertionError("row blocks used")
 
     monkeypatch.setattr(similarity, "_row_block", fail)
+    calls = []
+    original = blockwise._Blocks.__init__
+
+    def record(self, u, v, start, stop, *args):
+        calls.append((start, stop))
+        original(self, u, v, start, stop, *args)
+
+    monkeypatch.setattr(blockwise._Blocks, "__init__", record)
     h1, h2 = views(n=20)
-    torch.testing.assert_close(InfoNCELoss(0.5, block_size=20)(h1, h2), ref.grace(h1, h2, 0.5))
-    torch.testing.assert_close(InfoNCELoss(0.5, block_size=10**6)(h1, h2), ref.grace(h1, h2, 0.5))
+    for block_size in (20, 10**6):
+        out = InfoNCELoss(0.5, block_size=block_size)(h1, h2)
+        torch.testing.assert_close(out, ref.grace(h1, h2, 0.5))
+        out.backward()  # the single block is kept for backward, not recomputed
+    assert calls == [(0, 20), (0, 20)]
+
+
+SUM_LOSSES = [
+    lambda: InfoNCELoss(0.4),
+    lambda: DebiasedInfoNCELoss(0.4, 0.1),
+    lambda: HardInfoNCELoss(0.4, 0.1, 1.0),
+    lambda: ProGCLLoss(0.4, mixture=fitted_mixture()),
+]
+
+
+@pytest.mark.parametrize("make", SUM_LOSSES)
+@pytest.mark.parametrize("block_size", [None, 6, 23])
+def test_one_pass_equals_per_direction_blocks(make, block_size):
+    # The same loss through both machineries: the one-pass ExpSums engine (the default)
+    # and the per-direction NegativeBlock path (small τ, sampled negatives, fallbacks).
+    from pyg_progcl.losses.similarity import contrastive_loss
+
+    loss = make()
+    h1, h2 = views(n=23)
+
+    def run(sums):
+        out = contrastive_loss(h1, h2, loss.tau, loss.log_negatives, block_size, sums=sums)
+        return (out, *torch.autograd.grad(out, (h1, h2)))
+
+    for a, b in zip(run(loss.exp_sums()), run(None)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_int, check_positive, check_views
+from .blockwise import ExpSums
 from .similarity import NegativeBlock, contrastive_loss
 
 
@@ -16,9 +17,9 @@ class ContrastiveLoss(torch.nn.Module):
     Args:
         tau: Temperature :math:`\tau > 0`.
         block_size: Anchors per row block (exact, ``O(B·N)`` memory, recomputed in
-            backward). ``None`` picks dense computation up to 4096 nodes and blocks of
+            backward). ``None`` picks dense computation up to 8192 nodes and blocks of
             ``2^23 / N`` anchors above; ``block_size >= N`` forces the dense path (fastest
-            where its ``~6 N²`` floats fit).
+            where its ``~5 N²`` floats fit).
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)
             instead of all ``2(N-1)``; ``None`` uses all of them.
     """
@@ -36,9 +37,19 @@ class ContrastiveLoss(torch.nn.Module):
     def reset_parameters(self):
         """Losses without state have nothing to reset."""
 
+    def exp_sums(self) -> ExpSums | None:
+        """How ``log Ng`` follows from exponential sums over the negatives, if it does
+        (:class:`~pyg_progcl.losses.blockwise.ExpSums`); such losses compute both
+        directions from one pass over row blocks."""
+        return None
+
     def log_negatives(self, block: NegativeBlock) -> Tensor:
         """``[B]`` shifted ``log Ng_i`` for the anchors of ``block``."""
-        raise NotImplementedError
+        spec = self.exp_sums()
+        if spec is None or spec.weight is not None:
+            raise NotImplementedError
+        log_sums = [block.log_sum_exp_both(scale) for scale in spec.scales]
+        return spec.combine(block.pos, log_sums, None, block.count)
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
         """Scalar loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``."""
@@ -49,7 +60,13 @@ class ContrastiveLoss(torch.nn.Module):
                 f"(got {self.num_negatives})"
             )
         return contrastive_loss(
-            h1, h2, self.tau, self.log_negatives, self.block_size, self.num_negatives
+            h1,
+            h2,
+            self.tau,
+            self.log_negatives,
+            self.block_size,
+            self.num_negatives,
+            sums=self.exp_sums(),
         )
 
     def extra_repr(self) -> str:
@@ -75,5 +92,9 @@ class InfoNCELoss(ContrastiveLoss):
     Args: see :class:`ContrastiveLoss`.
     """
 
-    def log_negatives(self, block: NegativeBlock) -> Tensor:
-        return block.log_sum_exp_both()
+    def exp_sums(self) -> ExpSums:
+        return ExpSums((1.0,), _log_first_sum)
+
+
+def _log_first_sum(pos: Tensor, log_sums: list[Tensor], log_weight_mean, count: int) -> Tensor:
+    return log_sums[0]

@@ -9,21 +9,23 @@ from torch import Tensor
 
 from .._checks import check_nonnegative, check_probability
 from .base import ContrastiveLoss
-from .similarity import NegativeBlock
+from .blockwise import ExpSums
 
 
-def debiased_log_negatives(block: NegativeBlock, log_neg: Tensor, tau_plus: float) -> Tensor:
-    r"""``log max((neg - τ⁺·M·pos) / (1 - τ⁺), M·e^{-1/τ})`` in the block's shifted log space.
+def debiased_log_negatives(
+    pos: Tensor, log_neg: Tensor, count: int, tau: float, tau_plus: float
+) -> Tensor:
+    r"""``log max((neg - τ⁺·M·pos) / (1 - τ⁺), M·e^{-1/τ})`` in the shifted log space.
 
     ``M = 2·count`` negatives per anchor (counted per anchor, not over the matrix). The
     difference is taken as ``log neg + log(1 - e^a)`` with ``a = log(τ⁺ M pos / neg)``, and
     is ``-inf`` (so the floor wins) when the correction exceeds ``neg``.
     """
-    m = 2 * block.count
-    log_floor = torch.full_like(log_neg, math.log(m) - 2.0 / block.tau)
+    m = 2 * count
+    log_floor = torch.full_like(log_neg, math.log(m) - 2.0 / tau)
     if tau_plus == 0:
         return torch.maximum(log_neg, log_floor)
-    a = math.log(tau_plus * m) + block.pos - log_neg
+    a = math.log(tau_plus * m) + pos - log_neg
     below = a < 0
     safe = torch.where(below, a, torch.full_like(a, -1.0))
     log_diff = log_neg + torch.log(-torch.expm1(safe)) - math.log1p(-tau_plus)
@@ -48,8 +50,11 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
         super().__init__(tau, **kwargs)
         self.tau_plus = check_probability("tau_plus", tau_plus, upper_open=True)
 
-    def log_negatives(self, block: NegativeBlock) -> Tensor:
-        return debiased_log_negatives(block, block.log_sum_exp_both(), self.tau_plus)
+    def exp_sums(self) -> ExpSums:
+        return ExpSums((1.0,), self._combine)
+
+    def _combine(self, pos: Tensor, log_sums: list[Tensor], _, count: int) -> Tensor:
+        return debiased_log_negatives(pos, log_sums[0], count, self.tau, self.tau_plus)
 
     def _options(self) -> dict:
         return {"tau_plus": self.tau_plus}
@@ -74,13 +79,17 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
         super().__init__(tau, tau_plus, **kwargs)
         self.beta = check_nonnegative("beta", beta)
 
-    def log_negatives(self, block: NegativeBlock) -> Tensor:
+    def exp_sums(self) -> ExpSums:
         if self.beta == 0:
-            return super().log_negatives(block)
+            return super().exp_sums()
+        return ExpSums((self.beta, 1 + self.beta), self._combine)
+
+    def _combine(self, pos: Tensor, log_sums: list[Tensor], _, count: int) -> Tensor:
+        if self.beta == 0:
+            return super()._combine(pos, log_sums, _, count)
         # Σ e^{(1+β)θ/τ} / mean e^{βθ/τ}; the shifts of numerator and mean cancel.
-        log_mean_imp = block.log_sum_exp_both(self.beta) - math.log(2 * block.count)
-        log_neg = block.log_sum_exp_both(1 + self.beta) - log_mean_imp
-        return debiased_log_negatives(block, log_neg, self.tau_plus)
+        log_neg = log_sums[1] - (log_sums[0] - math.log(2 * count))
+        return debiased_log_negatives(pos, log_neg, count, self.tau, self.tau_plus)
 
     def _options(self) -> dict:
         return {"tau_plus": self.tau_plus, "beta": self.beta}

@@ -7,11 +7,13 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
 from ..mixture import BetaMixture
-from .base import ContrastiveLoss
+from .base import ContrastiveLoss, _log_first_sum
+from .blockwise import ExpSums
 from .similarity import (
     NegativeBlock,
     dense_blocks,
     normalize_views,
+    row_chunks,
     sample_negative_similarities,
 )
 
@@ -94,8 +96,8 @@ class ProGCLLoss(ContrastiveLoss):
         check_views(h1, h2)
         u, v = normalize_views(h1, h2)
         block = next(dense_blocks(u, v, self.tau))
-        b = self._row_hardness(block)
-        return b * (block.count / b.sum(dim=1, keepdim=True))
+        log_b, log_mean_b, _ = self._log_hardness(block)
+        return torch.exp(log_b - log_mean_b.unsqueeze(1))
 
     def hardness(self, cosine: Tensor) -> Tensor:
         r""":math:`b = s' \, p(\mathrm{true\ neg.} \mid s')`, :math:`s' = (\theta + 1)/2`, any shape."""
@@ -103,7 +105,7 @@ class ProGCLLoss(ContrastiveLoss):
             return self._hardness_of(cosine.add(1.0).mul_(0.5))
 
     def _hardness_of(self, s: Tensor) -> Tensor:
-        """``b = s · σ(-D(s))`` in a few in-place elementwise passes, clamping ``s`` in place."""
+        """``b = s · σ(-D(s))``, overwriting ``s`` (clamped to the mixture's support)."""
         m = self.mixture
         a, b, c = m.log_odds_coefficients()
         s.clamp_(m.eps, 1.0 - m.eps)
@@ -111,68 +113,97 @@ class ProGCLLoss(ContrastiveLoss):
         # on the CPU: measured 4x and 13x slower than log + mul.)
         minus_d = torch.log(s).mul_(-a)
         minus_d.add_(torch.neg(s).log1p_(), alpha=-b).sub_(c)
-        return minus_d.sigmoid_().mul_(s)
+        return s.mul_(minus_d.sigmoid_())
 
-    def _block_hardness(self, block: NegativeBlock) -> Tensor:
-        """Detached ``b`` of the block's inter-view pairs; excluded entries are 0."""
+    def _block_log_hardness(self, block: NegativeBlock) -> tuple[Tensor, Tensor, Tensor]:
+        """``(log b, Σ_k b over dim 1, Σ_k b over dim 0)`` of the block's stored inter-view
+        matrix, detached; excluded entries hold ``-inf``. Computed once per block (once for
+        both dense directions: row sums serve one, column sums the other)."""
 
-        def fn(inter: Tensor) -> Tensor:
+        def make() -> tuple[Tensor, Tensor, Tensor]:
             with torch.no_grad():
-                # s' = (θ + 1)/2 = 1 + τ·logit/2 for the shifted logits (θ - 1)/τ.
-                s = torch.add(inter.new_ones(()), inter, alpha=block.tau / 2)
-                b = self._hardness_of(s)
-                return b.index_put_((block.rows(), block.excluded), b.new_zeros(()))
+                b = self._hardness_of_logits(block.native_inter)
+                b.index_put_((block.rows(), block.excluded), b.new_zeros(()))
+                sums = b.sum(dim=1), b.sum(dim=0)
+                return b.log_(), *sums
 
-        return block.elementwise_of_inter("hardness", fn, native=True)
+        return block.cached("log_hardness", make)
 
-    def _row_hardness(self, block: NegativeBlock) -> Tensor:
-        """``b`` in the block's native orientation (anchors along ``1 - block.dim``), each
-        anchor's values rescaled where their maximum is tiny (weights are scale-free).
+    def _log_hardness(self, block: NegativeBlock) -> tuple[Tensor, Tensor, bool]:
+        """``(log b, log mean_k b, shared)`` for the block's anchors (``log b`` in the stored
+        orientation, negatives along ``block.dim``).
 
-        An anchor whose every ``b`` underflowed to 0 gets uniform weights (GRACE's row).
+        Weights are scale-free, so ``b`` stays exact in log space however small it is. An
+        anchor whose ``b`` all underflowed (sum below ``2^24`` times the smallest normal
+        float) gets uniform weights, i.e. GRACE's row; then ``shared`` is ``False`` and the
+        returned ``log b`` is a corrected copy.
         """
-        b = self._block_hardness(block)
-        row_max = b.amax(dim=block.dim, keepdim=True)
-        small = row_max < 1e-20
-        if bool(small.any()):
-            uniform = torch.ones_like(b).index_put_((block.rows(), block.excluded), b.new_zeros(()))
-            b = torch.where(row_max > 0, b / row_max.clamp_min(1e-38), uniform)
-            b = torch.where(small, b, self._block_hardness(block))
-        return b
+        log_b, *sums = self._block_log_hardness(block)
+        sum_b = sums[1 - block.dim]
+        small = sum_b < torch.finfo(sum_b.dtype).tiny * 2.0**24
+        if not bool(small.any()):
+            return log_b, torch.log(sum_b / block.count), True
+        anchors = small.unsqueeze(block.dim)
+        log_b = torch.where(anchors, log_b.new_zeros(()), log_b)
+        excluded = (block.rows(), block.excluded)
+        log_b = log_b.index_put_(excluded, log_b.new_tensor(float("-inf")))
+        sum_b = torch.where(small, sum_b.new_tensor(float(block.count)), sum_b)
+        return log_b, torch.log(sum_b / block.count), False
+
+    def exp_sums(self) -> ExpSums | None:
+        if not self.fitted:
+            return ExpSums((1.0,), _log_first_sum)
+        if self.mode == "mix":
+            return None
+        return ExpSums((1.0,), _log_weighted_sum, self._hardness_of_logits)
+
+    def _hardness_of_logits(self, logits: Tensor) -> Tensor:
+        """Detached ``b`` of shifted inter-view logits: ``s' = (θ + 1)/2 = 1 + τ·logit/2``.
+
+        Computed in cache-sized row chunks (see :func:`row_chunks`).
+        """
+        with torch.no_grad():
+            b = torch.empty_like(logits)
+            one = logits.new_ones(())
+            for rows in row_chunks(logits):
+                self._hardness_of(torch.add(one, logits[rows], alpha=self.tau / 2, out=b[rows]))
+            return b
 
     def log_negatives(self, block: NegativeBlock) -> Tensor:
         if not self.fitted:
             return block.log_sum_exp_both()
-        b = self._row_hardness(block)
         if self.mode == "weight":
-            return self._log_weighted(block, b)
-        return torch.logaddexp(block.log_sum_exp_both(), self._log_mixed(block, b))
+            return self._log_weighted(block)
+        return torch.logaddexp(block.log_sum_exp_both(), self._log_mixed(block))
 
-    def _log_weighted(self, block: NegativeBlock, b: Tensor) -> Tensor:
+    def _log_weighted(self, block: NegativeBlock) -> Tensor:
         """``log Σ_k w_ik (e^{inter_ik} + e^{intra_ik})`` with ``w = b / mean b``.
 
         Each product is one ``exp(logit + log b)``, whose backward is a single product;
         the dense path's inter-view one serves both directions (rows, then columns).
         """
-        log_mean_b = torch.log(b.sum(dim=block.dim) / block.count)
-        shared = b is self._block_hardness(block)  # not rescaled: cacheable
-        log_b = block.cached("log_hardness", lambda: torch.log(b)) if shared else torch.log(b)
+        log_b, log_mean_b, shared = self._log_hardness(block)
         if block.exp_fits():
-            if shared:
-                inter = block.cached("weighted_exp", lambda: torch.exp(block.native_inter + log_b))
-            else:
-                inter = torch.exp(block.native_inter + log_b)
-            intra = torch.exp(block.intra + log_b)  # intra-view matrices are symmetric
+
+            def weighted_inter() -> Tensor:
+                return torch.add(block.native_inter, log_b).exp_()
+
+            inter = block.cached("weighted_exp", weighted_inter) if shared else weighted_inter()
+            intra = torch.add(block.intra, log_b).exp_()  # intra-view matrices are symmetric
             return torch.log(inter.sum(dim=block.dim) + intra.sum(dim=block.dim)) - log_mean_b
         log_b = log_b.T if block.transposed else log_b
         inter = block.log_sum_exp(block.inter + log_b)
         return torch.logaddexp(inter, block.log_sum_exp(block.intra + log_b)) - log_mean_b
 
-    def _log_mixed(self, block: NegativeBlock, b: Tensor) -> Tensor:
+    def _log_mixed(self, block: NegativeBlock) -> Tensor:
         """``log Σ_a e^{θ_mix(a)/τ}`` (shifted) over the ``num_mix`` hardest negatives."""
         k = min(self.num_mix, block.count)
-        b = b.T if block.transposed else b
-        b_top, idx = torch.topk(b, k, dim=1)
+        log_b = self._log_hardness(block)[0]
+        log_b = log_b.T if block.transposed else log_b
+        log_top, idx = torch.topk(log_b, k, dim=1)
+        b_top = torch.exp(log_top)
+        tiny = b_top[:, :1] < 1e-20  # rescale (b is scale-free) so that ε stays negligible
+        b_top = torch.where(tiny, torch.exp(log_top - log_top[:, :1]), b_top)
         theta = (block.inter.gather(1, idx) * block.tau + 1.0).clamp(min=-1.0)
         perm = torch.randperm(k, device=theta.device)
         mixed = (b_top * theta + b_top[:, perm] * theta[:, perm]) / (
@@ -185,3 +216,8 @@ class ProGCLLoss(ContrastiveLoss):
         if self.mode == "mix":
             opts["num_mix"] = self.num_mix
         return opts
+
+
+def _log_weighted_sum(pos: Tensor, log_sums: list[Tensor], log_weight_mean: Tensor, count: int):
+    """``log Σ_k w_k e^{logit_k}`` with ``w = b / mean b``."""
+    return log_sums[0] - log_weight_mean
