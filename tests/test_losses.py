@@ -380,6 +380,20 @@ def test_progcl_weight_with_underflowing_posterior_falls_back_to_uniform(block_s
     torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2))
 
 
+@pytest.mark.parametrize("block_size", [None, 7])
+def test_progcl_weight_with_underflowing_weighted_terms_stays_finite(block_size):
+    # Orthogonal views at τ = 0.03: every negative has e^{logit} = e^{-33}; with b = 1e-31
+    # (whose sums are still normal floats) each b·e^{logit} underflows to 0 in float32.
+    # The weights are uniform, so the loss is GRACE's; log-sum-exp must recover it.
+    h = torch.eye(20).requires_grad_()
+    loss = ProGCLLoss(0.03, mixture=fitted_mixture().float(), block_size=block_size)
+    loss._hardness_of_logits = lambda logits: torch.full_like(logits, 1e-31)
+    out = loss(h, h)
+    torch.testing.assert_close(out, InfoNCELoss(0.03)(h, h))
+    (grad,) = torch.autograd.grad(out, h)
+    assert torch.isfinite(grad).all()
+
+
 @pytest.mark.parametrize("block_size", [None, 5])
 def test_progcl_weight_with_tiny_hardness_stays_exact(block_size):
     # Cosines ~0.98 under a mixture that calls them false negatives: b ~ 1e-24 .. 1e-28,

@@ -54,8 +54,8 @@ def blockwise_loss(u: Tensor, v: Tensor, tau: float, spec: ExpSums, block_size: 
     """``J = (1/2N) Σ_i [ℓ(u_i) + ℓ(v_i)]`` of unit rows ``u``, ``v`` in row blocks.
 
     Raises:
-        FloatingPointError: when some anchor's weights sum to (almost) zero; the caller
-            falls back to the per-direction path, which handles that case.
+        FloatingPointError: when some anchor's weights or weighted sums are (almost) zero;
+            the caller falls back to the per-direction path, which works in log space.
     """
     return _Blockwise.apply(u, v, tau, spec, block_size)
 
@@ -127,6 +127,8 @@ class _Blockwise(torch.autograd.Function):
         tiny = torch.finfo(u.dtype).tiny * 2.0**24
         if spec.weight is not None and bool((torch.minimum(wu, wv) < tiny).any()):
             raise FloatingPointError("an anchor's weights underflowed")
+        if bool((torch.minimum(su, sv) < tiny).any()):  # weighted terms below float range
+            raise FloatingPointError("an anchor's exponential sum underflowed")
         pos = ((u * v).sum(1) - 1.0) / tau
         ctx.save_for_backward(u, v, pos, su, sv, wu, wv)
         ctx.tau, ctx.spec, ctx.block_size, ctx.kept = tau, spec, block_size, kept

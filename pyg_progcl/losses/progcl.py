@@ -190,10 +190,12 @@ class ProGCLLoss(ContrastiveLoss):
 
             inter = block.cached("weighted_exp", weighted_inter) if shared else weighted_inter()
             intra = torch.add(block.intra, log_b).exp_()  # intra-view matrices are symmetric
-            return torch.log(inter.sum(dim=block.dim) + intra.sum(dim=block.dim)) - log_mean_b
-        log_b = log_b.T if block.transposed else log_b
-        inter = block.log_sum_exp(block.inter + log_b)
-        return torch.logaddexp(inter, block.log_sum_exp(block.intra + log_b)) - log_mean_b
+            total = inter.sum(dim=block.dim) + intra.sum(dim=block.dim)
+            if bool((total > torch.finfo(total.dtype).tiny).all()):
+                return torch.log(total) - log_mean_b
+        log_b = log_b.T if block.transposed else log_b  # log-sum-exp: no term underflows
+        inter = torch.logsumexp(block.inter + log_b, dim=1)
+        return torch.logaddexp(inter, torch.logsumexp(block.intra + log_b, dim=1)) - log_mean_b
 
     def _log_mixed(self, block: NegativeBlock) -> Tensor:
         """``log Σ_a e^{θ_mix(a)/τ}`` (shifted) over the ``num_mix`` hardest negatives."""
