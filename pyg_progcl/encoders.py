@@ -44,6 +44,28 @@ def _csr_adjacency_t(
 
 #: Convolutions whose sparse aggregation (``message_and_aggregate``) needs no edge features.
 SPARSE_CONVS = (GCNConv, SAGEConv, GINConv, GraphConv)
+#: Convolutions whose first operation on ``x`` is a linear map, which takes a sparse ``x``.
+LINEAR_FIRST_CONVS = (GCNConv,)
+#: Dense CPU feature matrices with at most this share of non-zeros enter the first layer as
+#: sparse CSR matrices (bag-of-words features: Cora 1.3 %, CiteSeer 0.9 %, Coauthor 0.9 %).
+SPARSE_FEATURE_DENSITY = 0.1
+
+
+def sparse_features(x: Tensor) -> Tensor:
+    """``x`` as a CSR matrix if it is a dense CPU feature matrix (without gradient) with at
+    most :data:`SPARSE_FEATURE_DENSITY` non-zeros, else ``x`` itself.
+
+    ``x @ W`` then costs ``O(nnz · out)`` instead of ``O(N · in · out)``: a CiteSeer view's
+    GCN forward + backward measured 105 ms instead of 341 ms (3703 features, 0.9 % non-zero).
+    """
+    if x.layout != torch.strided or x.device.type != "cpu" or x.dim() != 2 or x.requires_grad:
+        return x
+    if int(torch.count_nonzero(x)) > SPARSE_FEATURE_DENSITY * x.numel():
+        return x
+    with warnings.catch_warnings():  # torch's one-time "CSR support is in beta" notice
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
+        return x.to_sparse_csr()
+
 
 #: Slope of the reference code's ``'rrelu'``: ``F.rrelu`` defaults to
 #: ``training=False`` and then is a leaky ReLU of slope ``(lower + upper) / 2``.
@@ -202,6 +224,9 @@ class GCNEncoder(_StackEncoder):
             aggregation without edge features (GCNConv, SAGEConv, GINConv,
             GraphConv). Graphs with self-loops or repeated edges keep the edge list,
             so both paths give the same result. (default: :obj:`None`)
+        sparse_features (bool, optional): Hand mostly-zero CPU feature matrices to the
+            first layer as sparse CSR matrices (:func:`sparse_features`) when it starts
+            with a linear map (GCNConv). (default: :obj:`True`)
     """
 
     def __init__(
@@ -213,6 +238,7 @@ class GCNEncoder(_StackEncoder):
         activation: Activation = "relu",
         conv_kwargs: Optional[dict[str, Any]] = None,
         sparse: Optional[bool] = None,
+        sparse_features: bool = True,
     ):
         if not (isinstance(conv, type) and issubclass(conv, torch.nn.Module)):
             raise ValueError(f"`conv` must be a PyG convolution class (got {conv!r})")
@@ -224,6 +250,7 @@ class GCNEncoder(_StackEncoder):
         self._edge_weight_arg = _edge_weight_keyword(conv)
         self._sparse_arg = sparse
         self.sparse = conv in SPARSE_CONVS if sparse is None else bool(sparse)
+        self.sparse_features = bool(sparse_features) and conv in LINEAR_FIRST_CONVS
         self._build_layers(lambda a, b: conv(a, b, **self.conv_kwargs))
 
     def forward(
@@ -246,6 +273,8 @@ class GCNEncoder(_StackEncoder):
         adj = None
         if self.sparse and not is_sparse(edge_index):
             adj = _csr_adjacency_t(edge_index, edge_weight, x)
+        if self.sparse_features:
+            x = sparse_features(x)
         if adj is not None:
             edge_index = adj
         elif edge_weight is not None:
@@ -265,9 +294,9 @@ class MLPEncoder(_StackEncoder):
     https://arxiv.org/abs/2110.02027).
 
     It takes the same constructor and :meth:`forward` arguments as
-    :class:`GCNEncoder`, so swapping the two is a one-word change; ``conv`` and
-    ``conv_kwargs`` are accepted and ignored, and so are ``edge_index`` and
-    ``edge_weight``.
+    :class:`GCNEncoder`, so swapping the two is a one-word change; ``conv``,
+    ``conv_kwargs`` and ``sparse`` are accepted and ignored, and so are ``edge_index``
+    and ``edge_weight``.
 
     Args:
         in_channels (int): Size of each input node feature.
@@ -277,6 +306,8 @@ class MLPEncoder(_StackEncoder):
         activation (str, torch.nn.Module or callable, optional): As in
             :class:`GCNEncoder`. (default: :obj:`'relu'`)
         conv_kwargs (dict, optional): Ignored.
+        sparse (bool, optional): Ignored.
+        sparse_features (bool, optional): As in :class:`GCNEncoder`. (default: :obj:`True`)
     """
 
     def __init__(
@@ -287,8 +318,11 @@ class MLPEncoder(_StackEncoder):
         conv: Optional[type] = None,
         activation: Activation = "relu",
         conv_kwargs: Optional[dict[str, Any]] = None,
+        sparse: Optional[bool] = None,
+        sparse_features: bool = True,
     ):
         super().__init__(in_channels, hidden_channels, num_layers, activation)
+        self.sparse_features = bool(sparse_features)
         self._build_layers(torch.nn.Linear)
 
     def forward(
@@ -298,6 +332,8 @@ class MLPEncoder(_StackEncoder):
         edge_weight: Optional[Tensor] = None,
     ) -> Tensor:
         r"""Returns node embeddings ``[num_nodes, hidden_channels]``; the graph is ignored."""
+        if self.sparse_features:
+            x = sparse_features(x)
         for layer, act in zip(self.layers, self.activations):
             x = act(layer(x))
         return x

@@ -383,3 +383,33 @@ def test_recomputed_views_equal_kept_views_in_value_and_gradient(monkeypatch):
     assert len(calls) == 2  # only the recomputing model checkpoints, once per view
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("encoder_cls", [GCNEncoder, MLPEncoder])
+def test_sparse_features_equal_dense_features_in_value_and_gradient(encoder_cls):
+    from pyg_progcl.encoders import sparse_features
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(60, 50, generator=g) * (torch.rand(60, 50, generator=g) < 0.05)  # ~5 %
+    assert sparse_features(x).layout == torch.sparse_csr
+    dense_x = torch.rand(60, 50, generator=g)
+    assert sparse_features(dense_x) is dense_x  # dense features stay dense
+    assert sparse_features(x.requires_grad_()) is x  # features that need a gradient too
+    x = x.detach()
+    edge_index = to_undirected(torch.randint(60, (2, 200), generator=g))
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    outs = []
+    for flag in (True, False):
+        torch.manual_seed(0)
+        enc = encoder_cls(50, 8, sparse_features=flag)
+        z = enc(x, edge_index)
+        outs.append((z, torch.autograd.grad(z.square().sum(), list(enc.parameters()))))
+    torch.testing.assert_close(outs[0][0], outs[1][0])
+    for a, b in zip(outs[0][1], outs[1][1]):
+        torch.testing.assert_close(a, b)
+
+
+def test_sparse_features_only_for_convs_that_start_with_a_linear_map():
+    assert GCNEncoder(5, 4).sparse_features
+    assert not GCNEncoder(5, 4, conv=SAGEConv).sparse_features
+    assert not GCNEncoder(5, 4, sparse_features=False).sparse_features
