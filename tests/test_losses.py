@@ -220,6 +220,25 @@ def test_progcl_fit_warm_starts_and_is_no_grad():
     assert h1.grad is None
 
 
+@pytest.mark.parametrize("n, num_samples", [(300, 5000), (300, 100_000), (20, 500)])
+def test_sampled_similarities_are_negatives_of_the_inter_view_matrix(n, num_samples):
+    # Grid sample (300 nodes, 5000 pairs) and the independent pairs of small graphs or
+    # large M: exactly M values, all off-diagonal entries of u·vᵀ, never a positive.
+    from pyg_progcl.losses import sample_negative_similarities
+
+    h1, h2 = views(n=n, d=8, grad=False)
+    theta = sample_negative_similarities(h1, h2, num_samples, torch.Generator().manual_seed(0))
+    assert theta.shape == (num_samples,)
+    u, v = torch.nn.functional.normalize(h1, dim=1), torch.nn.functional.normalize(h2, dim=1)
+    full = u @ v.T
+    off = full[~torch.eye(n, dtype=torch.bool)]
+    hits = (theta[:2000].unsqueeze(1) - off.unsqueeze(0)).abs().amin(1)
+    assert float(hits.max()) < 1e-12  # every sample is an off-diagonal entry
+    assert not torch.isin(theta, full.diagonal()).any()
+    # and their distribution is that of all negatives (mean within 5 standard errors)
+    assert abs(float(theta.mean() - off.mean())) < 5 * float(off.std()) / min(n, 63) ** 0.5
+
+
 def test_progcl_state_dict_round_trip():
     h1, h2 = views(n=40)
     loss = ProGCLLoss(0.5, num_samples=4000)
