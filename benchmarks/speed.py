@@ -5,10 +5,12 @@ Adam step; for ProGCL also ``ProGCLLoss.fit`` (the online refit), timed separate
 Every (dataset, method) row runs in its own subprocess so that its peak memory is its own
 (peak RSS on the CPU, ``torch.cuda.max_memory_allocated`` on a GPU). The matmul throughput
 of this machine is measured in the same run, and the time the GRACE step's matrix
-products need at that throughput is printed beside the measurement. A further process
-interleaves one step of every method per round and reports the median within-round ratio
-to GRACE: separate processes on a shared machine drift apart by ±10 %, interleaved steps
-see the same machine state.
+products need at that throughput is printed beside the measurement. Each row runs
+``--repeats`` times (default 3), the methods in alternating order (ABBA), and reports the
+medians; the ratio to GRACE comes with its range over the repeats. (On this shared VM one
+configuration's step time varied by up to ±25 % between processes; interleaving the
+methods' steps inside one process was tried and rejected: with multi-GB matrices each
+method's page faults depend on what the other freed, and the ratio swung 0.86–1.45.)
 
     python benchmarks/speed.py                         # Cora and Amazon-Photo, CPU
     python benchmarks/speed.py --device cuda --steps 50
@@ -137,7 +139,7 @@ class Stepper:
             self.loss_fn.fit(h1.detach(), h2.detach())
             _sync(self.device)
         end = time.perf_counter()
-        return end - start, end - fit_start, float(loss)
+        return end - start, end - fit_start, loss.item()
 
 
 def run_one(args) -> dict:
@@ -179,25 +181,6 @@ def run_one(args) -> dict:
     }
 
 
-def run_interleaved(args) -> dict[str, float]:
-    """Step-time ratio of each method to GRACE with their steps interleaved in one process.
-
-    Every round runs one step of each method in turn; the ratio is the median over rounds
-    of ``t_method / t_grace`` within a round, so that a drift in the machine's speed
-    (other load, frequency) hits both sides of each ratio alike.
-    """
-    device = torch.device(args.device)
-    data = load_dataset(args.dataset, args.root).to(device)
-    steppers = {m: Stepper(m, data, args, device) for m in args.methods}
-    ratios: dict[str, list[float]] = {m: [] for m in args.methods}
-    for i in range(args.warmup + args.steps):
-        times = {m: stepper.step()[0] for m, stepper in steppers.items()}
-        if i >= args.warmup:
-            for m in args.methods:
-                ratios[m].append(times[m] / times["grace"])
-    return {m: statistics.median(r) for m, r in ratios.items()}
-
-
 def _worker(args, dataset: str, block_size: str, *extra: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--dataset", dataset, *extra]
     cmd += ["--device", args.device, "--root", str(args.root)]
@@ -210,20 +193,32 @@ def _worker(args, dataset: str, block_size: str, *extra: str) -> dict:
 
 
 def run_all(args) -> list[dict]:
+    """Every (dataset, method) row ``--repeats`` times, each in its own process, the methods
+    in alternating order (ABBA); a row reports the medians over its processes."""
     rows = []
     for dataset in args.datasets:
         for block_size in args.block_sizes:
-            new = [_worker(args, dataset, block_size, "--method", m) for m in args.methods]
-            if args.interleave and "grace" in args.methods and len(args.methods) > 1:
-                ratios = _worker(
-                    args, dataset, block_size, "--interleave-worker", "--methods", *args.methods
-                )
-                for row in new:
-                    row["interleaved_ratio"] = ratios[row["method"]]
-            for row in new:
-                rows.append(row)
-                print(_format_row(row, rows), flush=True)
+            runs: dict[str, list[dict]] = {m: [] for m in args.methods}
+            for rep in range(args.repeats):
+                for m in args.methods if rep % 2 == 0 else args.methods[::-1]:
+                    runs[m].append(_worker(args, dataset, block_size, "--method", m))
+            for m in args.methods:
+                rows.append(_combine(runs[m], runs.get("grace", runs[m])))
+                print(_format_row(rows[-1], rows), flush=True)
     return rows
+
+
+def _combine(runs: list[dict], grace: list[dict]) -> dict:
+    """One row from repeated processes: medians, the peak's maximum, and the range of the
+    step-time ratio to GRACE over the repeats (repeat ``i`` against GRACE's repeat ``i``)."""
+    row = dict(runs[0])
+    for key in ("step_s", "refit_s", "matmul_bound_s", "loss"):
+        row[key] = statistics.median(r[key] for r in runs)
+    row["peak_mb"] = max(r["peak_mb"] for r in runs)
+    row["step_s_runs"] = [r["step_s"] for r in runs]
+    ratios = [r["step_s"] / g["step_s"] for r, g in zip(runs, grace)]
+    row["ratio_range"] = (min(ratios), max(ratios))
+    return row
 
 
 def _format_row(row: dict, rows: list[dict]) -> str:
@@ -239,22 +234,21 @@ def _format_row(row: dict, rows: list[dict]) -> str:
     )
     return (
         f"| {row['dataset']} | {row['method']} | {row['path']} | {row['step_s'] * 1e3:.0f} "
-        f"| {row['step_s'] / grace['step_s']:.2f}x | {_interleaved(row)} | {row['refit_s'] * 1e3:.1f} "
+        f"| {row['step_s'] / grace['step_s']:.2f}x ({_ratio_range(row)}) | {row['refit_s'] * 1e3:.1f} "
         f"({100 * row['refit_s'] / row['step_s']:.1f}%) | {row['matmul_bound_s'] * 1e3:.0f} "
         f"({row['step_s'] / row['matmul_bound_s']:.2f}x) | {row['peak_mb']:.0f} |"
     )
 
 
-def _interleaved(row: dict) -> str:
-    ratio = row.get("interleaved_ratio")
-    return "–" if ratio is None else f"{ratio:.2f}x"
+def _ratio_range(row: dict) -> str:
+    low, high = row.get("ratio_range", (1.0, 1.0))
+    return f"{low:.2f}–{high:.2f}"
 
 
 HEADER = (
-    "| dataset | method | loss path | step (ms) | vs GRACE (separate runs) "
-    "| vs GRACE (interleaved) | refit (ms, % of step) "
-    "| GRACE matmul bound (ms, step / bound) | peak memory (MB) |\n"
-    "|---|---|---|---|---|---|---|---|---|"
+    "| dataset | method | loss path | step (ms) | vs GRACE (range over repeats) "
+    "| refit (ms, % of step) | GRACE matmul bound (ms, step / bound) | peak memory (MB) |\n"
+    "|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -276,19 +270,18 @@ def main(argv=None):
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "speed.md")
     p.add_argument(
-        "--no-interleave",
-        dest="interleave",
-        action="store_false",
-        help="skip the side-by-side run that interleaves the methods' steps in one process",
+        "--repeats",
+        type=int,
+        default=3,
+        help="processes per row, the methods in alternating order; rows report medians",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--interleave-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dataset", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
     p.add_argument("--block-size", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(run_interleaved(args) if args.interleave_worker else run_one(args)))
+        print(json.dumps(run_one(args)))
         return
     head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median); hidden = proj = {args.hidden}."
     print(head)
