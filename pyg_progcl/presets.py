@@ -88,7 +88,7 @@ class TrainConfig:
         num_samples: ProGCL: similarities sampled per mixture fit (``None``:
             the loss's default).
         num_mix: ProGCL-mix: hardest negatives mixed per anchor (K).
-        block_size: Row block of the loss computation (``None``: dense up to 8192
+        block_size: Row block of the loss computation (``None``: dense up to 4096
             nodes, automatic row blocks above).
         num_negatives: ``k`` sampled negatives per anchor and view instead of all
             (``None``: all; GRACE's ogbn-arxiv setting is 2048).

@@ -17,7 +17,7 @@ class ContrastiveLoss(torch.nn.Module):
     Args:
         tau: Temperature :math:`\tau > 0`.
         block_size: Anchors per row block (exact, ``O(B·N)`` memory, recomputed in
-            backward). ``None`` picks dense computation up to 8192 nodes and blocks of
+            backward). ``None`` picks dense computation up to 4096 nodes and blocks of
             ``2^23 / N`` anchors above; ``block_size >= N`` forces the dense path (fastest
             where its ``~5 N²`` floats fit).
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)

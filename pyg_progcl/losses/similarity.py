@@ -36,7 +36,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 #: Above this many nodes the losses switch to row blocks when ``block_size`` is ``None``.
-DENSE_MAX_NODES = 8192
+DENSE_MAX_NODES = 4096
 #: Elements of one ``B×N`` block chosen automatically (32 MiB per float32 matrix).
 BLOCK_ELEMENTS = 1 << 23
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` stays a normal float32.
