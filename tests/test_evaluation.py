@@ -101,6 +101,12 @@ def test_grace_protocol_normalises_embeddings_and_cross_validates():
     z, y = clusters(spread=2.0)
     out = grace_protocol(z, y, seed=0, c_grid=[0.01, 1.0, 100.0])
     assert 0.5 < out["accuracy"] <= 1.0 and out["C"][0] in (0.01, 1.0, 100.0)
+    # GRACE's @repeat(3): three random splits, their mean reported.
+    assert len(out["accuracies"]) == 3 and out["accuracy"] == pytest.approx(
+        sum(out["accuracies"]) / 3
+    )
+    one = grace_protocol(z, y, seed=0, repeats=1, c_grid=[0.01, 1.0, 100.0])
+    assert one["accuracies"] == out["accuracies"][:1]
     # L2 normalisation: rescaling each row changes nothing.
     scale = torch.rand(len(y), 1, generator=torch.Generator().manual_seed(0)) * 100 + 0.01
     again = grace_protocol(z * scale, y, seed=0, c_grid=[0.01, 1.0, 100.0])
