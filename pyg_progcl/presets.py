@@ -14,8 +14,9 @@ Base rows:
   of memory there.
 * Cora / CiteSeer / PubMed: GRACE's configurations (Zhu et al., 2020; uniform
   augmentation, GRACE protocol). ProGCL published no configuration for these
-  200-epoch runs; its warm-up is half the epochs (100), so that the mixture is
-  refitted online during the second half.
+  200-epoch runs; it runs on GRACE's backbone (uniform augmentation, so that
+  against GRACE only the loss differs) and its warm-up is half the epochs (100),
+  so that the mixture is refitted online during the second half.
 * ogbn-arxiv: no published full-graph configuration (GRACE ran out of memory);
   a WikiCS-like configuration with row-blocked loss computation.
 * ogbn-products: no published configuration either; the arxiv row trained in
@@ -23,8 +24,9 @@ Base rows:
   activations on most machines).
 * synthetic: the built-in graph; small and fast.
 
-Method deltas: ``grace`` uses uniform edge dropping / feature masking;
-``gca`` and ``progcl-*`` the adaptive (eigenvector-centrality) augmentation;
+Method deltas: ``grace`` uses uniform edge dropping / feature masking; ``gca`` the
+adaptive (eigenvector-centrality) augmentation; ``progcl-*`` the dataset's backbone
+(evc on ProGCL's datasets, uniform on GRACE's and on the built-in graph);
 ``dcl`` (τ⁺ = 0.1) and ``hcl`` (τ⁺ = 0.1, β = 1.0, the HCL paper's defaults for
 graphs) the uniform GRACE-style backbone.
 """
@@ -260,8 +262,8 @@ METHOD_PRESETS: dict[str, dict[str, Any]] = {
     "gca": dict(augmentation="evc"),
     "dcl": dict(augmentation="uniform", tau_plus=0.1),
     "hcl": dict(augmentation="uniform", tau_plus=0.1, beta=1.0),
-    "progcl-weight": dict(augmentation="evc"),
-    "progcl-mix": dict(augmentation="evc", num_mix=1000),
+    "progcl-weight": dict(),  # the dataset's backbone: GCA's (evc) or GRACE's (uniform)
+    "progcl-mix": dict(num_mix=1000),
 }
 
 

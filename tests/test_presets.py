@@ -55,7 +55,8 @@ def test_grace_presets_match_the_published_configs(row):
 def test_method_deltas():
     assert get_preset("Amazon-Photo", "grace").augmentation == "uniform"
     assert get_preset("Cora", "gca").augmentation == "evc"
-    assert get_preset("Cora", "progcl-mix").augmentation == "evc"
+    assert get_preset("Cora", "progcl-mix").augmentation == "uniform"  # GRACE's backbone
+    assert get_preset("Amazon-Photo", "progcl-mix").augmentation == "evc"  # GCA's
     assert get_preset("Cora", "progcl-weight").warmup_epochs == 100  # half of 200
     hcl = get_preset("Cora", "hcl")
     assert (hcl.tau_plus, hcl.beta, hcl.augmentation) == (0.1, 1.0, "uniform")
