@@ -542,3 +542,18 @@ def test_one_pass_equals_per_direction_blocks(make, block_size):
 
     for a, b in zip(run(loss.exp_sums()), run(None)):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_progcl_blocks_keep_or_recompute_their_weights_alike(monkeypatch):
+    import pyg_progcl.losses.blockwise as blockwise
+
+    h1, h2 = views(n=60)
+    loss = ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=16)
+    kept = loss(h1, h2)
+    g_kept = torch.autograd.grad(kept, (h1, h2))
+    monkeypatch.setattr(blockwise, "KEEP_WEIGHT_ELEMENTS", 0)  # recompute in backward
+    again = loss(h1, h2)
+    torch.testing.assert_close(again, kept, rtol=0, atol=0)
+    for a, b in zip(torch.autograd.grad(again, (h1, h2)), g_kept):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(kept, ref.progcl_weight(h1, h2, 0.4, params(loss.mixture)))

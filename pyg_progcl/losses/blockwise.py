@@ -25,6 +25,10 @@ from torch.autograd.function import once_differentiable
 
 from .similarity import EXP_SPAN, row_chunks
 
+#: Row-blocked losses keep their blocks' weights for backward (instead of recomputing
+#: them) up to this many ``N²`` elements in all (256 MiB of float32; Amazon-Photo fits).
+KEEP_WEIGHT_ELEMENTS = 1 << 26
+
 #: ``combine(pos, log_sums, log_weight_mean, count) -> log Ng`` on ``[N]`` vectors.
 Combine = Callable[[Tensor, list[Tensor], Optional[Tensor], int], Tensor]
 
@@ -63,7 +67,16 @@ def blockwise_loss(u: Tensor, v: Tensor, tau: float, spec: ExpSums, block_size: 
 class _Blocks:
     """The shifted, masked Gram blocks of anchors ``start:stop`` and their weights."""
 
-    def __init__(self, u: Tensor, v: Tensor, start: int, stop: int, tau: float, spec: ExpSums):
+    def __init__(
+        self,
+        u: Tensor,
+        v: Tensor,
+        start: int,
+        stop: int,
+        tau: float,
+        spec: ExpSums,
+        w: Optional[Tensor] = None,
+    ):
         rows = torch.arange(stop - start, device=u.device)
         self.diag = (rows, rows + start)
         us, vs = u[start:stop] / tau, v[start:stop] / tau
@@ -71,8 +84,8 @@ class _Blocks:
         self.uv = self._masked(torch.addmm(shift, us, v.T))
         self.uu = self._masked(torch.addmm(shift, us, u.T))
         self.vv = self._masked(torch.addmm(shift, vs, v.T))
-        self.w = None
-        if spec.weight is not None:
+        self.w = w
+        if w is None and spec.weight is not None:
             self.w = spec.weight(self.uv).index_put_(self.diag, u.new_zeros(()))
 
     def _masked(self, logits: Tensor) -> Tensor:
@@ -113,13 +126,16 @@ class _Blockwise(torch.autograd.Function):
         num = len(spec.scales)
         su, sv = u.new_zeros(num, n), u.new_zeros(num, n)
         wu, wv = u.new_zeros(n), u.new_zeros(n)
-        kept = []
+        kept, weights = [], []
+        keep_weights = spec.weight is not None and n * n <= KEEP_WEIGHT_ELEMENTS
         for start in range(0, n, block_size):
             stop = min(start + block_size, n)
             blocks = _Blocks(u, v, start, stop, tau, spec)
             if blocks.w is not None:
                 wu[start:stop] = blocks.w.sum(1)
                 wv += blocks.w.sum(0)
+                if keep_weights and block_size < n:
+                    weights.append(blocks.w)
             exps, su[:, start:stop], block_sv = blocks.exps(spec.scales, sums=True)
             sv += block_sv
             if block_size >= n:  # one block: keep it for backward instead of recomputing
@@ -131,7 +147,8 @@ class _Blockwise(torch.autograd.Function):
             raise FloatingPointError("an anchor's exponential sum underflowed")
         pos = ((u * v).sum(1) - 1.0) / tau
         ctx.save_for_backward(u, v, pos, su, sv, wu, wv)
-        ctx.tau, ctx.spec, ctx.block_size, ctx.kept = tau, spec, block_size, kept
+        ctx.tau, ctx.spec, ctx.block_size = tau, spec, block_size
+        ctx.kept, ctx.weights = kept, weights
         return _objective(pos, su, sv, wu, wv, spec, n)
 
     @staticmethod
@@ -146,9 +163,10 @@ class _Blockwise(torch.autograd.Function):
         g_su, g_sv = g_su / tau, g_sv / tau  # ∂logit/∂(x·y) = 1/τ
         du = v * (g_pos / tau).unsqueeze(1)
         dv = u * (g_pos / tau).unsqueeze(1)
-        for start in range(0, n, ctx.block_size):
+        for index, start in enumerate(range(0, n, ctx.block_size)):
             stop = min(start + ctx.block_size, n)
-            exps = ctx.kept or _Blocks(u, v, start, stop, tau, spec).exps(spec.scales)
+            w = ctx.weights[index] if ctx.weights else None
+            exps = ctx.kept or _Blocks(u, v, start, stop, tau, spec, w).exps(spec.scales)
             g_uv, g_uu, g_vv = _logit_grads(exps, spec.scales, g_su[:, start:stop], g_sv)
             if stop - start == n:  # one block: the intra-view grads act through a symmetric matrix
                 du += g_uv @ v + (g_uu + g_uu.T) @ u
@@ -158,7 +176,7 @@ class _Blockwise(torch.autograd.Function):
                 du += g_uu.T @ u[start:stop]
                 dv += (g_uv.T @ u[start:stop]).add_(g_vv.T @ v[start:stop])
                 dv[start:stop] += g_vv @ v
-        ctx.kept = []
+        ctx.kept, ctx.weights = [], []
         return du, dv, None, None, None
 
 
