@@ -544,16 +544,26 @@ def test_one_pass_equals_per_direction_blocks(make, block_size):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_progcl_blocks_keep_or_recompute_their_weights_alike(monkeypatch):
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=16),  # keeps weights
+        lambda: DebiasedInfoNCELoss(0.4, 0.1, block_size=16),  # keeps u·vᵀ exponentials
+        lambda: HardInfoNCELoss(0.4, 0.1, 1.0, block_size=16),  # two scales: keeps nothing
+    ],
+)
+def test_blocks_keep_or_recompute_alike(monkeypatch, make):
     import pyg_progcl.losses.blockwise as blockwise
 
     h1, h2 = views(n=60)
-    loss = ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=16)
+    loss = make()
     kept = loss(h1, h2)
     g_kept = torch.autograd.grad(kept, (h1, h2))
-    monkeypatch.setattr(blockwise, "KEEP_WEIGHT_ELEMENTS", 0)  # recompute in backward
+    monkeypatch.setattr(blockwise, "KEEP_ELEMENTS", 0)  # recompute everything in backward
     again = loss(h1, h2)
     torch.testing.assert_close(again, kept, rtol=0, atol=0)
     for a, b in zip(torch.autograd.grad(again, (h1, h2)), g_kept):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(kept, ref.progcl_weight(h1, h2, 0.4, params(loss.mixture)))
+    dense = make()
+    dense.block_size = None
+    torch.testing.assert_close(kept, dense(h1, h2), rtol=1e-12, atol=1e-12)

@@ -25,9 +25,11 @@ from torch.autograd.function import once_differentiable
 
 from .similarity import EXP_SPAN, row_chunks
 
-#: Row-blocked losses keep their blocks' weights for backward (instead of recomputing
-#: them) up to this many ``N²`` elements in all (256 MiB of float32; Amazon-Photo fits).
-KEEP_WEIGHT_ELEMENTS = 1 << 26
+#: Row-blocked losses keep one ``B×N`` matrix per block for backward up to this many ``N²``
+#: elements in all (256 MiB of float32; Amazon-Photo fits): ProGCL its weights ``b``
+#: (recomputing them is its main extra cost), single-scale unweighted losses their ``u·vᵀ``
+#: exponentials (one Gram product fewer per block).
+KEEP_ELEMENTS = 1 << 26
 
 #: ``combine(pos, log_sums, log_weight_mean, count) -> log Ng`` on ``[N]`` vectors.
 Combine = Callable[[Tensor, list[Tensor], Optional[Tensor], int], Tensor]
@@ -76,12 +78,14 @@ class _Blocks:
         tau: float,
         spec: ExpSums,
         w: Optional[Tensor] = None,
+        uv_exp: Optional[Tensor] = None,
     ):
         rows = torch.arange(stop - start, device=u.device)
         self.diag = (rows, rows + start)
         us, vs = u[start:stop] / tau, v[start:stop] / tau
         shift = u.new_tensor(-1.0 / tau)
-        self.uv = self._masked(torch.addmm(shift, us, v.T))
+        self.uv_is_exp = uv_exp is not None  # kept from forward: already exponentiated
+        self.uv = uv_exp if self.uv_is_exp else self._masked(torch.addmm(shift, us, v.T))
         self.uu = self._masked(torch.addmm(shift, us, u.T))
         self.vv = self._masked(torch.addmm(shift, vs, v.T))
         self.w = w
@@ -104,6 +108,8 @@ class _Blocks:
         for rows in row_chunks(self.uv):
             for j, scale in enumerate(scales):
                 for k, logits in enumerate(mats):
+                    if k == 0 and self.uv_is_exp:
+                        continue
                     e = exps[j][k][rows]
                     if scale != 1:
                         torch.mul(logits[rows], scale, out=e)
@@ -126,18 +132,22 @@ class _Blockwise(torch.autograd.Function):
         num = len(spec.scales)
         su, sv = u.new_zeros(num, n), u.new_zeros(num, n)
         wu, wv = u.new_zeros(n), u.new_zeros(n)
-        kept, weights = [], []
-        keep_weights = spec.weight is not None and n * n <= KEEP_WEIGHT_ELEMENTS
+        kept, weights, uv_exps = [], [], []
+        keep = block_size < n and n * n <= KEEP_ELEMENTS
+        keep_weights = keep and spec.weight is not None
+        keep_uv = keep and spec.weight is None and len(spec.scales) == 1
         for start in range(0, n, block_size):
             stop = min(start + block_size, n)
             blocks = _Blocks(u, v, start, stop, tau, spec)
             if blocks.w is not None:
                 wu[start:stop] = blocks.w.sum(1)
                 wv += blocks.w.sum(0)
-                if keep_weights and block_size < n:
+                if keep_weights:
                     weights.append(blocks.w)
             exps, su[:, start:stop], block_sv = blocks.exps(spec.scales, sums=True)
             sv += block_sv
+            if keep_uv:
+                uv_exps.append(exps[0][0])
             if block_size >= n:  # one block: keep it for backward instead of recomputing
                 kept = exps
         tiny = torch.finfo(u.dtype).tiny * 2.0**24
@@ -148,7 +158,7 @@ class _Blockwise(torch.autograd.Function):
         pos = ((u * v).sum(1) - 1.0) / tau
         ctx.save_for_backward(u, v, pos, su, sv, wu, wv)
         ctx.tau, ctx.spec, ctx.block_size = tau, spec, block_size
-        ctx.kept, ctx.weights = kept, weights
+        ctx.kept, ctx.weights, ctx.uv_exps = kept, weights, uv_exps
         return _objective(pos, su, sv, wu, wv, spec, n)
 
     @staticmethod
@@ -166,7 +176,9 @@ class _Blockwise(torch.autograd.Function):
         for index, start in enumerate(range(0, n, ctx.block_size)):
             stop = min(start + ctx.block_size, n)
             w = ctx.weights[index] if ctx.weights else None
-            exps = ctx.kept or _Blocks(u, v, start, stop, tau, spec, w).exps(spec.scales)
+            uv_exp = ctx.uv_exps[index] if ctx.uv_exps else None
+            blocks = None if ctx.kept else _Blocks(u, v, start, stop, tau, spec, w, uv_exp)
+            exps = ctx.kept or blocks.exps(spec.scales)
             g_uv, g_uu, g_vv = _logit_grads(exps, spec.scales, g_su[:, start:stop], g_sv)
             if stop - start == n:  # one block: the intra-view grads act through a symmetric matrix
                 du += g_uv @ v + (g_uu + g_uu.T) @ u
@@ -176,7 +188,7 @@ class _Blockwise(torch.autograd.Function):
                 du += g_uu.T @ u[start:stop]
                 dv += (g_uv.T @ u[start:stop]).add_(g_vv.T @ v[start:stop])
                 dv[start:stop] += g_vv @ v
-        ctx.kept, ctx.weights = [], []
+        ctx.kept, ctx.weights, ctx.uv_exps = [], [], []
         return du, dv, None, None, None
 
 
