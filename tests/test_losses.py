@@ -455,13 +455,11 @@ def test_row_blocks_equal_dense_at_500_nodes(make):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
-def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
+def record_blocks(monkeypatch) -> list:
+    """The ``(start, stop)`` of every block the one-pass engine builds, in order."""
     import pyg_progcl.losses.blockwise as blockwise
-    import pyg_progcl.losses.similarity as similarity
 
     calls = []
-    monkeypatch.setattr(similarity, "DENSE_MAX_NODES", 50)
-    monkeypatch.setattr(similarity, "BLOCK_ELEMENTS", 60 * 20)
     original = blockwise._Blocks.__init__
 
     def record(self, u, v, start, stop, *args):
@@ -469,6 +467,15 @@ def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
         original(self, u, v, start, stop, *args)
 
     monkeypatch.setattr(blockwise._Blocks, "__init__", record)
+    return calls
+
+
+def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
+    import pyg_progcl.losses.similarity as similarity
+
+    monkeypatch.setattr(similarity, "DENSE_MAX_NODES", 50)
+    monkeypatch.setattr(similarity, "BLOCK_ELEMENTS", 60 * 20)
+    calls = record_blocks(monkeypatch)
     h1, h2 = views(n=60)
     out = InfoNCELoss(0.5)(h1, h2)
     torch.testing.assert_close(out, ref.grace(h1, h2, 0.5))
@@ -495,21 +502,13 @@ def test_losses_without_exp_sums_use_per_direction_row_blocks(monkeypatch):
 
 
 def test_block_size_of_all_nodes_is_the_dense_path(monkeypatch):
-    import pyg_progcl.losses.blockwise as blockwise
     import pyg_progcl.losses.similarity as similarity
 
     def fail(*args):
         raise AssertionError("row blocks used")
 
     monkeypatch.setattr(similarity, "_row_block", fail)
-    calls = []
-    original = blockwise._Blocks.__init__
-
-    def record(self, u, v, start, stop, *args):
-        calls.append((start, stop))
-        original(self, u, v, start, stop, *args)
-
-    monkeypatch.setattr(blockwise._Blocks, "__init__", record)
+    calls = record_blocks(monkeypatch)
     h1, h2 = views(n=20)
     for block_size in (20, 10**6):
         out = InfoNCELoss(0.5, block_size=block_size)(h1, h2)
