@@ -8,7 +8,7 @@ of this machine is measured in the same run, and the time the GRACE step's matri
 products need at that throughput is printed beside the measurement. Each row runs
 ``--repeats`` times (default 3), the methods in alternating order (ABBA), and reports the
 medians; the ratio to GRACE comes with its range over the repeats. (On this shared VM one
-configuration's step time varied by up to ±25 % between processes; interleaving the
+configuration's step time varied by up to 46 % between processes; interleaving the
 methods' steps inside one process was tried and rejected: with multi-GB matrices each
 method's page faults depend on what the other freed, and the ratio swung 0.86–1.45.)
 
