@@ -10,8 +10,10 @@ symmetric, ``θ(v_k, v_i) = vvᵀ[i, k]``). A loss whose ``log Ng`` is a functio
 can therefore accumulate row sums for the ``u`` anchors and column sums for the ``v``
 anchors in one pass, then combine them. Backward recomputes each block once and forms
 ``∂J/∂logits`` directly from the sums' gradients, so a step costs ``3 + 3 + 6 = 12`` Gram
-products instead of the ``16`` of recomputing per direction (``9`` with one block, whose
-matrices are kept). The weights ``w`` (ProGCL's hardness) carry no gradient.
+products instead of the ``16`` of recomputing per direction; ``11`` where a block keeps its
+``uvᵀ`` exponentials (:data:`KEEP_ELEMENTS`), and ``7`` with one block, whose matrices are
+kept and whose intra-view gradients act through ``G + Gᵀ``. The weights ``w`` (ProGCL's
+hardness) carry no gradient.
 """
 
 from __future__ import annotations

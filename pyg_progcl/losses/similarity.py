@@ -28,12 +28,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+
+if TYPE_CHECKING:  # blockwise imports this module
+    from .blockwise import ExpSums
 
 #: Above this many nodes the losses switch to row blocks when ``block_size`` is ``None``.
 DENSE_MAX_NODES = 4096
@@ -228,7 +231,7 @@ def contrastive_loss(
     block_size: int | None = None,
     num_negatives: int | None = None,
     generator: torch.Generator | None = None,
-    sums=None,
+    sums: ExpSums | None = None,
 ) -> Tensor:
     """``J = (1/2N) Σ_i [ℓ(u_i) + ℓ(v_i)]`` with ``Ng`` from ``log_negatives``.
 
