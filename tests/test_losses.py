@@ -406,7 +406,7 @@ def test_progcl_weight_with_underflowing_weighted_terms_stays_finite(block_size)
     # The weights are uniform, so the loss is GRACE's; log-sum-exp must recover it.
     h = torch.eye(20).requires_grad_()
     loss = ProGCLLoss(0.03, mixture=fitted_mixture().float(), block_size=block_size)
-    loss._hardness_of_logits = lambda logits: torch.full_like(logits, 1e-31)
+    loss._hardness_of_logits = lambda logits, out=None: torch.full_like(logits, 1e-31)
     out = loss(h, h)
     torch.testing.assert_close(out, InfoNCELoss(0.03)(h, h))
     (grad,) = torch.autograd.grad(out, h)
@@ -462,9 +462,9 @@ def record_blocks(monkeypatch) -> list:
     calls = []
     original = blockwise._Blocks.__init__
 
-    def record(self, u, v, start, stop, *args):
+    def record(self, u, v, start, stop, *args, **kwargs):
         calls.append((start, stop))
-        original(self, u, v, start, stop, *args)
+        original(self, u, v, start, stop, *args, **kwargs)
 
     monkeypatch.setattr(blockwise._Blocks, "__init__", record)
     return calls
@@ -546,7 +546,7 @@ def test_one_pass_equals_per_direction_blocks(make, block_size):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=16),  # keeps weights
+        lambda: ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=16),  # keeps w and w·e^{uv}
         lambda: DebiasedInfoNCELoss(0.4, 0.1, block_size=16),  # keeps u·vᵀ exponentials
         lambda: HardInfoNCELoss(0.4, 0.1, 1.0, block_size=16),  # two scales: keeps nothing
     ],
@@ -558,11 +558,76 @@ def test_blocks_keep_or_recompute_alike(monkeypatch, make):
     loss = make()
     kept = loss(h1, h2)
     g_kept = torch.autograd.grad(kept, (h1, h2))
-    monkeypatch.setattr(blockwise, "KEEP_ELEMENTS", 0)  # recompute everything in backward
-    again = loss(h1, h2)
-    torch.testing.assert_close(again, kept, rtol=0, atol=0)
-    for a, b in zip(torch.autograd.grad(again, (h1, h2)), g_kept):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for budget in (60 * 60, 0):  # ProGCL: its weights only; then recompute everything
+        monkeypatch.setattr(blockwise, "KEEP_ELEMENTS", budget)
+        again = loss(h1, h2)
+        torch.testing.assert_close(again, kept, rtol=0, atol=0)
+        for a, b in zip(torch.autograd.grad(again, (h1, h2)), g_kept):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     dense = make()
     dense.block_size = None
     torch.testing.assert_close(kept, dense(h1, h2), rtol=1e-12, atol=1e-12)
+
+
+POOLED = [
+    lambda bs: ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=bs),
+    lambda bs: InfoNCELoss(0.4, block_size=bs),
+    lambda bs: HardInfoNCELoss(0.4, 0.1, 1.0, block_size=bs),  # two scales
+]
+
+
+@pytest.mark.parametrize("block_size", [16, None])  # row blocks, one dense block
+@pytest.mark.parametrize("make", POOLED)
+def test_block_pool_reuses_the_same_matrices_every_step(make, block_size):
+    def pooled() -> set:
+        return {m.data_ptr() for mats in loss.pool.free.values() for m in mats}
+
+    loss = make(block_size)
+    h1, h2 = views(n=60)
+    loss(h1, h2).backward()
+    first = pooled()
+    assert first and loss.pool.bytes == sum(m.nbytes for k in loss.pool.free.values() for m in k)
+    taken = []
+    take = loss.pool.take
+    loss.pool.take = lambda *args: taken.append(take(*args)) or taken[-1]
+    loss(h1, h2).backward()
+    assert taken and {m.data_ptr() for m in taken} <= first  # no new matrix in step 2
+    assert pooled() == first
+
+
+@pytest.mark.parametrize("block_size", [16, None])
+@pytest.mark.parametrize("make", POOLED)
+def test_block_pool_never_shares_a_matrix_in_use(make, block_size):
+    # Two graphs alive at once, a second backward of a retained graph, and a pool that
+    # holds stale matrices of other inputs: all equal a pool-less computation.
+    loss = make(block_size)
+    a, b = views(n=60, seed=1), views(n=60, seed=2)
+    loss(*a).backward()  # fill the pool
+    total = loss(*a) + 2 * loss(*b)
+    grads = torch.autograd.grad(total, (*a, *b), retain_graph=True)
+    again = torch.autograd.grad(total, (*a, *b))
+    fresh = make(block_size)
+    fresh.pool.max_bytes = 0  # allocates every matrix anew
+    expected = torch.autograd.grad(fresh(*a) + 2 * fresh(*b), (*a, *b))
+    for x, y, z in zip(grads, again, expected):
+        torch.testing.assert_close(x, z, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(y, z, rtol=1e-12, atol=1e-12)
+
+
+def test_block_pool_is_bounded_and_not_copied():
+    import copy
+    import io
+
+    loss = InfoNCELoss(0.4, block_size=16)
+    h1, h2 = views(n=60)
+    loss(h1, h2).backward()
+    assert loss.pool.bytes > 0
+    assert copy.deepcopy(loss).pool.bytes == 0
+    buffer = io.BytesIO()
+    torch.save(loss, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=False).pool.free == {}
+    loss.pool.max_bytes = 5_000  # a 16 x 60 float64 block matrix has 7,680 bytes
+    loss.pool.free, loss.pool.bytes = {}, 0
+    loss(h1, h2).backward()
+    assert loss.pool.bytes == 0

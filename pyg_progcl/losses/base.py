@@ -7,6 +7,7 @@ from torch import Tensor
 
 from .._checks import check_int, check_positive, check_views
 from .blockwise import ExpSums
+from .pool import BlockPool
 from .similarity import NegativeBlock, contrastive_loss
 
 
@@ -22,6 +23,9 @@ class ContrastiveLoss(torch.nn.Module):
             where its ``~5 N²`` floats fit).
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)
             instead of all ``2(N-1)``; ``None`` uses all of them.
+
+    Attributes:
+        pool: The :class:`~pyg_progcl.losses.pool.BlockPool` of the CPU block matrices.
     """
 
     def __init__(
@@ -33,6 +37,7 @@ class ContrastiveLoss(torch.nn.Module):
         self.num_negatives = (
             None if num_negatives is None else check_int("num_negatives", num_negatives, 1)
         )
+        self.pool = BlockPool()  # CPU block matrices reused from call to call
 
     def reset_parameters(self):
         """Losses without state have nothing to reset."""
@@ -67,6 +72,7 @@ class ContrastiveLoss(torch.nn.Module):
             self.block_size,
             self.num_negatives,
             sums=self.exp_sums(),
+            pool=self.pool,
         )
 
     def extra_repr(self) -> str:

@@ -13,7 +13,8 @@ anchors in one pass, then combine them. Backward recomputes each block once and 
 products instead of the ``16`` of recomputing per direction; ``11`` where a block keeps its
 ``uvᵀ`` exponentials (:data:`KEEP_ELEMENTS`), and ``7`` with one block, whose matrices are
 kept and whose intra-view gradients act through ``G + Gᵀ``. The weights ``w`` (ProGCL's
-hardness) carry no gradient.
+hardness) carry no gradient. The block matrices come from the loss's :class:`BlockPool`
+and go back to it after backward.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from .pool import BlockPool
 from .similarity import EXP_SPAN, row_chunks
 
-#: Row-blocked losses keep one ``B×N`` matrix per block for backward up to this many ``N²``
-#: elements in all (256 MiB of float32; Amazon-Photo fits): ProGCL its weights ``b``
-#: (recomputing them is its main extra cost), single-scale unweighted losses their ``u·vᵀ``
-#: exponentials (one Gram product fewer per block).
-KEEP_ELEMENTS = 1 << 26
+#: Row-blocked losses keep ``B×N`` blocks for backward while the kept matrices hold at most
+#: this many elements in all (512 MiB of float32): ProGCL first its weights ``w``
+#: (recomputing them is its main extra cost), then single-scale losses their ``w·e^{u·vᵀ}``
+#: (one Gram product fewer per block). Amazon-Photo keeps both (≈ 0.47 GB), Coauthor-CS none.
+KEEP_ELEMENTS = 1 << 27
 
 #: ``combine(pos, log_sums, log_weight_mean, count) -> log Ng`` on ``[N]`` vectors.
 Combine = Callable[[Tensor, list[Tensor], Optional[Tensor], int], Tensor]
@@ -45,31 +47,68 @@ class ExpSums:
         scales: The ``s_j``.
         combine: ``log Ng`` from the positive logits, ``log S_j`` and (with ``weight``)
             ``log mean_k w_ak``; differentiable.
-        weight: Detached ``[B, N]`` weights of a block of shifted inter-view logits (the
-            excluded entries are zeroed by the caller); ``None``: all weights are 1.
+        weight: ``weight(logits, out)``: detached ``[B, N]`` weights of a block of shifted
+            inter-view logits, written to ``out`` if given (the excluded entries are
+            zeroed by the caller); ``None``: all weights are 1.
     """
 
     scales: tuple[float, ...]
     combine: Combine
-    weight: Optional[Callable[[Tensor], Tensor]] = None
+    weight: Optional[Callable[[Tensor, Optional[Tensor]], Tensor]] = None
 
     def fits(self, tau: float) -> bool:
         """Whether every ``e^{s·logit}`` is a normal float32 (shifted logits are ≥ -2/τ)."""
         return max(self.scales) * 2.0 / tau <= EXP_SPAN
 
 
-def blockwise_loss(u: Tensor, v: Tensor, tau: float, spec: ExpSums, block_size: int) -> Tensor:
+def blockwise_loss(
+    u: Tensor,
+    v: Tensor,
+    tau: float,
+    spec: ExpSums,
+    block_size: int,
+    pool: Optional[BlockPool] = None,
+) -> Tensor:
     """``J = (1/2N) Σ_i [ℓ(u_i) + ℓ(v_i)]`` of unit rows ``u``, ``v`` in row blocks.
+
+    ``pool`` supplies the CPU block matrices and takes them back after backward.
 
     Raises:
         FloatingPointError: when some anchor's weights or weighted sums are (almost) zero;
             the caller falls back to the per-direction path, which works in log space.
     """
-    return _Blockwise.apply(u, v, tau, spec, block_size)
+    return _Blockwise.apply(u, v, tau, spec, block_size, pool or BlockPool(0))
+
+
+class _Workspace:
+    """The ``[B, N]`` matrices of one pass: one per role, reused from block to block."""
+
+    def __init__(self, like: Tensor, pool: BlockPool):
+        self.like, self.pool, self.mats = like, pool, {}
+
+    def take(self, role: str, rows: int) -> Tensor:
+        """The role's matrix (valid until the next block)."""
+        mat = self.mats.get(role)
+        if mat is None or mat.size(0) < rows:
+            self.pool.give([mat])
+            mat = self.mats[role] = self.pool.take(rows, self.like)
+        return mat[:rows]
+
+    def fresh(self, rows: int) -> Tensor:
+        """A matrix of the caller's own (kept for backward)."""
+        return self.pool.take(rows, self.like)
+
+    def release(self) -> None:
+        self.pool.give(self.mats.values())
+        self.mats = {}
 
 
 class _Blocks:
-    """The shifted, masked Gram blocks of anchors ``start:stop`` and their weights."""
+    """The shifted, masked Gram blocks of anchors ``start:stop`` and their weights.
+
+    Matrices come from ``work`` (valid until the next block), except the ``u·vᵀ`` block
+    with ``fresh_uv`` and the weights with ``fresh_w`` (kept for backward).
+    """
 
     def __init__(
         self,
@@ -79,20 +118,28 @@ class _Blocks:
         stop: int,
         tau: float,
         spec: ExpSums,
+        work: _Workspace,
         w: Optional[Tensor] = None,
         uv_exp: Optional[Tensor] = None,
+        fresh_uv: bool = False,
+        fresh_w: bool = False,
     ):
         rows = torch.arange(stop - start, device=u.device)
-        self.diag = (rows, rows + start)
+        self.diag, self.work = (rows, rows + start), work
         us, vs = u[start:stop] / tau, v[start:stop] / tau
         shift = u.new_tensor(-1.0 / tau)
         self.uv_is_exp = uv_exp is not None  # kept from forward: already exponentiated
-        self.uv = uv_exp if self.uv_is_exp else self._masked(torch.addmm(shift, us, v.T))
-        self.uu = self._masked(torch.addmm(shift, us, u.T))
-        self.vv = self._masked(torch.addmm(shift, vs, v.T))
+        if self.uv_is_exp:
+            self.uv = uv_exp
+        else:
+            out = work.fresh(len(rows)) if fresh_uv else work.take("uv", len(rows))
+            self.uv = self._masked(torch.addmm(shift, us, v.T, out=out))
+        self.uu = self._masked(torch.addmm(shift, us, u.T, out=work.take("uu", len(rows))))
+        self.vv = self._masked(torch.addmm(shift, vs, v.T, out=work.take("vv", len(rows))))
         self.w = w
         if w is None and spec.weight is not None:
-            self.w = spec.weight(self.uv).index_put_(self.diag, u.new_zeros(()))
+            out = work.fresh(len(rows)) if fresh_w else work.take("w", len(rows))
+            self.w = spec.weight(self.uv, out).index_put_(self.diag, u.new_zeros(()))
 
     def _masked(self, logits: Tensor) -> Tensor:
         return logits.index_put_(self.diag, logits.new_tensor(float("-inf")))
@@ -104,7 +151,11 @@ class _Blocks:
         anchors); one chain of passes per cache-sized row chunk."""
         mats = (self.uv, self.uu, self.vv)
         last = len(scales) - 1
-        exps = [mats if j == last else tuple(map(torch.empty_like, mats)) for j in range(last + 1)]
+        rows = self.uv.size(0)
+        exps = [
+            mats if j == last else tuple(self.work.take(f"{k}@{j}", rows) for k in range(3))
+            for j in range(last + 1)
+        ]
         su = self.uv.new_zeros(last + 1, self.uv.size(0)) if sums else None
         sv = self.uv.new_zeros(last + 1, self.uv.size(1)) if sums else None
         for rows in row_chunks(self.uv):
@@ -129,18 +180,22 @@ class _Blocks:
 
 class _Blockwise(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, v, tau, spec, block_size):
+    def forward(ctx, u, v, tau, spec, block_size, pool):
         n = u.size(0)
         num = len(spec.scales)
         su, sv = u.new_zeros(num, n), u.new_zeros(num, n)
         wu, wv = u.new_zeros(n), u.new_zeros(n)
         kept, weights, uv_exps = [], [], []
-        keep = block_size < n and n * n <= KEEP_ELEMENTS
-        keep_weights = keep and spec.weight is not None
-        keep_uv = keep and spec.weight is None and len(spec.scales) == 1
+        weighted = spec.weight is not None
+        blocked = block_size < n
+        keep_weights = blocked and weighted and n * n <= KEEP_ELEMENTS
+        keep_uv = blocked and len(spec.scales) == 1 and (1 + weighted) * n * n <= KEEP_ELEMENTS
+        work = _Workspace(u, pool)
         for start in range(0, n, block_size):
             stop = min(start + block_size, n)
-            blocks = _Blocks(u, v, start, stop, tau, spec)
+            blocks = _Blocks(
+                u, v, start, stop, tau, spec, work, fresh_uv=keep_uv, fresh_w=keep_weights
+            )
             if blocks.w is not None:
                 wu[start:stop] = blocks.w.sum(1)
                 wv += blocks.w.sum(0)
@@ -152,6 +207,8 @@ class _Blockwise(torch.autograd.Function):
                 uv_exps.append(exps[0][0])
             if block_size >= n:  # one block: keep it for backward instead of recomputing
                 kept = exps
+        if not kept:  # (one block: its matrices are kept for backward)
+            work.release()
         tiny = torch.finfo(u.dtype).tiny * 2.0**24
         if spec.weight is not None and bool((torch.minimum(wu, wv) < tiny).any()):
             raise FloatingPointError("an anchor's weights underflowed")
@@ -159,7 +216,7 @@ class _Blockwise(torch.autograd.Function):
             raise FloatingPointError("an anchor's exponential sum underflowed")
         pos = ((u * v).sum(1) - 1.0) / tau
         ctx.save_for_backward(u, v, pos, su, sv, wu, wv)
-        ctx.tau, ctx.spec, ctx.block_size = tau, spec, block_size
+        ctx.tau, ctx.spec, ctx.block_size, ctx.work = tau, spec, block_size, work
         ctx.kept, ctx.weights, ctx.uv_exps = kept, weights, uv_exps
         return _objective(pos, su, sv, wu, wv, spec, n)
 
@@ -175,11 +232,15 @@ class _Blockwise(torch.autograd.Function):
         g_su, g_sv = g_su / tau, g_sv / tau  # ∂logit/∂(x·y) = 1/τ
         du = v * (g_pos / tau).unsqueeze(1)
         dv = u * (g_pos / tau).unsqueeze(1)
+        work = _Workspace(u, ctx.work.pool)
         for index, start in enumerate(range(0, n, ctx.block_size)):
             stop = min(start + ctx.block_size, n)
             w = ctx.weights[index] if ctx.weights else None
             uv_exp = ctx.uv_exps[index] if ctx.uv_exps else None
-            blocks = None if ctx.kept else _Blocks(u, v, start, stop, tau, spec, w, uv_exp)
+            for held in (ctx.weights, ctx.uv_exps):  # release the kept matrices block by block
+                if held:
+                    held[index] = None
+            blocks = None if ctx.kept else _Blocks(u, v, start, stop, tau, spec, work, w, uv_exp)
             exps = ctx.kept or blocks.exps(spec.scales)
             g_uv, g_uu, g_vv = _logit_grads(exps, spec.scales, g_su[:, start:stop], g_sv)
             if stop - start == n:  # one block: the intra-view grads act through a symmetric matrix
@@ -190,8 +251,11 @@ class _Blockwise(torch.autograd.Function):
                 du += g_uu.T @ u[start:stop]
                 dv += (g_uv.T @ u[start:stop]).add_(g_vv.T @ v[start:stop])
                 dv[start:stop] += g_vv @ v
+            work.pool.give((w, uv_exp))
+        work.release()
+        ctx.work.release()  # (one block: the forward's matrices)
         ctx.kept, ctx.weights, ctx.uv_exps = [], [], []
-        return du, dv, None, None, None
+        return du, dv, None, None, None, None
 
 
 def _logit_grads(exps, scales, g_su: Tensor, g_sv: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -157,13 +157,14 @@ class ProGCLLoss(ContrastiveLoss):
             return None
         return ExpSums((1.0,), _log_weighted_sum, self._hardness_of_logits)
 
-    def _hardness_of_logits(self, logits: Tensor) -> Tensor:
-        """Detached ``b`` of shifted inter-view logits: ``s' = (θ + 1)/2 = 1 + τ·logit/2``.
+    def _hardness_of_logits(self, logits: Tensor, out: Tensor | None = None) -> Tensor:
+        """Detached ``b`` of shifted inter-view logits: ``s' = (θ + 1)/2 = 1 + τ·logit/2``,
+        written to ``out`` if given.
 
         Computed in cache-sized row chunks (see :func:`row_chunks`).
         """
         with torch.no_grad():
-            b = torch.empty_like(logits)
+            b = torch.empty_like(logits) if out is None else out
             one = logits.new_ones(())
             for rows in row_chunks(logits):
                 self._hardness_of(torch.add(one, logits[rows], alpha=self.tau / 2, out=b[rows]))

@@ -37,6 +37,7 @@ from torch.utils.checkpoint import checkpoint
 
 if TYPE_CHECKING:  # blockwise imports this module
     from .blockwise import ExpSums
+    from .pool import BlockPool
 
 #: Above this many nodes the losses switch to row blocks when ``block_size`` is ``None``.
 DENSE_MAX_NODES = 4096
@@ -232,6 +233,7 @@ def contrastive_loss(
     num_negatives: int | None = None,
     generator: torch.Generator | None = None,
     sums: ExpSums | None = None,
+    pool: BlockPool | None = None,
 ) -> Tensor:
     """``J = (1/2N) Σ_i [ℓ(u_i) + ℓ(v_i)]`` with ``Ng`` from ``log_negatives``.
 
@@ -245,6 +247,7 @@ def contrastive_loss(
         generator: Random generator of the negative sampling.
         sums: The loss's :class:`~pyg_progcl.losses.blockwise.ExpSums`, if it has them:
             row blocks then serve both directions in one pass (three Gram blocks, not four).
+        pool: The caller's :class:`~pyg_progcl.losses.blockwise.BlockPool` for that pass.
     """
     u, v = normalize_views(h1, h2)
     n = u.size(0)
@@ -254,7 +257,7 @@ def contrastive_loss(
             from .blockwise import blockwise_loss
 
             try:
-                return blockwise_loss(u, v, tau, sums, min(block_size or n, n))
+                return blockwise_loss(u, v, tau, sums, min(block_size or n, n), pool)
             except FloatingPointError:  # underflowed weights: the per-direction path copes
                 pass
         if block_size is None or block_size >= n:  # one block of all anchors: the dense path
