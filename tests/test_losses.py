@@ -631,3 +631,12 @@ def test_block_pool_is_bounded_and_not_copied():
     loss.pool.free, loss.pool.bytes = {}, 0
     loss(h1, h2).backward()
     assert loss.pool.bytes == 0
+
+
+def test_dense_pass_gives_its_weights_back_before_backward():
+    loss = ProGCLLoss(0.4, mixture=fitted_mixture())  # one dense block
+    h1, h2 = views(n=60)
+    out = loss(h1, h2)
+    assert loss.pool.bytes == 60 * 60 * 8  # the weights; the exponentials stay for backward
+    out.backward()
+    assert loss.pool.bytes == 4 * 60 * 60 * 8
