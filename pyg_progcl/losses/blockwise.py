@@ -245,8 +245,9 @@ class _Blockwise(torch.autograd.Function):
             exps = ctx.kept or blocks.exps(spec.scales)
             g_uv, g_uu, g_vv = _logit_grads(exps, spec.scales, g_su[:, start:stop], g_sv)
             if stop - start == n:  # one block: the intra-view grads act through a symmetric matrix
-                du += g_uv @ v + (g_uu + g_uu.T) @ u
-                dv += g_uv.T @ u + (g_vv + g_vv.T) @ v
+                sym = work.take("sym", n)
+                du += g_uv @ v + torch.add(g_uu, g_uu.T, out=sym) @ u
+                dv += g_uv.T @ u + torch.add(g_vv, g_vv.T, out=sym) @ v
             else:
                 du[start:stop] += (g_uv @ v).add_(g_uu @ u)
                 du += g_uu.T @ u[start:stop]
