@@ -98,10 +98,10 @@ class _Workspace:
         """A matrix of the caller's own (kept for backward)."""
         return self.pool.take(rows, self.like)
 
-    def release(self, but: tuple[str, ...] = ()) -> None:
-        """Gives the matrices back to the pool, except those of the roles ``but``."""
-        self.pool.give(m for role, m in self.mats.items() if role not in but)
-        self.mats = {role: m for role, m in self.mats.items() if role in but}
+    def release(self, *roles: str) -> None:
+        """Gives the matrices of ``roles`` (default: all) back to the pool."""
+        for role in roles or list(self.mats):
+            self.pool.give([self.mats.pop(role, None)])
 
 
 class _Blocks:
@@ -208,8 +208,10 @@ class _Blockwise(torch.autograd.Function):
                 uv_exps.append(exps[0][0])
             if block_size >= n:  # one block: keep it for backward instead of recomputing
                 kept = exps
-        # (one block: its exponentials are kept for backward, its weights are not)
-        work.release(but=tuple(role for role in work.mats if role != "w") if kept else ())
+        if kept:  # one block: its exponentials stay for backward, its weights do not
+            work.release("w")
+        else:
+            work.release()
         tiny = torch.finfo(u.dtype).tiny * 2.0**24
         if spec.weight is not None and bool((torch.minimum(wu, wv) < tiny).any()):
             raise FloatingPointError("an anchor's weights underflowed")
