@@ -1,0 +1,113 @@
+"""Paired, per-seed comparison of finished runs against a baseline method.
+
+Reads result files of ``python -m pyg_progcl train --output`` and of
+``benchmarks/reproduce.py`` (whose cells ran seeds ``0..n-1``), merges runs of
+the same setting (dataset, method, epochs, warm-up) over the union of their
+seeds, and prints a markdown table: mean ± std per setting and, against the
+baseline method at the same dataset and epochs, the mean per-seed difference on
+the seeds both ran and on how many of them the method did better. Seed ``s``
+fixes the evaluation split of both runs, so the per-seed difference removes the
+split-to-split spread that dominates a 5-seed standard deviation.
+
+Example::
+
+    python benchmarks/compare.py benchmarks/results/cora400_seeds5-9_*.json \\
+        benchmarks/results/reproduce_cora_400.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+
+from pyg_progcl.evaluation import mean_std  # noqa: E402
+
+
+def load_runs(path: Path) -> list[dict]:
+    """The runs of one result file, each with its ``{seed: accuracy}``."""
+    data = json.loads(path.read_text())
+    if "cells" in data:  # benchmarks/reproduce.py: seeds 0..n-1
+        runs = [dict(c, seeds=list(range(c["seeds"]))) for c in data["cells"]]
+    else:
+        runs = [data]
+    return [
+        {
+            "key": (
+                r["dataset"],
+                r["method"],
+                r["config"]["epochs"],
+                r["config"]["warmup_epochs"] if r["method"].startswith("progcl") else None,
+            ),
+            "acc": dict(zip(r["seeds"], r["accuracies"])),
+        }
+        for r in runs
+    ]
+
+
+def merge(runs: list[dict]) -> dict[tuple, dict[int, float]]:
+    """Union of seeds per setting; a seed run twice must agree (same code, same result)."""
+    merged: dict[tuple, dict[int, float]] = {}
+    for run in runs:
+        into = merged.setdefault(run["key"], {})
+        for seed, acc in run["acc"].items():
+            if seed in into and abs(into[seed] - acc) > 1e-9:
+                print(
+                    f"note: {run['key']} seed {seed}: {into[seed]:.4f} vs {acc:.4f}, keeping the first"
+                )
+            into.setdefault(seed, acc)
+    return merged
+
+
+def _seeds(seeds: list[int]) -> str:
+    """``[0, 1, 2, 3, 10, 11]`` -> ``'0–3, 10, 11'``."""
+    runs: list[list[int]] = []
+    for seed in seeds:
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def table(merged: dict[tuple, dict[int, float]], baseline: str) -> str:
+    lines = [
+        f"| dataset | method | epochs | warm-up | seeds | accuracy (%) | vs {baseline}: mean Δ (better / paired seeds) | per-seed Δ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(merged, key=lambda k: (k[0], k[2], k[1] != baseline, k[1], k[3] or 0)):
+        dataset, method, epochs, warmup = key
+        acc = merged[key]
+        seeds = sorted(acc)
+        mean, std = mean_std(acc[s] for s in seeds)
+        base = merged.get((dataset, baseline, epochs, None), {})
+        paired = [s for s in seeds if s in base]
+        versus, per_seed = "", ""
+        if method != baseline and paired:
+            deltas = [100 * (acc[s] - base[s]) for s in paired]
+            wins = sum(d > 0 for d in deltas)
+            versus = f"{sum(deltas) / len(deltas):+.2f} ({wins} / {len(deltas)})"
+            per_seed = ", ".join(f"{d:+.2f}" for d in deltas)
+        lines.append(
+            f"| {dataset} | {method} | {epochs} | {'' if warmup is None else warmup} "
+            f"| {_seeds(seeds)} | {100 * mean:.2f} ± {100 * std:.2f} | {versus} | {per_seed} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", type=Path, help="result JSON files")
+    parser.add_argument("--baseline", default="grace", help="method to pair against")
+    args = parser.parse_args(argv)
+    runs = [run for path in args.files for run in load_runs(path)]
+    print(table(merge(runs), args.baseline))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""benchmarks/compare.py: merging result files and pairing seeds against the baseline."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def compare():
+    spec = importlib.util.spec_from_file_location("compare", REPO / "benchmarks" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(method, seeds, accuracies, epochs=200, warmup=100):
+    config = {"epochs": epochs, "warmup_epochs": warmup}
+    return {
+        "dataset": "Cora",
+        "method": method,
+        "config": config,
+        "seeds": seeds,
+        "accuracies": accuracies,
+    }
+
+
+def _row(text, method, epochs="200"):
+    rows = [r for r in text.splitlines() if f"| {method} | {epochs} |" in r]
+    assert len(rows) == 1, text
+    return [cell.strip() for cell in rows[0].strip("|").split("|")]
+
+
+def test_pairs_seeds_across_files_and_formats(compare, tmp_path, capsys):
+    # GRACE seeds 0-2 from a reproduce.py file, seeds 5-6 from a trainer file.
+    cell = dict(_run("grace", 3, [0.80, 0.81, 0.82]), accuracy_mean=0.81)
+    (tmp_path / "reproduce.json").write_text(json.dumps({"machine": {}, "cells": [cell]}))
+    (tmp_path / "grace.json").write_text(json.dumps(_run("grace", [5, 6], [0.83, 0.84])))
+    (tmp_path / "progcl.json").write_text(
+        json.dumps(_run("progcl-weight", [0, 1, 2, 5, 6], [0.81, 0.80, 0.83, 0.84, 0.85]))
+    )
+    assert compare.main([str(p) for p in sorted(tmp_path.glob("*.json"))]) == 0
+    text = capsys.readouterr().out
+    grace = _row(text, "grace")
+    assert grace[4] == "0–2, 5, 6" and grace[5] == "82.00 ± 1.41"
+    progcl = _row(text, "progcl-weight")
+    assert progcl[3] == "100" and progcl[4] == "0–2, 5, 6"
+    # deltas +1, -1, +1, +1, +1 points: mean +0.60, better on 4 of 5
+    assert progcl[6] == "+0.60 (4 / 5)"
+    assert progcl[7] == "+1.00, -1.00, +1.00, +1.00, +1.00"
+
+
+def test_other_epochs_are_not_paired_and_repeats_must_agree(compare, capsys):
+    runs = [
+        {"key": ("Cora", "grace", 200, None), "acc": {0: 0.8}},
+        {"key": ("Cora", "progcl-weight", 400, 200), "acc": {0: 0.9}},
+        {"key": ("Cora", "progcl-weight", 400, 200), "acc": {0: 0.7}},
+    ]
+    merged = compare.merge(runs)
+    assert merged[("Cora", "progcl-weight", 400, 200)] == {0: 0.9}
+    assert "keeping the first" in capsys.readouterr().out
+    row = _row(compare.table(merged, "grace"), "progcl-weight", "400")
+    assert row[6] == "" and row[7] == ""  # no GRACE run at 400 epochs to pair with
