@@ -7,7 +7,8 @@ seeds, and prints a markdown table: mean ± std per setting and, against the
 baseline method at the same dataset and epochs, the mean per-seed difference on
 the seeds both ran and on how many of them the method did better. Seed ``s``
 fixes the evaluation split of both runs, so the per-seed difference removes the
-split-to-split spread that dominates a 5-seed standard deviation.
+split-to-split spread that dominates a 5-seed standard deviation. A run whose file
+has a ``variant`` field (an experiment outside the presets) is a setting of its own.
 
 Example::
 
@@ -39,7 +40,7 @@ def load_runs(path: Path) -> list[dict]:
         {
             "key": (
                 r["dataset"],
-                r["method"],
+                r["method"] + (f" ({r['variant']})" if r.get("variant") else ""),
                 r["config"]["epochs"],
                 r["config"]["warmup_epochs"] if r["method"].startswith("progcl") else None,
             ),

@@ -66,3 +66,10 @@ def test_other_epochs_are_not_paired_and_repeats_must_agree(compare, capsys):
     assert "keeping the first" in capsys.readouterr().out
     row = _row(compare.table(merged, "grace"), "progcl-weight", "400")
     assert row[6] == "" and row[7] == ""  # no GRACE run at 400 epochs to pair with
+
+
+def test_a_variant_is_a_setting_of_its_own(compare, tmp_path):
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps({"variant": "β guard", **_run("progcl-weight", [0], [0.7])}))
+    (run,) = compare.load_runs(path)
+    assert run["key"] == ("Cora", "progcl-weight (β guard)", 200, 100)
