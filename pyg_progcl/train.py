@@ -186,8 +186,10 @@ def _progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
             return text + " bmm=warm-up"
         t = state["true_negative"]
         means = [a / (a + b) for a, b in zip(state["alpha"], state["beta"])]
+        fn = 1 - t  # beta_FN < 1 with a large w_FN: a spike at cosine 1 (see ProGCLLoss)
         text += (
-            f" bmm: mean TN={means[t]:.2f} FN={means[1 - t]:.2f} w_FN={state['weight'][1 - t]:.3f}"
+            f" bmm: mean TN={means[t]:.2f} FN={means[fn]:.2f} w_FN={state['weight'][fn]:.3f}"
+            f" beta_FN={state['beta'][fn]:.2f}"
         )
     return text
 

@@ -42,7 +42,8 @@ class ProGCLLoss(ContrastiveLoss):
     runs this can let the encoder merge them (CiteSeer, 400 epochs: the loss fell from
     7.86 to 7.1-7.4 while probe accuracy fell from 72 % to 68 %; README, "Reproduction").
     A falling loss with a high-similarity component of :math:`\beta < 1` and large weight
-    (``mixture.beta``, ``mixture.weight``) is the sign to stop earlier.
+    (``mixture.beta``, ``mixture.weight``; ``beta_FN`` / ``w_FN`` in the trainer's progress
+    bar) is the sign to stop earlier.
 
     Args:
         tau: Temperature.
