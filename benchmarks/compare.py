@@ -51,7 +51,7 @@ def load_runs(path: Path) -> list[dict]:
 
 
 def merge(runs: list[dict]) -> dict[tuple, dict[int, float]]:
-    """Union of seeds per setting; a seed run twice must agree (same code, same result)."""
+    """Union of seeds per setting; a seed run twice should agree (else a note, the first kept)."""
     merged: dict[tuple, dict[int, float]] = {}
     for run in runs:
         into = merged.setdefault(run["key"], {})
