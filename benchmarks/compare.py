@@ -103,8 +103,14 @@ def table(merged: dict[tuple, dict[int, float]], baseline: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path, help="result JSON files")
-    parser.add_argument("--baseline", default="grace", help="method to pair against")
+    parser.add_argument(
+        "--baseline",
+        default="grace",
+        help="method to pair against (one without a warm-up: grace, gca, dcl, hcl)",
+    )
     args = parser.parse_args(argv)
+    if args.baseline.startswith("progcl"):
+        parser.error("--baseline must be a method without a warm-up (grace, gca, dcl, hcl)")
     runs = [run for path in args.files for run in load_runs(path)]
     print(table(merge(runs), args.baseline))
     return 0

@@ -73,3 +73,9 @@ def test_a_variant_is_a_setting_of_its_own(compare, tmp_path):
     path.write_text(json.dumps({"variant": "β guard", **_run("progcl-weight", [0], [0.7])}))
     (run,) = compare.load_runs(path)
     assert run["key"] == ("Cora", "progcl-weight (β guard)", 200, 100)
+
+
+def test_a_progcl_baseline_is_refused(compare, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        compare.main([str(tmp_path / "x.json"), "--baseline", "progcl-weight"])
+    assert "--baseline must be a method without a warm-up" in capsys.readouterr().err
