@@ -300,23 +300,86 @@ def _full_graph_epoch(model, loss_fn, optimizer, data: Data, refit: bool) -> flo
     return float(loss.detach())
 
 
-def _record_evaluation(record, epoch, value, last, model, loss_fn, data, config, seed) -> None:
-    """Probes the current embeddings; at the last epoch also stores the final result."""
-    result = _evaluate(model, data, config, seed)
-    record["history"].append({"epoch": epoch, "accuracy": result["accuracy"], "loss": value})
-    if last:
-        record["accuracy"] = result["accuracy"]
-        record["evaluation"] = {k: v for k, v in result.items() if k != "accuracy"}
-        record["mixture"] = _mixture_state(loss_fn)
+@dataclasses.dataclass
+class _SeedRun:
+    """One seed's training state: what an epoch advances and a checkpoint saves."""
+
+    config: TrainConfig
+    data: Data
+    seed: int
+    device: torch.device
+    model: GRACEModel
+    loss_fn: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: Optional[Any]  # neighbour loader of mini-batch training, else None
+    path: Optional[Path]  # checkpoint file, if any
+    record: dict[str, Any]
+
+    def step(self, epoch: int) -> float:
+        """Trains one epoch (ProGCL refits first after the warm-up); returns its loss."""
+        refit = isinstance(self.loss_fn, ProGCLLoss) and epoch > self.config.warmup_epochs
+        tic = time.perf_counter()
+        if self.loader is not None:
+            value = minibatch_epoch(
+                self.model, self.loss_fn, self.loader, self.optimizer, device=self.device, fit=refit
+            )
+        else:
+            value = _full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.record["epoch_times"].append(time.perf_counter() - tic)
+        self.record["losses"].append(value)
+        return value
+
+    def evaluate(self, epoch: int, value: float) -> float:
+        """Probes the current embeddings; at the last epoch also stores the final result."""
+        result = _evaluate(self.model, self.data, self.config, self.seed)
+        self.record["history"].append(
+            {"epoch": epoch, "accuracy": result["accuracy"], "loss": value}
+        )
+        if epoch == self.config.epochs:
+            self.record["accuracy"] = result["accuracy"]
+            self.record["evaluation"] = {k: v for k, v in result.items() if k != "accuracy"}
+            self.record["mixture"] = _mixture_state(self.loss_fn)
+        return result["accuracy"]
+
+    def diagnose(self, epoch: int) -> None:
+        """Appends the false-negative summary of this epoch (issue: diagnostics tracking)."""
+        from .diagnostics import summarize  # lazy: diagnostics imports this module
+
+        loss = self.loss_fn if isinstance(self.loss_fn, ProGCLLoss) else None
+        summary = summarize(self.model, self.data, loss=loss, seed=self.seed)
+        self.record.setdefault("diagnostics", []).append({"epoch": epoch, **summary})
+
+    def checkpoint(self, epoch: int) -> None:
+        if self.path is not None:
+            payload = _payload(
+                epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record
+            )
+            _save_checkpoint(self.path, payload)
 
 
-def _record_diagnostics(record, epoch, model, loss_fn, data: Data, seed: int) -> None:
-    """Appends the false-negative summary of this epoch (issue: diagnostics tracking)."""
-    from .diagnostics import summarize  # lazy: diagnostics imports this module
+def _start_seed(config, data, seed, device, checkpoint_dir, resume) -> tuple[_SeedRun, int]:
+    """Builds a seed's model, loss and optimiser (restored from its checkpoint when
+    resuming); returns the run and the number of epochs already done."""
+    loader = None
+    if config.batch_size is None:
+        data = data.to(device)
+    else:  # the graph stays where it is; sampled batches go to the device
+        fanout = config.num_neighbors or [10] * config.num_layers
+        loader = neighbor_loader(data, fanout, config.batch_size, shuffle=True)
+    path = None if checkpoint_dir is None else _checkpoint_path(Path(checkpoint_dir), seed)
 
-    loss = loss_fn if isinstance(loss_fn, ProGCLLoss) else None
-    summary = summarize(model, data, loss=loss, seed=seed)
-    record.setdefault("diagnostics", []).append({"epoch": epoch, **summary})
+    seed_everything(seed)
+    model = build_model(config, data.num_features, data.num_nodes).to(device)
+    loss_fn = build_loss(config).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}
+    start = 0
+    if resume and path is not None and path.exists():
+        start, record = _restore(path, config, model, optimizer, loss_fn)
+    run = _SeedRun(config, data, seed, device, model, loss_fn, optimizer, loader, path, record)
+    return run, start
 
 
 def train_seed(
@@ -360,28 +423,9 @@ def train_seed(
     checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
-    if config.batch_size is None:
-        data = data.to(device)
-    else:  # the graph stays where it is; sampled batches go to the device
-        fanout = config.num_neighbors or [10] * config.num_layers
-        loader = neighbor_loader(data, fanout, config.batch_size, shuffle=True)
-    path = None if checkpoint_dir is None else _checkpoint_path(Path(checkpoint_dir), seed)
-
-    seed_everything(seed)
-    model = build_model(config, data.num_features, data.num_nodes).to(device)
-    loss_fn = build_loss(config).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}
-    start = 0
-    if resume and path is not None and path.exists():
-        start, record = _restore(path, config, model, optimizer, loss_fn)
-        if start >= config.epochs and "accuracy" in record:
-            return model, loss_fn, record
-    is_progcl = isinstance(loss_fn, ProGCLLoss)
-
-    def checkpoint(epoch: int) -> None:
-        if path is not None:
-            _save_checkpoint(path, _payload(epoch, config, model, optimizer, loss_fn, record))
+    run, start = _start_seed(config, data, seed, device, checkpoint_dir, resume)
+    if start >= config.epochs and "accuracy" in run.record:
+        return run.model, run.loss_fn, run.record
 
     bar = tqdm(
         total=config.epochs,
@@ -391,37 +435,26 @@ def train_seed(
         dynamic_ncols=True,
         leave=False,
     )
-    model.train()
+    run.model.train()
     try:
         for epoch in range(start + 1, config.epochs + 1):
-            tic = time.perf_counter()
-            refit = is_progcl and epoch > config.warmup_epochs
-            if config.batch_size is not None:
-                value = minibatch_epoch(model, loss_fn, loader, optimizer, device=device, fit=refit)
-            else:
-                value = _full_graph_epoch(model, loss_fn, optimizer, data, refit)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            record["epoch_times"].append(time.perf_counter() - tic)
-            record["losses"].append(value)
+            value = run.step(epoch)
             bar.update(1)
-            bar.set_postfix_str(_progress_postfix(value, loss_fn), refresh=False)
-
+            bar.set_postfix_str(_progress_postfix(value, run.loss_fn), refresh=False)
             last = epoch == config.epochs
             if last or (config.eval_every and epoch % config.eval_every == 0):
-                _record_evaluation(record, epoch, value, last, model, loss_fn, data, config, seed)
+                accuracy = run.evaluate(epoch, value)
                 if progress and not last:
-                    accuracy = record["history"][-1]["accuracy"]
                     bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
             if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
-                _record_diagnostics(record, epoch, model, loss_fn, data, seed)
+                run.diagnose(epoch)
             if last or epoch % checkpoint_every == 0:
-                checkpoint(epoch)
+                run.checkpoint(epoch)
             if callback is not None:
-                callback(epoch, {"loss": value, "model": model, "loss_fn": loss_fn})
+                callback(epoch, {"loss": value, "model": run.model, "loss_fn": run.loss_fn})
     finally:
         bar.close()
-    return model, loss_fn, record
+    return run.model, run.loss_fn, run.record
 
 
 def train(
