@@ -457,6 +457,33 @@ def train_seed(
     return run.model, run.loss_fn, run.record
 
 
+def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any]:
+    """The JSON-serialisable result of :func:`train` from its per-seed records."""
+    accs = [r["accuracy"] for r in records]
+    mean, std = mean_std(accs)
+    times = [t for r in records for t in r["epoch_times"]]
+    return {
+        "dataset": config.dataset,
+        "method": config.method,
+        "config": config.to_dict(),
+        "seeds": [r["seed"] for r in records],
+        "accuracies": accs,
+        "accuracy_mean": mean,
+        "accuracy_std": std,
+        "epoch_time_s": float(np.mean(times)) if times else 0.0,
+        "epoch_time_s_per_seed": [float(np.mean(r["epoch_times"])) for r in records],
+        "wall_time_s": wall_time,
+        "history": {str(r["seed"]): r["history"] for r in records},
+        "final_loss": [r["losses"][-1] for r in records],
+        "mixture": [r.get("mixture") for r in records],
+        "diagnostics": {str(r["seed"]): r.get("diagnostics", []) for r in records},
+        "num_nodes": int(data.num_nodes),
+        "num_edges": int(data.num_edges),
+        "device": str(device),
+        "versions": versions(),
+    }
+
+
 def train(
     config: Optional[Union[TrainConfig, dict[str, Any]]] = None,
     data: Optional[Data] = None,
@@ -522,29 +549,7 @@ def train(
             callback=callback,
         )
         records.append(record)
-    accs = [r["accuracy"] for r in records]
-    mean, std = mean_std(accs)
-    times = [t for r in records for t in r["epoch_times"]]
-    result = {
-        "dataset": config.dataset,
-        "method": config.method,
-        "config": config.to_dict(),
-        "seeds": seed_list,
-        "accuracies": accs,
-        "accuracy_mean": mean,
-        "accuracy_std": std,
-        "epoch_time_s": float(np.mean(times)) if times else 0.0,
-        "epoch_time_s_per_seed": [float(np.mean(r["epoch_times"])) for r in records],
-        "wall_time_s": time.perf_counter() - tic,
-        "history": {str(r["seed"]): r["history"] for r in records},
-        "final_loss": [r["losses"][-1] for r in records],
-        "mixture": [r.get("mixture") for r in records],
-        "diagnostics": {str(r["seed"]): r.get("diagnostics", []) for r in records},
-        "num_nodes": int(data.num_nodes),
-        "num_edges": int(data.num_edges),
-        "device": str(device),
-        "versions": versions(),
-    }
+    result = _summarize(config, data, device, records, time.perf_counter() - tic)
     if output is not None:
         write_json(result, output)
     return result
