@@ -215,16 +215,8 @@ def _encoder_step(model, data, optimizer, device) -> float:
     return time.perf_counter() - tic
 
 
-def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Measures one configuration inside this (fresh) process."""
-    spec = CONFIGS[name]
-    device = torch.device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    mem = Memory(device)
-    imports = mem.current()  # an idle python + torch + PyG + pyg_progcl process
-    load_start = os.getloadavg()[0]
-    tic = time.perf_counter()
+def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device):
+    """Loads the graph and builds the preset's model, loss and optimiser for ``spec``."""
     seed_everything(0)
     if spec["data"] == "arxiv-size":
         data, preset = arxiv_size_graph(), "ogbn-arxiv"
@@ -244,6 +236,33 @@ def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
     model.train()
     with torch.no_grad():  # fit the adaptive augmentation's probabilities (setup, not timed)
         model.views(data.x, data.edge_index)
+    return data, preset, config, model, loss_fn, optimizer
+
+
+def _extrapolate(row: dict[str, Any], epochs: list[dict[str, Any]], n: int, block: int) -> None:
+    """Adds the full-epoch time extrapolated linearly from two partial epochs."""
+    total_blocks = len(range(0, n, block))
+    (b1, e1), (b2, e2) = ((e["blocks_per_direction"], e["epoch_s"]) for e in epochs)
+    per_block = (e2 - e1) / (b2 - b1)  # seconds per anchor block, both directions
+    fixed = e1 - per_block * b1
+    row["blocks_per_direction_total"] = total_blocks
+    row["measured_fraction"] = b2 / total_blocks
+    row["per_block_pair_s"] = per_block
+    row["fixed_s"] = fixed
+    row["extrapolated_epoch_s"] = fixed + per_block * total_blocks
+
+
+def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Measures one configuration inside this (fresh) process."""
+    spec = CONFIGS[name]
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    mem = Memory(device)
+    imports = mem.current()  # an idle python + torch + PyG + pyg_progcl process
+    load_start = os.getloadavg()[0]
+    tic = time.perf_counter()
+    data, preset, config, model, loss_fn, optimizer = _setup(spec, args, device)
     setup_s = time.perf_counter() - tic
     gc.collect()
     baseline = mem.current()
@@ -255,19 +274,16 @@ def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     n = data.num_nodes
     partial = spec["data"] == "arxiv-size" and spec["path"] == "blocks" and args.arxiv_blocks > 0
-    epochs = []
     if partial:  # two partial epochs; the time is extrapolated linearly to all blocks
         counts = [args.arxiv_blocks, 3 * args.arxiv_blocks]
-        for blocks in counts:
-            epochs.append(
-                {
-                    "blocks_per_direction": blocks,
-                    **_epoch(model, loss_fn, data, optimizer, device, blocks),
-                }
-            )
+        epochs = [
+            {"blocks_per_direction": k, **_epoch(model, loss_fn, data, optimizer, device, k)}
+            for k in counts
+        ]
     else:
-        for _ in range(spec["epochs"]):
-            epochs.append(_epoch(model, loss_fn, data, optimizer, device, None))
+        epochs = [
+            _epoch(model, loss_fn, data, optimizer, device, None) for _ in range(spec["epochs"])
+        ]
     peak = max(mem.peak(), encoder_peak)
     block = sim.auto_block_size(n)
     if spec["path"] == "sampled":
@@ -297,15 +313,7 @@ def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
     }
     if partial:
-        total_blocks = len(range(0, n, block or n))
-        (b1, e1), (b2, e2) = ((e["blocks_per_direction"], e["epoch_s"]) for e in epochs)
-        per_block = (e2 - e1) / (b2 - b1)  # seconds per anchor block, both directions
-        fixed = e1 - per_block * b1
-        row["blocks_per_direction_total"] = total_blocks
-        row["measured_fraction"] = b2 / total_blocks
-        row["per_block_pair_s"] = per_block
-        row["fixed_s"] = fixed
-        row["extrapolated_epoch_s"] = fixed + per_block * total_blocks
+        _extrapolate(row, epochs, n, block or n)
     else:
         row["epoch_s"] = statistics.median(e["epoch_s"] for e in epochs)
     return row
