@@ -359,7 +359,9 @@ class _SeedRun:
             _save_checkpoint(self.path, payload)
 
 
-def _start_seed(config, data, seed, device, checkpoint_dir, resume) -> tuple[_SeedRun, int]:
+def _start_seed(
+    config, data, seed, device, checkpoint_dir, resume, loss_factory
+) -> tuple[_SeedRun, int]:
     """Builds a seed's model, loss and optimiser (restored from its checkpoint when
     resuming); returns the run and the number of epochs already done."""
     loader = None
@@ -372,7 +374,7 @@ def _start_seed(config, data, seed, device, checkpoint_dir, resume) -> tuple[_Se
 
     seed_everything(seed)
     model = build_model(config, data.num_features, data.num_nodes).to(device)
-    loss_fn = build_loss(config).to(device)
+    loss_fn = (loss_factory or build_loss)(config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}
     start = 0
@@ -393,6 +395,7 @@ def train_seed(
     resume: bool = False,
     progress: bool = True,
     callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
+    loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
 ) -> tuple[GRACEModel, torch.nn.Module, dict[str, Any]]:
     """Trains and evaluates one model with one seed.
 
@@ -412,6 +415,10 @@ def train_seed(
         progress: Show a tqdm progress bar and evaluation lines.
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
+        loss_factory: Builds the loss from the config instead of :func:`build_loss`
+            (e.g. a :class:`ProGCLLoss` with its own :class:`BetaMixture`). A
+            :class:`ProGCLLoss`, subclasses included, is refitted every epoch after the
+            warm-up.
 
     Returns:
         ``(model, loss_fn, record)``; ``record`` holds ``seed``, ``accuracy``,
@@ -423,7 +430,7 @@ def train_seed(
     checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
-    run, start = _start_seed(config, data, seed, device, checkpoint_dir, resume)
+    run, start = _start_seed(config, data, seed, device, checkpoint_dir, resume, loss_factory)
     if start >= config.epochs and "accuracy" in run.record:
         return run.model, run.loss_fn, run.record
 
@@ -497,6 +504,7 @@ def train(
     progress: bool = True,
     output: Optional[Union[str, os.PathLike]] = None,
     callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
+    loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
 ) -> dict[str, Any]:
     """Trains ``config`` with several seeds and reports the probe accuracy.
 
@@ -508,8 +516,8 @@ def train(
         seeds: A number of seeds (``0 .. seeds-1``) or the seeds themselves.
         root: Data root for :func:`~pyg_progcl.datasets.load_dataset`.
         device: Torch device.
-        checkpoint_dir, checkpoint_every, resume, progress, callback: See
-            :func:`train_seed` (one checkpoint file per seed).
+        checkpoint_dir, checkpoint_every, resume, progress, callback, loss_factory:
+            See :func:`train_seed` (one checkpoint file per seed).
         output: Also write the result as JSON to this file.
 
     Returns:
@@ -547,6 +555,7 @@ def train(
             resume=resume,
             progress=progress,
             callback=callback,
+            loss_factory=loss_factory,
         )
         records.append(record)
     result = _summarize(config, data, device, records, time.perf_counter() - tic)

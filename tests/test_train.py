@@ -60,6 +60,24 @@ def test_every_method_trains(method, small_graph):
     assert all(torch.isfinite(torch.tensor(result["final_loss"])))
 
 
+def test_loss_factory_replaces_the_preset_loss(small_graph):
+    from pyg_progcl import BetaMixture, ProGCLLoss
+
+    built = []
+
+    def factory(config):
+        loss = ProGCLLoss(tau=config.tau, mixture=BetaMixture(min_beta_high=1.5))
+        built.append(loss)
+        return loss
+
+    config = small_config(epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=20)
+    _, loss_fn, record = train_seed(config, small_graph, progress=False, loss_factory=factory)
+    assert built == [loss_fn] and loss_fn.mixture.num_fits == 4  # refitted after warm-up
+    assert loss_fn.mixture.beta[1 - loss_fn.mixture.true_negative_index] >= 1.5
+    result = train(config, small_graph, seeds=2, progress=False, loss_factory=factory)
+    assert len(built) == 3 and result["mixture"][1]["beta"] == built[-1].mixture.beta.tolist()
+
+
 class _InterruptError(Exception):
     pass
 

@@ -1,0 +1,148 @@
+"""ProGCL-weight under four fit schedules, against GRACE on the same seeds.
+
+ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in Graph Contrastive
+Learning", ICML 2022) weights negative ``k`` of anchor ``i`` by
+``w_ik = b_ik / mean_j b_ij``, ``b = s' · p(true negative | s')`` (spec §5.2). When the
+mixture is fitted and which similarities ``b`` is computed from is a schedule choice:
+
+* ``online``: the library's schedule (spec §5.1): refit every epoch after the warm-up,
+  ``b`` from the current similarities at every step;
+* ``beta-guard``: ``online`` with the reference code's guard on the high-similarity
+  component, ``β ≥ 1.01`` (:class:`~pyg_progcl.BetaMixture` ``min_beta_high``);
+* ``fit-once``: one fit after the warm-up, then a frozen mixture; ``b`` still from the
+  current similarities;
+* ``frozen``: the reference code's schedule: one fit after the warm-up and the ``N×N``
+  weight matrix of that epoch frozen from then on (dense, ``O(N²)`` memory: small graphs);
+* ``grace``: the baseline (GRACE's loss, same backbone and augmentation).
+
+Each variant runs the dataset's ProGCL-weight preset through the trainer
+(:func:`pyg_progcl.train.train` with a ``loss_factory``) and writes the trainer's JSON
+with a ``variant`` field, so that ``benchmarks/compare.py`` pairs the files by seed. The
+table printed at the end is compare.py's::
+
+    python benchmarks/schedules.py --dataset CiteSeer --epochs 400 --warmup-epochs 200 \\
+        --seeds 0 1 2 --root ../shared/data --output-dir benchmarks/results/citeseer400
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from compare import load_runs, merge, table  # noqa: E402
+
+from pyg_progcl import BetaMixture, ProGCLLoss  # noqa: E402
+from pyg_progcl.presets import TrainConfig, get_preset  # noqa: E402
+from pyg_progcl.train import train, write_json  # noqa: E402
+
+#: The ``variant`` field of each schedule's result file (``online`` is the plain method).
+LABELS = {
+    "online": None,
+    "beta-guard": "reference β guard",
+    "fit-once": "mixture fitted once",
+    "frozen": "reference schedule: frozen per-pair weights",
+    "grace": None,
+}
+
+
+class FitOnceProGCLLoss(ProGCLLoss):
+    """ProGCL whose mixture is fitted at the first :meth:`fit` only."""
+
+    def fit(self, h1, h2, generator=None):
+        return self if self.fitted else super().fit(h1, h2, generator)
+
+
+class FrozenWeightProGCLLoss(ProGCLLoss):
+    """The reference schedule: at the first :meth:`fit`, the dense weights ``w`` of both
+    directions are computed and frozen; the loss then uses them at every step (dense)."""
+
+    log_w: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @torch.no_grad()
+    def fit(self, h1, h2, generator=None):
+        if self.log_w is None:
+            super().fit(h1, h2, generator)
+            b = self.negative_weights(h1, h2)  # anchors u_i: w from θ(u_i, v_k)
+            b_v = self.negative_weights(h2, h1)  # anchors v_i: w from θ(v_i, u_k)
+            self.log_w = (b.log(), b_v.log())  # -inf on the diagonal
+        return self
+
+    def forward(self, h1, h2):
+        if self.log_w is None:
+            return super().forward(h1, h2)
+        u, v = F.normalize(h1, dim=1), F.normalize(h2, dim=1)
+        total = 0.0
+        for a, b, log_w in ((u, v, self.log_w[0]), (v, u, self.log_w[1])):
+            inter, intra = a @ b.T / self.tau, a @ a.T / self.tau
+            neg = torch.logaddexp(
+                torch.logsumexp(inter + log_w, dim=1), torch.logsumexp(intra + log_w, dim=1)
+            )
+            pos = inter.diagonal()
+            total = total + (torch.logaddexp(pos, neg) - pos).mean()
+        return total / 2
+
+
+def loss_factory(variant: str):
+    """The trainer's ``loss_factory`` of a schedule (``None``: the preset's loss)."""
+    if variant in ("online", "grace"):
+        return None
+    cls = {"fit-once": FitOnceProGCLLoss, "frozen": FrozenWeightProGCLLoss}.get(variant, ProGCLLoss)
+
+    def build(c: TrainConfig) -> ProGCLLoss:
+        kwargs = dict(tau=c.tau, block_size=c.block_size, num_negatives=c.num_negatives)
+        if c.num_samples is not None:
+            kwargs["num_samples"] = c.num_samples
+        if variant == "beta-guard":
+            kwargs["mixture"] = BetaMixture(min_beta_high=1.01)
+        return cls(**kwargs)
+
+    return build
+
+
+def run(variant: str, args: argparse.Namespace) -> Path:
+    method = "grace" if variant == "grace" else "progcl-weight"
+    overrides = {"epochs": args.epochs}
+    if method != "grace" and args.warmup_epochs is not None:
+        overrides["warmup_epochs"] = args.warmup_epochs
+    config = get_preset(args.dataset, method, **overrides)
+    result = train(
+        config, seeds=args.seeds, root=args.root, device=args.device, progress=False,
+        loss_factory=loss_factory(variant),
+    )  # fmt: skip
+    if LABELS[variant]:
+        result = {"variant": LABELS[variant], **result}
+    seeds = "-".join(str(s) for s in (args.seeds[0], args.seeds[-1]))
+    path = args.output_dir / f"{args.dataset}_{args.epochs}_{variant}_seeds{seeds}.json"
+    write_json(result, path)
+    accs = ", ".join(f"{100 * a:.2f}" for a in result["accuracies"])
+    print(f"{variant}: {accs} (wrote {path})", flush=True)
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="CiteSeer")
+    parser.add_argument("--root", default=None, help="data root (see pyg_progcl.datasets)")
+    parser.add_argument("--epochs", type=int, default=400)
+    parser.add_argument("--warmup-epochs", type=int, default=None, help="default: the preset's")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=list(LABELS), choices=list(LABELS))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--output-dir", type=Path, default=HERE / "results" / "schedules")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    paths = [run(variant, args) for variant in args.variants]
+    print(table(merge([r for p in paths for r in load_runs(p)]), "grace"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
