@@ -189,6 +189,32 @@ def test_fitted_loss_mixture_is_reported(sbm):
     assert s["loss_alpha_tn"] == pytest.approx(
         float(loss.mixture.alpha[loss.mixture.true_negative_index])
     )
+    for key in ("loss_flagged_fraction", "fn_mass", "loss_fn_mass"):
+        assert 0.0 <= s[key] <= 1.0
+
+
+def test_loss_summary_measures_what_the_weights_remove():
+    """False negatives at cosine 0.9, true negatives at 0: a mixture that flags the high
+    mode removes the false negatives' share of the weighted mass; a flat one does not."""
+    from pyg_progcl.diagnostics.core import NegativeSample, loss_summary
+
+    cos = torch.cat([torch.full((100,), 0.9), torch.zeros(900)])
+    sample = NegativeSample(cos, torch.arange(1000) < 100)
+    sharp = BetaMixture(alpha_init=(20.0, 60.0), beta_init=(20.0, 3.0), weight_init=0.1)
+    sharp.num_fits += 1
+    s = loss_summary(sharp, 0.5, sample)
+    assert s["fn_mass"] == pytest.approx(
+        100 * math.exp(-0.2) / (100 * math.exp(-0.2) + 900 * math.exp(-2))
+    )
+    assert s["loss_fn_mass"] < 0.01 < s["fn_mass"]
+    assert s["loss_flagged_fraction"] == pytest.approx(0.1)
+    assert s["loss_flagged_fn_precision"] == pytest.approx(1.0)
+    flat = BetaMixture(alpha_init=(1.0, 1.0), beta_init=(1.0, 1.0))
+    s = loss_summary(flat, 0.5, sample)  # p(TN) constant: b ∝ s' only
+    expected = (
+        100 * math.exp(-0.2) * 0.95 / (100 * math.exp(-0.2) * 0.95 + 900 * math.exp(-2) * 0.5)
+    )
+    assert s["loss_fn_mass"] == pytest.approx(expected)
 
 
 def test_false_negative_rate_is_exact():

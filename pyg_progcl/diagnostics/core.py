@@ -393,7 +393,8 @@ def diagnose(
         ``b``), ``mean_cos_tn`` / ``mean_cos_fn``, ``auc_similarity`` / ``auc_posterior``
         (ROC-AUC at telling true from false negatives; 1 perfect, 0.5 chance),
         ``flagged_*`` (the rule ``p(TN) < 0.5``), the mixture's ``alpha_tn``, ``beta_tn``,
-        ``weight_tn``, ``mean_tn`` (and ``_fn``), and sizes.
+        ``weight_tn``, ``mean_tn`` (and ``_fn``), and sizes; with a fitted ``loss``
+        also :func:`loss_summary`'s entries.
     """
     num_samples = check_int("num_samples", num_samples, 1)
     top_k = check_int("top_k", top_k, 1)
@@ -416,10 +417,33 @@ def diagnose(
     summary.update(mixture_summary(mixture))
     loss_mixture = getattr(loss, "mixture", None)
     if isinstance(loss_mixture, BetaMixture) and loss_mixture.fitted:
-        post = true_negative_posterior(loss_mixture, sample.cos)
-        summary["loss_auc_posterior"] = separation_auc(post, ~sample.same_label)
-        summary.update(mixture_summary(loss_mixture, prefix="loss_"))
+        summary.update(loss_summary(loss_mixture, float(loss.tau), sample))
     return Diagnosis(sample, mixture, summary)
+
+
+def loss_summary(mixture: BetaMixture, tau: float, sample: NegativeSample) -> dict:
+    r"""What a ProGCL loss's own (online) mixture does to the sampled negatives.
+
+    ``loss_auc_posterior`` and ``loss_flagged_*`` as in :func:`sample_summary`, under this
+    mixture; ``fn_mass``: the false negatives' share of GRACE's negative mass
+    :math:`e^{\theta/\tau}`; ``loss_fn_mass``: their share once weighted by the hardness
+    :math:`b = s' p(\mathrm{TN} \mid s')` (ProGCL-weight works as meant when it is below
+    ``fn_mass``). Both pooled over the sampled pairs (ProGCL normalises ``b`` per anchor);
+    plus the mixture's parameters (``loss_alpha_tn``, ...).
+    """
+    post = true_negative_posterior(mixture, sample.cos)
+    fn = sample.same_label
+    flagged = post < 0.5
+    mass = torch.exp((sample.cos.double() - 1.0) / tau)
+    weighted = mass * post * sample.scaled.double()
+    return {
+        "loss_auc_posterior": separation_auc(post, ~fn),
+        "loss_flagged_fraction": float(flagged.double().mean()),
+        "loss_flagged_fn_precision": _mean(fn[flagged].double()),
+        "fn_mass": float(mass[fn].sum() / mass.sum()),
+        "loss_fn_mass": float(weighted[fn].sum() / weighted.sum().clamp(min=1e-300)),
+        **mixture_summary(mixture, prefix="loss_"),
+    }
 
 
 def summarize(source: Source, data=None, labels: Optional[Tensor] = None, **kwargs) -> dict:
