@@ -73,6 +73,35 @@ def _caption(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _draw_bars(ax, sample: NegativeSample, lo: float, hi: float, bins: int) -> float:
+    """True- and false-negative histograms (densities of all negatives); returns the top."""
+    s = sample.scaled.double().clamp(0, 1)
+    width = (hi - lo) / bins
+    scale = 1.0 / (s.numel() * width)
+    left = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)[:-1].numpy()
+    fn = sample.same_label
+    hists = []
+    for mask, color, label in (
+        (~fn, TN_COLOR, "true negatives (other label)"),
+        (fn, FN_COLOR, "false negatives (same label)"),
+    ):
+        hist = torch.histc(s[mask], bins, lo, hi) * scale
+        ax.bar(left, hist.numpy(), width, align="edge", color=color, alpha=0.45, label=label)
+        hists.append(hist)
+    return float((hists[0] + hists[1]).max()) if s.numel() else 1.0
+
+
+def _draw_mixture(ax, mixture: BetaMixture, lo: float, hi: float) -> None:
+    """The mixture's two weighted component densities and their sum."""
+    grid = torch.linspace(max(lo, mixture.eps), min(hi, 1 - mixture.eps), 400, dtype=torch.float64)
+    dens = _component_densities(mixture, grid)
+    t, g = mixture.true_negative_index, grid.numpy()
+    for c, color, tag in ((t, TN_COLOR, "TN"), (1 - t, FN_COLOR, "FN")):
+        label = f"mixture {tag} part (λ={float(mixture.weight[c]):.2f})"
+        ax.plot(g, dens[:, c].numpy(), color=color, lw=2, label=label)
+    ax.plot(g, dens.sum(1).numpy(), color="black", lw=1, ls="--", label="mixture total")
+
+
 def draw_similarity_histogram(ax, diagnosis, mixture=None, title=None, bins: int = 60):
     """Draws the histogram of :func:`plot_similarity_histogram` into a matplotlib ``ax``."""
     sample, mixture, summary = _as_parts(diagnosis, mixture)
@@ -80,53 +109,9 @@ def draw_similarity_histogram(ax, diagnosis, mixture=None, title=None, bins: int
     lo, hi = torch.quantile(s, torch.tensor([0.001, 0.999], dtype=s.dtype)).tolist()
     pad = max(0.02, 0.05 * (hi - lo))
     lo, hi = max(0.0, lo - pad), min(1.0, hi + pad)
-    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
-    width = (hi - lo) / bins
-    scale = 1.0 / (s.numel() * width)
-    fn = sample.same_label
-    tn_hist = torch.histc(s[~fn], bins, lo, hi) * scale
-    fn_hist = torch.histc(s[fn], bins, lo, hi) * scale
-    left = edges[:-1].numpy()
-    ax.bar(
-        left,
-        tn_hist.numpy(),
-        width,
-        align="edge",
-        color=TN_COLOR,
-        alpha=0.45,
-        label="true negatives (other label)",
-    )
-    ax.bar(
-        left,
-        fn_hist.numpy(),
-        width,
-        align="edge",
-        color=FN_COLOR,
-        alpha=0.45,
-        label="false negatives (same label)",
-    )
-    eps = mixture.eps
-    grid = torch.linspace(max(lo, eps), min(hi, 1 - eps), 400, dtype=torch.float64)
-    dens = _component_densities(mixture, grid)
-    t = mixture.true_negative_index
-    g = grid.numpy()
-    ax.plot(
-        g,
-        dens[:, t].numpy(),
-        color=TN_COLOR,
-        lw=2,
-        label=f"mixture TN part (λ={float(mixture.weight[t]):.2f})",
-    )
-    ax.plot(
-        g,
-        dens[:, 1 - t].numpy(),
-        color=FN_COLOR,
-        lw=2,
-        label=f"mixture FN part (λ={float(mixture.weight[1 - t]):.2f})",
-    )
-    ax.plot(g, dens.sum(1).numpy(), color="black", lw=1, ls="--", label="mixture total")
-    top = float(torch.maximum(tn_hist, fn_hist).max()) if s.numel() else 1.0
-    ax.set_ylim(0, 1.35 * max(top, float((tn_hist + fn_hist).max())))
+    top = _draw_bars(ax, sample, lo, hi, bins)
+    _draw_mixture(ax, mixture, lo, hi)
+    ax.set_ylim(0, 1.35 * top)
     ax.set_xlim(lo, hi)
     ax.set_xlabel("s' = (cos + 1) / 2 of negative pairs")
     ax.set_ylabel("density (all negatives = 1)")
