@@ -13,7 +13,8 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
   current similarities;
 * ``frozen``: the reference code's schedule: one fit after the warm-up and the ``N×N``
   weight matrix of that epoch frozen from then on (dense, ``O(N²)`` memory: small graphs);
-* ``grace``: the baseline (GRACE's loss, same backbone and augmentation).
+* ``grace``: the baseline, the dataset's GRACE preset (on Cora / CiteSeer ProGCL runs on
+  the same uniform augmentation; on Amazon / Coauthor it runs on GCA's adaptive one).
 
 Each variant runs the dataset's ProGCL-weight preset through the trainer
 (:func:`pyg_progcl.train.train` with a ``loss_factory``) and writes the trainer's JSON
@@ -62,7 +63,11 @@ class FrozenWeightProGCLLoss(ProGCLLoss):
     """The reference schedule: at the first :meth:`fit`, the dense weights ``w`` of both
     directions are computed and frozen; the loss then uses them at every step (dense)."""
 
-    log_w: tuple[torch.Tensor, torch.Tensor] | None = None
+    log_w: tuple[torch.Tensor, torch.Tensor] | None = None  # not in the state_dict
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        self.log_w = None
 
     @torch.no_grad()
     def fit(self, h1, h2, generator=None):

@@ -54,6 +54,8 @@ def test_frozen_weights_equal_progcl_at_the_fit_and_stay_frozen(schedules):
         torch.testing.assert_close(a, b)
     online.fit(g1.detach(), g2.detach())
     assert not torch.allclose(frozen(g1, g2), online(g1, g2))
+    frozen.reset_parameters()  # back to GRACE's loss until the next fit
+    assert frozen.log_w is None and not frozen.fitted
 
 
 def test_fit_once_fits_once_and_factories_follow_the_config(schedules):
