@@ -76,6 +76,7 @@ def _seeds(seeds: list[int]) -> str:
 
 
 def table(merged: dict[tuple, dict[int, float]], baseline: str) -> str:
+    """Markdown: one row per setting, with its mean per-seed Δ against ``baseline``."""
     lines = [
         f"| dataset | method | epochs | warm-up | seeds | accuracy (%) | vs {baseline}: mean Δ (better / paired seeds) | per-seed Δ |",
         "|---|---|---|---|---|---|---|---|",

@@ -344,7 +344,7 @@ class _SeedRun:
         return result["accuracy"]
 
     def diagnose(self, epoch: int) -> None:
-        """Appends the false-negative summary of this epoch (issue: diagnostics tracking)."""
+        """Appends the false-negative summary of this epoch to the record."""
         from .diagnostics import summarize  # lazy: diagnostics imports this module
 
         loss = self.loss_fn if isinstance(self.loss_fn, ProGCLLoss) else None

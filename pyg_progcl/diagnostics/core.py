@@ -333,17 +333,24 @@ def sample_summary(sample: NegativeSample, mixture: BetaMixture) -> dict:
     """
     tn = ~sample.same_label
     post = true_negative_posterior(mixture, sample.cos)
-    flagged = post < 0.5
     fn = sample.same_label
     return {
         "sample_fn_rate": float(fn.double().mean()),
         "mean_cos_tn": _mean(sample.cos[tn]),
         "mean_cos_fn": _mean(sample.cos[fn]),
         "auc_similarity": separation_auc(-sample.cos, tn),
-        "auc_posterior": separation_auc(post, tn),
-        "flagged_fraction": float(flagged.double().mean()),
-        "flagged_fn_precision": _mean(fn[flagged].double()),
-        "flagged_fn_recall": _mean(flagged[fn].double()),
+        **_posterior_summary(post, fn),
+    }
+
+
+def _posterior_summary(post: Tensor, fn: Tensor, prefix: str = "") -> dict:
+    """``auc_posterior`` and the ``flagged_*`` numbers of the rule ``p(TN) < 0.5``."""
+    flagged = post < 0.5
+    return {
+        f"{prefix}auc_posterior": separation_auc(post, ~fn),
+        f"{prefix}flagged_fraction": float(flagged.double().mean()),
+        f"{prefix}flagged_fn_precision": _mean(fn[flagged].double()),
+        f"{prefix}flagged_fn_recall": _mean(flagged[fn].double()),
     }
 
 
@@ -433,13 +440,10 @@ def loss_summary(mixture: BetaMixture, tau: float, sample: NegativeSample) -> di
     """
     post = true_negative_posterior(mixture, sample.cos)
     fn = sample.same_label
-    flagged = post < 0.5
     mass = torch.exp((sample.cos.double() - 1.0) / tau)
     weighted = mass * post * sample.scaled.double()
     return {
-        "loss_auc_posterior": separation_auc(post, ~fn),
-        "loss_flagged_fraction": float(flagged.double().mean()),
-        "loss_flagged_fn_precision": _mean(fn[flagged].double()),
+        **_posterior_summary(post, fn, prefix="loss_"),
         "fn_mass": float(mass[fn].sum() / mass.sum()),
         "loss_fn_mass": float(weighted[fn].sum() / weighted.sum().clamp(min=1e-300)),
         **mixture_summary(mixture, prefix="loss_"),
