@@ -170,9 +170,9 @@ def _partial_loss(loss_fn, h1, h2, blocks: int) -> torch.Tensor:
     step = max(1, len(starts) // blocks)
     chosen = starts[::step][:blocks]
     total = u.new_zeros(())
-    for a, o in ((u, v), (v, u)):
+    for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in chosen:
-            args = (a, o, start, min(start + size, n))
+            args = (a, o, start, min(start + size, n), view)
             total = total + sim._block_sum(sim._row_block, args, loss_fn.tau, loss_fn.log_negatives)
     return total / (2 * n)
 

@@ -10,14 +10,16 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
 * ``beta-guard``: ``online`` with the reference code's guard on the high-similarity
   component, ``β ≥ 1.01`` (:class:`~pyg_progcl.BetaMixture` ``min_beta_high``);
 * ``fit-once``: one fit after the warm-up, then a frozen mixture; ``b`` still from the
-  current similarities;
-* ``frozen``: the reference code's schedule: one fit after the warm-up and the ``N×N``
-  weight matrix of that epoch frozen from then on (dense, ``O(N²)`` memory: small graphs);
+  current similarities (``ProGCLLoss(schedule='fit-once')``);
+* ``frozen``: the reference code's schedule: one fit after the warm-up and the weights of
+  that epoch frozen from then on (``ProGCLLoss(schedule='frozen')``, which recomputes them
+  per row block from the two views of the fit epoch; the results up to commit 3bc2143 came from
+  a dense ``N×N`` copy of the same weights, equal to it to 1e-15 in float64);
 * ``grace``: the baseline, the dataset's GRACE preset (on Cora / CiteSeer ProGCL runs on
   the same uniform augmentation; on Amazon / Coauthor it runs on GCA's adaptive one).
 
 Each variant runs the dataset's ProGCL-weight preset through the trainer
-(:func:`pyg_progcl.train.train` with a ``loss_factory``) and writes the trainer's JSON
+(:func:`pyg_progcl.train.train`; ``beta-guard`` through a ``loss_factory``) and writes the trainer's JSON
 with a ``variant`` field, so that ``benchmarks/compare.py`` pairs the files by seed. The
 table printed at the end is compare.py's::
 
@@ -35,7 +37,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from compare import load_runs, merge, table  # noqa: E402
 
 from pyg_progcl import BetaMixture, ProGCLLoss  # noqa: E402
@@ -52,60 +53,16 @@ LABELS = {
 }
 
 
-class FitOnceProGCLLoss(ProGCLLoss):
-    """ProGCL whose mixture is fitted at the first :meth:`fit` only."""
-
-    def fit(self, h1, h2, generator=None):
-        return self if self.fitted else super().fit(h1, h2, generator)
-
-
-class FrozenWeightProGCLLoss(ProGCLLoss):
-    """The reference schedule: at the first :meth:`fit`, the dense weights ``w`` of both
-    directions are computed and frozen; the loss then uses them at every step (dense)."""
-
-    log_w: tuple[torch.Tensor, torch.Tensor] | None = None  # not in the state_dict
-
-    def reset_parameters(self):
-        super().reset_parameters()
-        self.log_w = None
-
-    @torch.no_grad()
-    def fit(self, h1, h2, generator=None):
-        if self.log_w is None:
-            super().fit(h1, h2, generator)
-            b = self.negative_weights(h1, h2)  # anchors u_i: w from θ(u_i, v_k)
-            b_v = self.negative_weights(h2, h1)  # anchors v_i: w from θ(v_i, u_k)
-            self.log_w = (b.log(), b_v.log())  # -inf on the diagonal
-        return self
-
-    def forward(self, h1, h2):
-        if self.log_w is None:
-            return super().forward(h1, h2)
-        u, v = F.normalize(h1, dim=1), F.normalize(h2, dim=1)
-        total = 0.0
-        for a, b, log_w in ((u, v, self.log_w[0]), (v, u, self.log_w[1])):
-            inter, intra = a @ b.T / self.tau, a @ a.T / self.tau
-            neg = torch.logaddexp(
-                torch.logsumexp(inter + log_w, dim=1), torch.logsumexp(intra + log_w, dim=1)
-            )
-            pos = inter.diagonal()
-            total = total + (torch.logaddexp(pos, neg) - pos).mean()
-        return total / 2
-
-
 def loss_factory(variant: str):
-    """The trainer's ``loss_factory`` of a schedule (``None``: the preset's loss)."""
-    if variant in ("online", "grace"):
+    """The trainer's ``loss_factory`` of a schedule (``None``: the config's loss)."""
+    if variant != "beta-guard":
         return None
-    cls = {"fit-once": FitOnceProGCLLoss, "frozen": FrozenWeightProGCLLoss}.get(variant, ProGCLLoss)
 
     def build(c: TrainConfig) -> ProGCLLoss:
         kwargs = dict(tau=c.tau, block_size=c.block_size, num_negatives=c.num_negatives)
         if c.num_samples is not None:
             kwargs["num_samples"] = c.num_samples
-        if variant == "beta-guard":
-            kwargs["mixture"] = BetaMixture(min_beta_high=1.01)
-        return cls(**kwargs)
+        return ProGCLLoss(mixture=BetaMixture(min_beta_high=1.01), **kwargs)
 
     return build
 
@@ -115,6 +72,8 @@ def run(variant: str, args: argparse.Namespace) -> Path:
     overrides = {"epochs": args.epochs}
     if method != "grace" and args.warmup_epochs is not None:
         overrides["warmup_epochs"] = args.warmup_epochs
+    if variant in ("fit-once", "frozen"):
+        overrides["schedule"] = variant
     config = get_preset(args.dataset, method, **overrides)
     result = train(
         config, seeds=args.seeds, root=args.root, device=args.device, progress=False,

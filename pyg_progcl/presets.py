@@ -47,6 +47,7 @@ from ._checks import (
 )
 from .datasets import canonical_name
 from .encoders import ACTIVATIONS
+from .losses.progcl import SCHEDULES
 
 __all__ = [
     "AUGMENTATIONS",
@@ -73,7 +74,7 @@ class TrainConfig:
         weight_decay: Adam weight decay.
         epochs: Training epochs.
         warmup_epochs: ProGCL: epochs trained with plain GRACE before the Beta
-            mixture is first fitted (then refitted every epoch).
+            mixture is first fitted (then refitted every epoch, as ``schedule`` says).
         hidden: Encoder output width (the hidden layer is twice as wide).
         proj: Projection-head width.
         num_layers: Message-passing layers.
@@ -89,6 +90,10 @@ class TrainConfig:
         beta: HCL concentration β.
         num_samples: ProGCL: similarities sampled per mixture fit (``None``:
             the loss's default).
+        schedule: ProGCL's fit schedule: ``online`` (refit every epoch, the spec's),
+            ``fit-once`` or ``frozen`` (the reference code's: the weights of the first
+            fit's epoch are kept; full-graph training only); see
+            :class:`~pyg_progcl.ProGCLLoss`.
         num_mix: ProGCL-mix: hardest negatives mixed per anchor (K).
         block_size: Row block of the loss computation (``None``: dense up to 4096
             nodes, automatic row blocks above).
@@ -128,6 +133,7 @@ class TrainConfig:
     tau_plus: float = 0.1
     beta: float = 1.0
     num_samples: Optional[int] = None
+    schedule: str = "online"
     num_mix: int = 1000
     block_size: Optional[int] = None
     num_negatives: Optional[int] = None
@@ -157,6 +163,12 @@ class TrainConfig:
             from .minibatch import check_num_neighbors
 
             self.num_neighbors = check_num_neighbors(self.num_neighbors)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        if self.schedule == "frozen" and self.batch_size is not None:
+            raise ValueError(
+                "`schedule='frozen'` keeps per-node views of the whole graph and needs "
+                f"full-graph training (`batch_size=None`, got {self.batch_size})"
+            )
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("augmentation", self.augmentation, AUGMENTATIONS)

@@ -122,7 +122,9 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
         return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
     extra = {} if config.num_samples is None else {"num_samples": config.num_samples}
     mode = config.method.split("-", 1)[1]
-    return ProGCLLoss(mode=mode, num_mix=config.num_mix, **extra, **common)
+    return ProGCLLoss(
+        mode=mode, num_mix=config.num_mix, schedule=config.schedule, **extra, **common
+    )
 
 
 def seed_everything(seed: int) -> None:
@@ -187,8 +189,9 @@ def _progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
         t = state["true_negative"]
         means = [a / (a + b) for a, b in zip(state["alpha"], state["beta"])]
         fn = 1 - t  # beta_FN < 1 with a large w_FN: a spike at cosine 1 (see ProGCLLoss)
+        kept = "" if loss_fn.schedule == "online" else f" ({loss_fn.schedule})"
         text += (
-            f" bmm: mean TN={means[t]:.2f} FN={means[fn]:.2f} w_FN={state['weight'][fn]:.3f}"
+            f" bmm{kept}: mean TN={means[t]:.2f} FN={means[fn]:.2f} w_FN={state['weight'][fn]:.3f}"
             f" beta_FN={state['beta'][fn]:.2f}"
         )
     return text
@@ -592,6 +595,7 @@ _FIELD_HELP = {
     "tau_plus": "DCL/HCL class prior",
     "beta": "HCL concentration",
     "num_samples": "ProGCL: similarities sampled per mixture fit",
+    "schedule": "ProGCL: online (refit every epoch), fit-once, or frozen (the papers' code)",
     "num_mix": "ProGCL-mix: negatives mixed per anchor",
     "block_size": "row block of the loss (none: automatic)",
     "num_negatives": "k sampled negatives per anchor and view (none: all)",

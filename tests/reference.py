@@ -85,9 +85,18 @@ def progcl_weights(h1, h2, mixture_params):
     return b / b.mean(1, keepdim=True)
 
 
-def progcl_weight(h1, h2, tau, mixture_params):
+def _hardness_sources(h1, h2, fit_views):
+    """Per direction (anchors u, then v), the cosines ``b`` is computed from: those of the
+    current views, or of the views ``(f1, f2)`` of the fit (the frozen schedule)."""
+    f1, f2 = (h1, h2) if fit_views is None else fit_views
+    return iter([_cos(f1, f2), _cos(f2, f1)])
+
+
+def progcl_weight(h1, h2, tau, mixture_params, fit_views=None):
+    sources = _hardness_sources(h1, h2, fit_views)
+
     def ng(inter, intra, pos):
-        b = hardness(_off_diag(inter), *mixture_params)
+        b = hardness(_off_diag(next(sources)), *mixture_params)
         w = b / b.mean(1, keepdim=True)
         terms = torch.exp(_off_diag(inter) / tau) + torch.exp(_off_diag(intra) / tau)
         return (w * terms).sum(1)
@@ -95,12 +104,13 @@ def progcl_weight(h1, h2, tau, mixture_params):
     return _reduce(h1, h2, tau, ng)
 
 
-def progcl_mix_one(h1, h2, tau, mixture_params, eps=1e-8):
+def progcl_mix_one(h1, h2, tau, mixture_params, eps=1e-8, fit_views=None):
     """ProGCL-mix with K = 1: the hardest negative mixed with itself."""
+    sources = _hardness_sources(h1, h2, fit_views)
 
     def ng(inter, intra, pos):
         theta = _off_diag(inter)
-        b = hardness(theta, *mixture_params)
+        b = hardness(_off_diag(next(sources)), *mixture_params)
         k = b.argmax(1, keepdim=True)
         bk, tk = b.gather(1, k)[:, 0], theta.gather(1, k)[:, 0]
         mixed = (bk * tk + bk * tk) / (bk + bk + eps)

@@ -82,8 +82,11 @@ class _InterruptError(Exception):
     pass
 
 
-def test_resume_equals_uninterrupted(small_graph, tmp_path):
-    config = small_config(epochs=12, warmup_epochs=4, eval_every=5, probe_epochs=30)
+@pytest.mark.parametrize("schedule,fits_by_6", [("online", 2), ("frozen", 1)])
+def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6):
+    config = small_config(
+        epochs=12, warmup_epochs=4, eval_every=5, probe_epochs=30, schedule=schedule
+    )
     model_a, loss_a, rec_a = train_seed(config, small_graph, seed=3, progress=False)
 
     def stop_at_8(epoch, info):
@@ -97,7 +100,8 @@ def test_resume_equals_uninterrupted(small_graph, tmp_path):
             progress=False, callback=stop_at_8,
         )  # fmt: skip
     saved = torch.load(ckpt / "seed3.pt", weights_only=True)
-    assert saved["epoch"] == 6 and saved["loss"]["mixture.num_fits"] == 2  # epochs 5, 6
+    assert saved["epoch"] == 6 and saved["loss"]["mixture.num_fits"] == fits_by_6  # epochs 5, 6
+    assert ("frozen_u" in saved["loss"]) == (schedule == "frozen")  # the fit epoch's views
     model_b, loss_b, rec_b = train_seed(
         config, small_graph, seed=3, checkpoint_dir=ckpt, checkpoint_every=3,
         resume=True, progress=False,

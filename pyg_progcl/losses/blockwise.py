@@ -47,14 +47,14 @@ class ExpSums:
         scales: The ``s_j``.
         combine: ``log Ng`` from the positive logits, ``log S_j`` and (with ``weight``)
             ``log mean_k w_ak``; differentiable.
-        weight: ``weight(logits, out)``: detached ``[B, N]`` weights of a block of shifted
-            inter-view logits, written to ``out`` if given (the excluded entries are
-            zeroed by the caller); ``None``: all weights are 1.
+        weight: ``weight(logits, out, rows)``: detached ``[B, N]`` weights of the block of
+            shifted inter-view logits ``u[rows]·vᵀ``, written to ``out`` if given (the
+            excluded entries are zeroed by the caller); ``None``: all weights are 1.
     """
 
     scales: tuple[float, ...]
     combine: Combine
-    weight: Optional[Callable[[Tensor, Optional[Tensor]], Tensor]] = None
+    weight: Optional[Callable[[Tensor, Optional[Tensor], slice], Tensor]] = None
 
     def fits(self, tau: float) -> bool:
         """Whether every ``e^{s·logit}`` is a normal float32 (shifted logits are ≥ -2/τ)."""
@@ -140,7 +140,8 @@ class _Blocks:
         self.w = w
         if w is None and spec.weight is not None:
             out = work.fresh(len(rows)) if fresh_w else work.take("w", len(rows))
-            self.w = spec.weight(self.uv, out).index_put_(self.diag, u.new_zeros(()))
+            w = spec.weight(self.uv, out, slice(start, stop))
+            self.w = w.index_put_(self.diag, u.new_zeros(()))
 
     def _masked(self, logits: Tensor) -> Tensor:
         return logits.index_put_(self.diag, logits.new_tensor(float("-inf")))

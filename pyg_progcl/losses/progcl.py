@@ -17,6 +17,9 @@ from .similarity import (
     sample_negative_similarities,
 )
 
+#: When :meth:`ProGCLLoss.fit` fits the mixture, and which similarities ``b`` comes from.
+SCHEDULES = ("online", "fit-once", "frozen")
+
 
 class ProGCLLoss(ContrastiveLoss):
     r"""ProGCL-weight and ProGCL-mix on GRACE's InfoNCE.
@@ -33,19 +36,29 @@ class ProGCLLoss(ContrastiveLoss):
       :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
       over the ``num_mix`` negatives of largest :math:`b` and a random pairing :math:`\pi`.
 
-    Before the first :meth:`fit` the loss equals :class:`InfoNCELoss` exactly. After it,
-    :math:`b` comes from the current similarities and the mixture's current parameters at
-    every call. The fit schedule (warm-up, refit every epoch) belongs to the trainer.
+    Before the first :meth:`fit` the loss equals :class:`InfoNCELoss` exactly. The
+    trainer owns the warm-up and calls :meth:`fit` every epoch after it; ``schedule``
+    decides what a call changes:
 
-    Because :math:`w` follows the current similarities, negatives that become
-    near-duplicates are classed as false negatives and lose their repulsion; on long
-    runs this can let the encoder merge them (CiteSeer, 400 epochs: the loss fell from
-    7.86 to 7.1-7.4 while probe accuracy fell from 72 % to 68 %; README, "Reproduction").
-    A falling loss with a high-similarity component of :math:`\beta < 1` and large weight
-    (``mixture.beta``, ``mixture.weight``; ``beta_FN`` / ``w_FN`` in the trainer's progress
-    bar) is the sign to stop earlier. The reference code's schedule (one fit, the weights
-    of that epoch frozen: ``benchmarks/schedules.py``) cannot collapse this way; measured
-    against this online one it lost less on CiteSeer and gained less on Cora (README).
+    * ``'online'`` (spec §5.1): every call refits the mixture (warm-started); :math:`b`
+      comes from the current similarities at every step;
+    * ``'fit-once'``: the first call fits the mixture, later calls keep it; :math:`b` from
+      the current similarities;
+    * ``'frozen'`` (the reference code's schedule): the first call fits the mixture and
+      freezes the two normalised views it was given; :math:`b` comes from *their*
+      similarities at every later step, so the weights are those of the fit epoch. The
+      ``N×N`` weights are recomputed block by block from the ``2·N·d`` stored floats
+      (in the ``state_dict``), one extra Gram product per row block; the loss then needs
+      the same ``N`` nodes in the same order at every step (full-graph training).
+
+    With ``'online'``, negatives that become near-duplicates are classed as false
+    negatives and lose their repulsion; on long runs this can let the encoder merge them
+    (CiteSeer, 400 epochs: the loss fell from 7.86 to 7.1-7.4 while probe accuracy fell
+    from 72 % to 68 %; README, "Reproduction"). A falling loss with a high-similarity
+    component of :math:`\beta < 1` and large weight (``mixture.beta``, ``mixture.weight``;
+    ``beta_FN`` / ``w_FN`` in the trainer's progress bar) is the sign to stop earlier or
+    to use ``'frozen'``, which cannot collapse this way (measured against ``'online'``
+    it lost less on CiteSeer and gained less on Cora; README, "Fit schedules").
 
     Args:
         tau: Temperature.
@@ -54,7 +67,9 @@ class ProGCLLoss(ContrastiveLoss):
         num_mix: Negatives mixed per anchor (``K``; capped at the negatives available).
         fit_iters: EM iterations per refit (the paper's ``I = 10``), warm-started.
         mix_eps: The :math:`\epsilon` of the mixing formula.
-        mixture: The :class:`BetaMixture` to use (default: the reference initialisation).
+        mixture: The :class:`BetaMixture` to use (default: the reference initialisation);
+            one passed in already fitted is kept by ``'fit-once'`` and ``'frozen'``.
+        schedule: ``'online'``, ``'fit-once'`` or ``'frozen'`` (see above).
         block_size, num_negatives: see :class:`ContrastiveLoss`.
     """
 
@@ -67,6 +82,7 @@ class ProGCLLoss(ContrastiveLoss):
         fit_iters: int = 10,
         mix_eps: float = 1e-8,
         mixture: BetaMixture | None = None,
+        schedule: str = "online",
         **kwargs,
     ):
         super().__init__(tau, **kwargs)
@@ -76,26 +92,57 @@ class ProGCLLoss(ContrastiveLoss):
         self.fit_iters = check_int("fit_iters", fit_iters, 1)
         self.mix_eps = check_positive("mix_eps", mix_eps)
         self.mixture = BetaMixture() if mixture is None else mixture
+        self.schedule = check_choice("schedule", schedule, SCHEDULES)
+        # 'frozen': the unit-norm views of the fit (None before it; in the state_dict after)
+        self.register_buffer("frozen_u", None)
+        self.register_buffer("frozen_v", None)
 
     @property
     def fitted(self) -> bool:
-        """Whether the mixture has been fitted (before that the loss is GRACE's)."""
+        """Whether the loss weights its negatives yet (before that it is GRACE's): the
+        mixture is fitted, and with ``'frozen'`` the fit's views are stored."""
+        if self.schedule == "frozen":
+            return self.frozen_u is not None
         return self.mixture.fitted
 
     def reset_parameters(self):
-        """Returns the mixture to its initial parameters (the loss is GRACE's again)."""
+        """Returns the mixture to its initial parameters and drops frozen views (the loss
+        is GRACE's again)."""
         self.mixture.reset_parameters()
+        self.frozen_u = self.frozen_v = None
 
     @torch.no_grad()
     def fit(self, h1: Tensor, h2: Tensor, generator: torch.Generator | None = None) -> ProGCLLoss:
-        """Refits the mixture on ``num_samples`` off-diagonal inter-view similarities.
+        """Fits the mixture on ``num_samples`` off-diagonal inter-view similarities, as
+        the ``schedule`` says (``'online'``: every call; otherwise the first call only,
+        and ``'frozen'`` then keeps ``h1``, ``h2``).
 
         No ``N×N`` matrix is formed; EM warm-starts from the previous fit.
         """
         check_views(h1, h2)
-        theta = sample_negative_similarities(h1, h2, self.num_samples, generator)
-        self.mixture.fit((theta + 1) / 2, max_iter=self.fit_iters)
+        if self.schedule != "online" and self.fitted:
+            return self
+        if self.schedule == "online" or not self.mixture.fitted:
+            theta = sample_negative_similarities(h1, h2, self.num_samples, generator)
+            self.mixture.fit((theta + 1) / 2, max_iter=self.fit_iters)
+        if self.schedule == "frozen":
+            self.frozen_u, self.frozen_v = (t.detach().clone() for t in normalize_views(h1, h2))
         return self
+
+    def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
+        if self.frozen_u is not None and h1.size(0) != self.frozen_u.size(0):
+            raise ValueError(
+                f"`h1` has {h1.size(0)} nodes but schedule='frozen' was fitted on "
+                f"{self.frozen_u.size(0)}: the frozen weights need the same nodes at every step"
+            )
+        return super().forward(h1, h2)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # The frozen views exist only after a fit: take their shape (or absence) from the state.
+        for name in ("frozen_u", "frozen_v"):
+            saved = state_dict.get(prefix + name)
+            setattr(self, name, None if saved is None else torch.empty_like(saved))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @torch.no_grad()
     def negative_weights(self, h1: Tensor, h2: Tensor) -> Tensor:
@@ -132,7 +179,11 @@ class ProGCLLoss(ContrastiveLoss):
 
         def make() -> tuple[Tensor, Tensor, Tensor]:
             with torch.no_grad():
-                b = self._hardness_of_logits(block.native_inter)
+                logits = block.native_inter
+                if self.frozen_u is not None:
+                    u0, v0 = self._frozen_views(logits)
+                    logits = block.pairs.logits(u0, v0, self.tau)
+                b = self._hardness_of_logits(logits)
                 b.index_put_((block.rows(), block.excluded), b.new_zeros(()))
                 sums = b.sum(dim=1), b.sum(dim=0)
                 return b.log_(), *sums
@@ -165,7 +216,19 @@ class ProGCLLoss(ContrastiveLoss):
             return ExpSums((1.0,), _log_first_sum)
         if self.mode == "mix":
             return None
-        return ExpSums((1.0,), _log_weighted_sum, self._hardness_of_logits)
+        return ExpSums((1.0,), _log_weighted_sum, self._block_weights)
+
+    def _frozen_views(self, like: Tensor) -> tuple[Tensor, Tensor]:
+        return self.frozen_u.to(like), self.frozen_v.to(like)
+
+    def _block_weights(self, logits: Tensor, out: Tensor | None, rows: slice) -> Tensor:
+        """``b`` of the inter-view block ``u[rows]·vᵀ``: from its current shifted
+        ``logits``, or with ``'frozen'`` from the stored views' (one more Gram product)."""
+        if self.frozen_u is not None:
+            u0, v0 = self._frozen_views(logits)
+            shift = logits.new_tensor(-1.0 / self.tau)
+            logits = torch.addmm(shift, u0[rows] / self.tau, v0.T, out=out)
+        return self._hardness_of_logits(logits, out)
 
     def _hardness_of_logits(self, logits: Tensor, out: Tensor | None = None) -> Tensor:
         """Detached ``b`` of shifted inter-view logits: ``s' = (θ + 1)/2 = 1 + τ·logit/2``,
@@ -228,6 +291,8 @@ class ProGCLLoss(ContrastiveLoss):
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}
         if self.mode == "mix":
             opts["num_mix"] = self.num_mix
+        if self.schedule != "online":
+            opts["schedule"] = self.schedule
         return opts
 
 

@@ -61,6 +61,27 @@ def row_chunks(x: Tensor) -> tuple[slice, ...]:
 
 
 @dataclass
+class Pairs:
+    """The node pairs behind a block's stored inter-view matrix: anchors ``rows`` (``None``:
+    all) of view ``view`` (0: ``u``, 1: ``v``) against the nodes ``cols`` (``None``: all) of
+    the other view.
+
+    Lets a loss recompute the block from other embeddings of the same nodes (ProGCL's
+    frozen schedule computes its weights from the views of its fit epoch).
+    """
+
+    view: int = 0
+    rows: slice | None = None
+    cols: Tensor | None = None
+
+    def logits(self, u: Tensor, v: Tensor, tau: float) -> Tensor:
+        """The shifted inter-view logits ``(θ - 1)/τ`` of these pairs in views ``u``, ``v``."""
+        a, o = (u, v) if self.view == 0 else (v, u)
+        a = a if self.rows is None else a[self.rows]
+        return _gram(a / tau, o if self.cols is None else o[self.cols], tau)
+
+
+@dataclass
 class NegativeBlock:
     """A block of ``B`` anchors with ``C`` candidate negatives per view.
 
@@ -72,6 +93,7 @@ class NegativeBlock:
             or a surplus sample); it holds ``-inf`` in ``inter`` and ``intra``.
         count: Negatives per view and anchor (``N - 1``, or ``k`` when sampled).
         tau: Temperature.
+        pairs: The node pairs of the stored (native) inter-view matrix.
     """
 
     pos: Tensor
@@ -82,6 +104,7 @@ class NegativeBlock:
     tau: float
     cache: dict = field(default_factory=dict, repr=False)
     transposed: bool = False
+    pairs: Pairs = field(default_factory=Pairs)
 
     @property
     def dim(self) -> int:
@@ -188,17 +211,19 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float) -> Iterator[NegativeBlock]:
     yield NegativeBlock(pos, uv.T, vv, diag, n - 1, tau, cache, transposed=True)
 
 
-def _row_block(a: Tensor, o: Tensor, start: int, stop: int, tau: float) -> NegativeBlock:
+def _row_block(a: Tensor, o: Tensor, start: int, stop: int, view: int, tau: float) -> NegativeBlock:
+    """Anchors ``start:stop`` of ``a`` (view ``view``) against all nodes."""
     a_blk = a[start:stop] / tau
     excluded = torch.arange(start, stop, device=a.device)
     pos = (a_blk * o[start:stop]).sum(1) - 1.0 / tau
     inter = _mask(_gram(a_blk, o, tau), excluded)
     intra = _mask(_gram(a_blk, a, tau), excluded)
-    return NegativeBlock(pos, inter, intra, excluded, a.size(0) - 1, tau)
+    pairs = Pairs(view, slice(start, stop))
+    return NegativeBlock(pos, inter, intra, excluded, a.size(0) - 1, tau, pairs=pairs)
 
 
 def _sampled_block(
-    a: Tensor, o: Tensor, start: int, stop: int, cols: Tensor, tau: float
+    a: Tensor, o: Tensor, start: int, stop: int, view: int, cols: Tensor, tau: float
 ) -> NegativeBlock:
     """Anchors ``start:stop`` against ``k + 1`` shared sampled nodes ``cols``.
 
@@ -213,7 +238,9 @@ def _sampled_block(
     pos = (a_blk * o[start:stop]).sum(1) - 1.0 / tau
     inter = _mask(_gram(a_blk, o[cols], tau), excluded)
     intra = _mask(_gram(a_blk, a[cols], tau), excluded)
-    return NegativeBlock(pos, inter, intra, excluded, k, tau)
+    return NegativeBlock(
+        pos, inter, intra, excluded, k, tau, pairs=Pairs(view, slice(start, stop), cols)
+    )
 
 
 def auto_block_size(num_nodes: int, num_columns: int | None = None) -> int | None:
@@ -266,15 +293,15 @@ def contrastive_loss(
     elif block_size is None:
         block_size = auto_block_size(n, num_negatives + 1)
     total = u.new_zeros(())
-    for a, o in ((u, v), (v, u)):
+    for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in range(0, n, block_size):
             stop = min(start + block_size, n)
             if num_negatives is None:
-                args = (a, o, start, stop)
+                args = (a, o, start, stop, view)
                 make = _row_block
             else:
                 cols = torch.randperm(n, generator=generator, device="cpu")[: num_negatives + 1]
-                args = (a, o, start, stop, cols.to(a.device))
+                args = (a, o, start, stop, view, cols.to(a.device))
                 make = _sampled_block
             total = total + _block_sum(make, args, tau, log_negatives)
     return total / (2 * n)

@@ -1,0 +1,135 @@
+"""ProGCLLoss's fit schedules: 'online', 'fit-once' and 'frozen' (the reference code's)."""
+
+from __future__ import annotations
+
+import pytest
+import reference as ref
+import torch
+from test_losses import BLOCKS, assert_matches, fitted_mixture, params, views
+
+from pyg_progcl.losses import InfoNCELoss, ProGCLLoss
+from pyg_progcl.presets import get_preset
+
+
+def fit_views(seed=5, n=23, d=5):
+    """The views the frozen loss is fitted on: other embeddings of the same nodes."""
+    return tuple(h.detach() for h in views(n=n, d=d, seed=seed))
+
+
+def frozen_loss(f1, f2, mixture=None, **kwargs) -> ProGCLLoss:
+    loss = ProGCLLoss(0.4, mixture=mixture or fitted_mixture(), schedule="frozen", **kwargs)
+    return loss.fit(f1, f2)
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_frozen_weights_match_reference_on_later_views(block_size):
+    f1, f2 = fit_views()
+    loss = frozen_loss(f1, f2, block_size=block_size)
+    h1, h2 = views()  # the views of a later step: b still comes from f1, f2
+    m = loss.mixture
+    assert_matches(
+        loss, lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=(f1, f2)), h1, h2
+    )
+    current = ref.progcl_weight(h1, h2, 0.4, params(m))
+    assert (
+        abs(float(loss(h1, h2).detach() - current.detach())) > 1e-3
+    )  # and that differs from online weights
+
+
+def test_frozen_weights_match_reference_on_the_per_direction_paths():
+    f1, f2 = fit_views()
+    h1, h2 = views()
+    tiny = 0.02  # exponentials underflow float32: the per-direction (log-space) path
+    m = fitted_mixture()
+    loss = ProGCLLoss(tiny, mixture=m, schedule="frozen", block_size=7).fit(f1, f2)
+    assert_matches(
+        loss, lambda a, b: ref.progcl_weight(a, b, tiny, params(m), fit_views=(f1, f2)), h1, h2
+    )
+    # k = N - 1 sampled negatives: every other node, in sampled order (the sampled blocks)
+    sampled = frozen_loss(f1, f2, mixture=m, num_negatives=22, block_size=5)
+    assert_matches(
+        sampled, lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=(f1, f2)), h1, h2
+    )
+
+
+@pytest.mark.parametrize("block_size", [None, 4])
+def test_frozen_mix_takes_the_hardest_negatives_of_the_fit(block_size):
+    f1, f2 = fit_views()
+    loss = frozen_loss(f1, f2, mode="mix", num_mix=1, block_size=block_size)
+    h1, h2 = views()
+    m = loss.mixture
+    assert_matches(
+        loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m), fit_views=(f1, f2)), h1, h2
+    )
+
+
+@pytest.mark.parametrize("block_size", [None, 3])
+def test_frozen_gradcheck(block_size):
+    f1, f2 = fit_views(n=7, d=3)
+    loss = frozen_loss(f1, f2, block_size=block_size)
+    assert torch.autograd.gradcheck(loss, views(n=7, d=3, seed=2))
+
+
+def test_frozen_equals_online_at_the_fit():
+    h1, h2 = views()
+    frozen = frozen_loss(h1.detach(), h2.detach())
+    online = ProGCLLoss(0.4, mixture=fitted_mixture())
+    assert_matches(frozen, online, h1, h2)
+
+
+def test_schedules_decide_what_fit_changes():
+    (f1, f2), (g1, g2) = fit_views(n=60), fit_views(seed=6, n=60)
+    online, once, frozen = (ProGCLLoss(0.5, schedule=s) for s in ("online", "fit-once", "frozen"))
+    for loss in (online, once, frozen):
+        gen = torch.Generator().manual_seed(0)  # the same samples for each
+        loss.fit(f1, f2, gen).fit(g1, g2, gen).fit(g1, g2, gen)
+    assert [int(x.mixture.num_fits) for x in (online, once, frozen)] == [3, 1, 1]
+    torch.testing.assert_close(once.mixture.alpha, frozen.mixture.alpha, rtol=0, atol=0)
+    torch.testing.assert_close(frozen.frozen_u, torch.nn.functional.normalize(f1, dim=1))
+    torch.testing.assert_close(frozen.frozen_v, torch.nn.functional.normalize(f2, dim=1))
+    assert "schedule='frozen'" in repr(frozen) and "schedule" not in repr(online)
+
+
+def test_frozen_keeps_a_mixture_passed_in_fitted():
+    f1, f2 = fit_views()
+    m = fitted_mixture()
+    loss = ProGCLLoss(0.4, mixture=m, schedule="frozen")
+    h1, h2 = views()
+    assert not loss.fitted  # GRACE's loss until fit() stores the views
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.4)(h1, h2), rtol=0, atol=0)
+    loss.fit(f1, f2)
+    assert loss.fitted and int(m.num_fits) == 1 and float(m.alpha[0]) == 2.0
+
+
+def test_frozen_state_dict_round_trip_and_reset():
+    f1, f2 = fit_views(n=40)
+    h1, h2 = views(n=40)
+    loss = ProGCLLoss(0.5, schedule="frozen", num_samples=3000).fit(f1, f2)
+    state = loss.state_dict()
+    assert state["frozen_u"].shape == (40, 5) and state["frozen_v"].shape == (40, 5)
+    fresh = ProGCLLoss(0.5, schedule="frozen", num_samples=3000)
+    fresh.load_state_dict(state)
+    assert fresh.fitted
+    torch.testing.assert_close(fresh(h1, h2), loss(h1, h2), rtol=0, atol=0)
+    fresh.load_state_dict(ProGCLLoss(0.5).state_dict())  # an unfitted state: no views
+    assert not fresh.fitted and fresh.frozen_u is None
+    loss.reset_parameters()
+    assert not loss.fitted and "frozen_u" not in loss.state_dict()
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2), rtol=0, atol=0)
+
+
+def test_frozen_weights_need_the_same_nodes():
+    f1, f2 = fit_views()
+    loss = frozen_loss(f1, f2)
+    h1, h2 = views(n=30)
+    with pytest.raises(ValueError, match=r"`h1` has 30 nodes .* fitted on 23"):
+        loss(h1, h2)
+
+
+def test_bad_schedule_is_a_clear_error():
+    with pytest.raises(ValueError, match="schedule"):
+        ProGCLLoss(0.5, schedule="sometimes")
+    with pytest.raises(ValueError, match="schedule"):
+        get_preset("synthetic", "progcl-weight", schedule="weekly")
+    with pytest.raises(ValueError, match=r"schedule='frozen'.*batch_size"):
+        get_preset("synthetic", "progcl-weight", schedule="frozen", batch_size=64)
