@@ -193,6 +193,27 @@ def test_fitted_loss_mixture_is_reported(sbm):
         assert 0.0 <= s[key] <= 1.0
 
 
+def test_frozen_loss_is_diagnosed_with_the_weights_of_its_fit():
+    """With schedule='frozen' the loss's weights come from the fit's views: the loss_*
+    entries use those views' cosines at the sampled pairs, the masses the current ones."""
+    from pyg_progcl.diagnostics.core import diagnose, loss_summary
+
+    y = torch.arange(200) % 4
+    h1, h2 = class_embeddings(y, 0.3, seed=1), class_embeddings(y, 0.3, seed=2)
+    f1, f2 = torch.randn(200, 4), torch.randn(200, 4)  # fitted on unrelated views
+    loss = ProGCLLoss(0.5, num_samples=2000, schedule="frozen").fit(f1, f2)
+    d = diagnose((h1, h2), labels=y, num_samples=3000, loss=loss)
+    i, k = d.sample.pairs
+    assert torch.equal(d.sample.same_label, y[i] == y[k])
+    u, v = torch.nn.functional.normalize(f1, dim=1), torch.nn.functional.normalize(f2, dim=1)
+    frozen_cos = (u[i] * v[k]).sum(1)
+    expected = loss_summary(loss.mixture, 0.5, d.sample, frozen_cos)
+    for key in ("loss_fn_mass", "loss_flagged_fraction", "fn_mass", "loss_auc_posterior"):
+        assert d.summary[key] == pytest.approx(expected[key])
+    online = loss_summary(loss.mixture, 0.5, d.sample)  # the sample's own cosines
+    assert abs(online["loss_auc_posterior"] - d.summary["loss_auc_posterior"]) > 0.1
+
+
 def test_loss_summary_measures_what_the_weights_remove():
     """False negatives at cosine 0.9, true negatives at 0: a mixture that flags the high
     mode removes the false negatives' share of the weighted mass; a flat one does not."""

@@ -43,10 +43,12 @@ class NegativeSample:
     Attributes:
         cos: ``[M]`` cosine similarities ``θ(u_i, v_k)`` in ``[-1, 1]``.
         same_label: ``[M]`` bool, ``True`` for a false negative (``y_i = y_k``).
+        pairs: ``[2, M]`` node indices ``(i, k)`` of the pairs (``None`` if unknown).
     """
 
     cos: Tensor
     same_label: Tensor
+    pairs: Optional[Tensor] = None
 
     @property
     def scaled(self) -> Tensor:
@@ -197,7 +199,8 @@ def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -
     gen = torch.Generator().manual_seed(int(seed))
     i, k = sample_negative_pairs(u.size(0), num_samples, u.device, gen)
     cos = (u[i] * v[k]).sum(1).clamp_(-1.0, 1.0)
-    return NegativeSample(cos.float().cpu(), (labels[i] == labels[k]).cpu())
+    pairs = torch.stack([i, k]).cpu()
+    return NegativeSample(cos.float().cpu(), (labels[i] == labels[k]).cpu(), pairs)
 
 
 def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> BetaMixture:
@@ -387,8 +390,9 @@ def diagnose(
         top_k: Most similar negatives inspected per anchor.
         num_anchors, num_candidates: See :func:`topk_false_negative_share`.
         embeddings, augment: See :func:`embed`.
-        loss: A :class:`~pyg_progcl.losses.ProGCLLoss`; when its mixture is fitted, the
-            ``loss_*`` entries describe that (online) mixture too.
+        loss: A :class:`~pyg_progcl.losses.ProGCLLoss`; when it is fitted, the ``loss_*``
+            entries describe its mixture and weights too (with ``schedule='frozen'``,
+            the weights of its fit's views at the same pairs).
         max_iter: EM budget of the cold fit.
         seed: Seed of every random choice (the global random state is left untouched).
 
@@ -423,25 +427,39 @@ def diagnose(
     summary.update(sample_summary(sample, mixture))
     summary.update(mixture_summary(mixture))
     loss_mixture = getattr(loss, "mixture", None)
-    if isinstance(loss_mixture, BetaMixture) and loss_mixture.fitted:
-        summary.update(loss_summary(loss_mixture, float(loss.tau), sample))
+    if isinstance(loss_mixture, BetaMixture) and loss.fitted:
+        weight_cos = _frozen_cos(loss, sample)
+        summary.update(loss_summary(loss_mixture, float(loss.tau), sample, weight_cos))
     return Diagnosis(sample, mixture, summary)
 
 
-def loss_summary(mixture: BetaMixture, tau: float, sample: NegativeSample) -> dict:
-    r"""What a ProGCL loss's own (online) mixture does to the sampled negatives.
+def _frozen_cos(loss, sample: NegativeSample) -> Optional[Tensor]:
+    """The cosines of a frozen-schedule loss's stored views at the sample's pairs."""
+    frozen_u, frozen_v = getattr(loss, "frozen_u", None), getattr(loss, "frozen_v", None)
+    if frozen_u is None:
+        return None
+    i, k = sample.pairs.to(frozen_u.device)
+    return (frozen_u[i] * frozen_v[k]).sum(1).clamp_(-1.0, 1.0).float().cpu()
+
+
+def loss_summary(
+    mixture: BetaMixture, tau: float, sample: NegativeSample, weight_cos: Optional[Tensor] = None
+) -> dict:
+    r"""What a ProGCL loss's own mixture and weights do to the sampled negatives.
 
     ``loss_auc_posterior`` and ``loss_flagged_*`` as in :func:`sample_summary`, under this
     mixture; ``fn_mass``: the false negatives' share of GRACE's negative mass
     :math:`e^{\theta/\tau}`; ``loss_fn_mass``: their share once weighted by the hardness
     :math:`b = s' p(\mathrm{TN} \mid s')` (ProGCL-weight works as meant when it is below
     ``fn_mass``). Both pooled over the sampled pairs (ProGCL normalises ``b`` per anchor);
-    plus the mixture's parameters (``loss_alpha_tn``, ...).
+    plus the mixture's parameters (``loss_alpha_tn``, ...). ``weight_cos``: the cosines
+    ``b`` and the posterior come from, if not the sample's (a frozen schedule's).
     """
-    post = true_negative_posterior(mixture, sample.cos)
+    weight_cos = sample.cos if weight_cos is None else weight_cos
+    post = true_negative_posterior(mixture, weight_cos)
     fn = sample.same_label
     mass = torch.exp((sample.cos.double() - 1.0) / tau)
-    weighted = mass * post * sample.scaled.double()
+    weighted = mass * post * ((weight_cos.double() + 1.0) / 2.0)
     return {
         **_posterior_summary(post, fn, prefix="loss_"),
         "fn_mass": float(mass[fn].sum() / mass.sum()),
