@@ -124,6 +124,11 @@ def test_frozen_weights_need_the_same_nodes():
     h1, h2 = views(n=30)
     with pytest.raises(ValueError, match=r"`h1` has 30 nodes .* fitted on 23"):
         loss(h1, h2)
+    with pytest.raises(ValueError, match=r"`h1` has 30 nodes"):
+        loss.negative_weights(h1, h2)
+    w = loss.negative_weights(*views())  # the fit's weights, whatever the views
+    off = w[~torch.eye(23, dtype=torch.bool)].view(23, 22)
+    torch.testing.assert_close(off, ref.progcl_weights(f1, f2, params(loss.mixture)))
 
 
 def test_bad_schedule_is_a_clear_error():

@@ -130,12 +130,15 @@ class ProGCLLoss(ContrastiveLoss):
         return self
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
+        self._check_frozen_nodes(h1)
+        return super().forward(h1, h2)
+
+    def _check_frozen_nodes(self, h1: Tensor) -> None:
         if self.frozen_u is not None and h1.size(0) != self.frozen_u.size(0):
             raise ValueError(
                 f"`h1` has {h1.size(0)} nodes but schedule='frozen' was fitted on "
                 f"{self.frozen_u.size(0)}: the frozen weights need the same nodes at every step"
             )
-        return super().forward(h1, h2)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # The frozen views exist only after a fit: take their shape (or absence) from the state.
@@ -148,9 +151,12 @@ class ProGCLLoss(ContrastiveLoss):
     def negative_weights(self, h1: Tensor, h2: Tensor) -> Tensor:
         """Dense ``[N, N]`` weights ``w_ik`` of the anchors ``u_i = h1[i]`` (diagonal 0).
 
-        For inspection on small graphs; the loss itself never forms this matrix.
+        For inspection on small graphs; the loss itself never forms this matrix. With
+        ``schedule='frozen'`` (once fitted) these are the weights of the fit's views,
+        whatever ``h1``, ``h2`` hold (they must have the fit's ``N``).
         """
         check_views(h1, h2)
+        self._check_frozen_nodes(h1)
         u, v = normalize_views(h1, h2)
         block = next(dense_blocks(u, v, self.tau))
         log_b, log_mean_b, _ = self._log_hardness(block)
