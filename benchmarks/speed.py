@@ -187,7 +187,7 @@ def _worker(args, dataset: str, block_size: str, *extra: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--dataset", dataset, *extra]
     cmd += ["--device", args.device, "--root", str(args.root)]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
-    cmd += ["--hidden", str(args.hidden)]
+    cmd += ["--hidden", str(args.hidden), "--threads", str(args.threads)]
     if block_size != "auto":
         cmd += ["--block-size", block_size]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -273,6 +273,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "speed.md")
     p.add_argument(
         "--repeats",
@@ -285,6 +286,8 @@ def main(argv=None):
     p.add_argument("--method", help=argparse.SUPPRESS)
     p.add_argument("--block-size", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.worker:
         print(json.dumps(run_one(args)))
         return
