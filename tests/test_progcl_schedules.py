@@ -113,6 +113,8 @@ def test_frozen_state_dict_round_trip_and_reset():
     torch.testing.assert_close(fresh(h1, h2), loss(h1, h2), rtol=0, atol=0)
     fresh.load_state_dict(ProGCLLoss(0.5).state_dict())  # an unfitted state: no views
     assert not fresh.fitted and fresh.frozen_u is None
+    with pytest.raises(RuntimeError, match="frozen_u"):  # not into another schedule
+        ProGCLLoss(0.5).load_state_dict(state)
     loss.reset_parameters()
     assert not loss.fitted and "frozen_u" not in loss.state_dict()
     torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2), rtol=0, atol=0)

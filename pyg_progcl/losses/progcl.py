@@ -142,9 +142,10 @@ class ProGCLLoss(ContrastiveLoss):
             )
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The frozen views exist only after a fit: take their shape (or absence) from the state.
+        # The frozen views exist only after a fit: take their shape (or absence) from the
+        # state. Another schedule has none: a state with views is then an unexpected key.
         for name in ("frozen_u", "frozen_v"):
-            saved = state_dict.get(prefix + name)
+            saved = state_dict.get(prefix + name) if self.schedule == "frozen" else None
             setattr(self, name, None if saved is None else torch.empty_like(saved))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
