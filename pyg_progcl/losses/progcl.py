@@ -11,6 +11,7 @@ from .base import ContrastiveLoss, _log_first_sum
 from .blockwise import ExpSums
 from .similarity import (
     NegativeBlock,
+    Pairs,
     dense_blocks,
     normalize_views,
     row_chunks,
@@ -233,9 +234,7 @@ class ProGCLLoss(ContrastiveLoss):
         """``b`` of the inter-view block ``u[rows]·vᵀ``: from its current shifted
         ``logits``, or with ``'frozen'`` from the stored views' (one more Gram product)."""
         if self.frozen_u is not None:
-            u0, v0 = self._frozen_views(logits)
-            shift = logits.new_tensor(-1.0 / self.tau)
-            logits = torch.addmm(shift, u0[rows] / self.tau, v0.T, out=out)
+            logits = Pairs(rows=rows).logits(*self._frozen_views(logits), self.tau, out)
         return self._hardness_of_logits(logits, out)
 
     def _hardness_of_logits(self, logits: Tensor, out: Tensor | None = None) -> Tensor:

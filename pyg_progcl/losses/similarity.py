@@ -74,11 +74,12 @@ class Pairs:
     rows: slice | None = None
     cols: Tensor | None = None
 
-    def logits(self, u: Tensor, v: Tensor, tau: float) -> Tensor:
-        """The shifted inter-view logits ``(θ - 1)/τ`` of these pairs in views ``u``, ``v``."""
+    def logits(self, u: Tensor, v: Tensor, tau: float, out: Tensor | None = None) -> Tensor:
+        """The shifted inter-view logits ``(θ - 1)/τ`` of these pairs in views ``u``, ``v``
+        (written to ``out`` if given)."""
         a, o = (u, v) if self.view == 0 else (v, u)
         a = a if self.rows is None else a[self.rows]
-        return _gram(a / tau, o if self.cols is None else o[self.cols], tau)
+        return _gram(a / tau, o if self.cols is None else o[self.cols], tau, out)
 
 
 @dataclass
@@ -186,9 +187,9 @@ def _mask(logits: Tensor, excluded: Tensor) -> Tensor:
     return logits.index_put_((rows, excluded), logits.new_tensor(float("-inf")))
 
 
-def _gram(a: Tensor, b: Tensor, tau: float) -> Tensor:
+def _gram(a: Tensor, b: Tensor, tau: float, out: Tensor | None = None) -> Tensor:
     """``(a bᵀ - 1)/τ`` for unit rows ``a`` (already divided by τ) and ``b`` in one GEMM."""
-    return torch.addmm(a.new_tensor(-1.0 / tau), a, b.T)
+    return torch.addmm(a.new_tensor(-1.0 / tau), a, b.T, out=out)
 
 
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
