@@ -118,3 +118,26 @@ def progcl_mix_one(h1, h2, tau, mixture_params, eps=1e-8, fit_views=None):
         return base + torch.exp(mixed / tau)
 
     return _reduce(h1, h2, tau, ng)
+
+
+def progcl_mix(h1, h2, tau, mixture_params, k, pairing, eps=1e-8):
+    """ProGCL-mix over the ``k`` negatives of largest ``b`` with a pairing that does not
+    depend on their order: ``'self'`` (π = identity, each mixed with itself) or, for
+    ``k = 2``, ``'swap'`` (π exchanges the two: both give the b-weighted mean)."""
+
+    def ng(inter, intra, pos):
+        theta = _off_diag(inter)
+        b = hardness(_off_diag(next(sources)), *mixture_params)
+        top = b.topk(k, dim=1).indices
+        bk, tk = b.gather(1, top), theta.gather(1, top)
+        if pairing == "self":
+            mixed = (bk * tk + bk * tk) / (bk + bk + eps)
+        else:
+            assert pairing == "swap" and k == 2
+            mean = (bk * tk).sum(1, keepdim=True) / (bk.sum(1, keepdim=True) + eps)
+            mixed = mean.expand(-1, 2)
+        base = torch.exp(theta / tau).sum(1) + torch.exp(_off_diag(intra) / tau).sum(1)
+        return base + torch.exp(mixed / tau).sum(1)
+
+    sources = _hardness_sources(h1, h2, None)
+    return _reduce(h1, h2, tau, ng)

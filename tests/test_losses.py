@@ -97,6 +97,21 @@ def test_progcl_mix_one_matches_reference(block_size):
     assert_matches(loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m)), h1, h2)
 
 
+@pytest.mark.parametrize("block_size", BLOCKS)
+@pytest.mark.parametrize(("k", "pairing"), [(2, "swap"), (2, "self"), (9, "self"), (22, "self")])
+def test_progcl_mix_matches_reference(monkeypatch, block_size, k, pairing):
+    # The random pairing π, fixed to one the reference can follow whatever order the k
+    # hardest negatives come in: the identity (any k) or the exchange of the two (k = 2).
+    def pairing_perm(n, device=None):
+        return torch.arange(n, device=device) if pairing == "self" else torch.tensor([1, 0])
+
+    monkeypatch.setattr(torch, "randperm", pairing_perm)
+    h1, h2 = views()
+    m = fitted_mixture()
+    loss = ProGCLLoss(0.4, mode="mix", num_mix=k, mixture=m, block_size=block_size)
+    assert_matches(loss, lambda a, b: ref.progcl_mix(a, b, 0.4, params(m), k, pairing), h1, h2)
+
+
 def test_progcl_mix_uses_hardest_negatives():
     # K = N - 1 mixes every negative; the loss then exceeds GRACE's by the mixed terms.
     h1, h2 = views(n=12)

@@ -7,7 +7,7 @@ import reference as ref
 import torch
 from test_losses import BLOCKS, assert_matches, fitted_mixture, params, views
 
-from pyg_progcl.losses import InfoNCELoss, ProGCLLoss
+from pyg_progcl.losses import InfoNCELoss, ProGCLLoss, progcl
 from pyg_progcl.presets import get_preset
 
 
@@ -61,6 +61,32 @@ def test_frozen_mix_takes_the_hardest_negatives_of_the_fit(block_size):
     assert_matches(
         loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m), fit_views=(f1, f2)), h1, h2
     )
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_frozen_weights_held_between_steps(monkeypatch, block_size):
+    f1, f2 = fit_views()
+    loss = frozen_loss(f1, f2, block_size=block_size)
+    m = loss.mixture
+
+    def expected(fit):
+        return lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=fit)
+
+    for seed in range(3):  # the first step computes the weights, later ones reuse them
+        assert_matches(loss, expected((f1, f2)), *views(seed=seed))
+    assert sum(w.numel() for w in loss._frozen_weights.values()) == 23 * 23
+    g1, g2 = fit_views(seed=7)
+    loss.reset_parameters()
+    assert not loss._frozen_weights
+    loss.fit(g1, g2)  # a new fit: new weights, none of the old ones
+    assert_matches(loss, expected((g1, g2)), *views())
+    loss.load_state_dict(frozen_loss(f1, f2, mixture=m).state_dict())
+    assert_matches(loss, expected((f1, f2)), *views())
+    monkeypatch.setattr(progcl, "KEEP_ELEMENTS", 0)  # over budget: recomputed every step
+    small = frozen_loss(f1, f2, mixture=m, block_size=block_size)
+    for seed in range(2):
+        assert_matches(small, expected((f1, f2)), *views(seed=seed))
+    assert not small._frozen_weights
 
 
 @pytest.mark.parametrize("block_size", [None, 3])

@@ -8,7 +8,7 @@ from torch import Tensor
 from .._checks import check_choice, check_int, check_positive, check_views
 from ..mixture import BetaMixture
 from .base import ContrastiveLoss, _log_first_sum
-from .blockwise import ExpSums
+from .blockwise import KEEP_ELEMENTS, ExpSums
 from .similarity import (
     NegativeBlock,
     Pairs,
@@ -47,10 +47,12 @@ class ProGCLLoss(ContrastiveLoss):
       the current similarities;
     * ``'frozen'`` (the reference code's schedule): the first call fits the mixture and
       freezes the two normalised views it was given; :math:`b` comes from *their*
-      similarities at every later step, so the weights are those of the fit epoch. The
-      ``N×N`` weights are recomputed block by block from the ``2·N·d`` stored floats
-      (in the ``state_dict``), one extra Gram product per row block; the loss then needs
-      the same ``N`` nodes in the same order at every step (full-graph training).
+      similarities at every later step, so the weights are those of the fit epoch. Only
+      the ``2·N·d`` stored floats are state (``state_dict``); the ``N×N`` weights they
+      give are held between steps where they fit :data:`~.blockwise.KEEP_ELEMENTS`
+      (Amazon-Photo: 234 MB) and recomputed block by block (one Gram product more per
+      block) where not. The loss needs the same ``N`` nodes in the same order at every
+      step (full-graph training).
 
     With ``'online'``, negatives that become near-duplicates are classed as false
     negatives and lose their repulsion; on long runs this can let the encoder merge them
@@ -98,6 +100,7 @@ class ProGCLLoss(ContrastiveLoss):
         # 'frozen': the unit-norm views of the fit (None before it; in the state_dict after)
         self.register_buffer("frozen_u", None)
         self.register_buffer("frozen_v", None)
+        self._frozen_weights: dict[tuple, Tensor] = {}  # 'frozen': b per row block, derived
 
     @property
     def fitted(self) -> bool:
@@ -112,6 +115,7 @@ class ProGCLLoss(ContrastiveLoss):
         is GRACE's again)."""
         self.mixture.reset_parameters()
         self.frozen_u = self.frozen_v = None
+        self._frozen_weights.clear()
 
     @torch.no_grad()
     def fit(self, h1: Tensor, h2: Tensor, generator: torch.Generator | None = None) -> ProGCLLoss:
@@ -129,6 +133,7 @@ class ProGCLLoss(ContrastiveLoss):
             self.mixture.fit((theta + 1) / 2, max_iter=self.fit_iters)
         if self.schedule == "frozen":
             self.frozen_u, self.frozen_v = (t.detach().clone() for t in normalize_views(h1, h2))
+            self._frozen_weights.clear()
         return self
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
@@ -148,6 +153,7 @@ class ProGCLLoss(ContrastiveLoss):
         for name in ("frozen_u", "frozen_v"):
             saved = state_dict.get(prefix + name) if self.schedule == "frozen" else None
             setattr(self, name, None if saved is None else torch.empty_like(saved))
+        self._frozen_weights.clear()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @torch.no_grad()
@@ -232,10 +238,19 @@ class ProGCLLoss(ContrastiveLoss):
 
     def _block_weights(self, logits: Tensor, out: Tensor | None, rows: slice) -> Tensor:
         """``b`` of the inter-view block ``u[rows]·vᵀ``: from its current shifted
-        ``logits``, or with ``'frozen'`` from the stored views' (one more Gram product)."""
-        if self.frozen_u is not None:
-            logits = Pairs(rows=rows).logits(*self._frozen_views(logits), self.tau, out)
-        return self._hardness_of_logits(logits, out)
+        ``logits``, or with ``'frozen'`` from the stored views' (held between steps while
+        all held blocks fit ``KEEP_ELEMENTS``; the caller may overwrite what it gets)."""
+        if self.frozen_u is None:
+            return self._hardness_of_logits(logits, out)
+        key = (rows.start, rows.stop, logits.dtype, logits.device)
+        held = self._frozen_weights.get(key)
+        if held is not None:
+            return held.clone() if out is None else out.copy_(held)
+        logits = Pairs(rows=rows).logits(*self._frozen_views(logits), self.tau, out)
+        b = self._hardness_of_logits(logits, out)
+        if sum(t.numel() for t in self._frozen_weights.values()) + b.numel() <= KEEP_ELEMENTS:
+            self._frozen_weights[key] = b.clone()
+        return b
 
     def _hardness_of_logits(self, logits: Tensor, out: Tensor | None = None) -> Tensor:
         """Detached ``b`` of shifted inter-view logits: ``s' = (θ + 1)/2 = 1 + τ·logit/2``,
@@ -283,10 +298,13 @@ class ProGCLLoss(ContrastiveLoss):
         k = min(self.num_mix, block.count)
         log_b = self._log_hardness(block)[0]
         log_b = log_b.T if block.transposed else log_b
-        log_top, idx = torch.topk(log_b, k, dim=1)
+        # The set of the k largest is all that counts (π pairs them at random): unsorted
+        # selection is 1.5-3x faster than sorted on the CPU.
+        log_top, idx = torch.topk(log_b, k, dim=1, sorted=False)
+        log_max = log_top.amax(dim=1, keepdim=True)
         b_top = torch.exp(log_top)
-        tiny = b_top[:, :1] < 1e-20  # rescale (b is scale-free) so that ε stays negligible
-        b_top = torch.where(tiny, torch.exp(log_top - log_top[:, :1]), b_top)
+        tiny = torch.exp(log_max) < 1e-20  # rescale (b is scale-free): ε stays negligible
+        b_top = torch.where(tiny, torch.exp(log_top - log_max), b_top)
         theta = (block.inter.gather(1, idx) * block.tau + 1.0).clamp(min=-1.0)
         perm = torch.randperm(k, device=theta.device)
         mixed = (b_top * theta + b_top[:, perm] * theta[:, perm]) / (
