@@ -8,7 +8,8 @@ baseline method at the same dataset and epochs, the mean per-seed difference on
 the seeds both ran and on how many of them the method did better. Seed ``s``
 fixes the evaluation split of both runs, so the per-seed difference removes the
 split-to-split spread that dominates a 5-seed standard deviation. A run whose file
-has a ``variant`` field (an experiment outside the presets) is a setting of its own.
+has a ``variant`` field (an experiment outside the presets), or whose config names a fit
+schedule other than ``'online'``, is a setting of its own.
 
 Example::
 
@@ -28,6 +29,18 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 from pyg_progcl.evaluation import mean_std  # noqa: E402
 
+#: How a run's label names a ProGCL fit schedule other than the default ``'online'``.
+SCHEDULE_LABELS = {
+    "fit-once": "mixture fitted once",
+    "frozen": "reference schedule: frozen per-pair weights",
+}
+
+
+def _label(run: dict) -> str:
+    """``method``, or ``method (variant)`` for a variant or a non-default fit schedule."""
+    variant = run.get("variant") or SCHEDULE_LABELS.get(run["config"].get("schedule"))
+    return run["method"] + (f" ({variant})" if variant else "")
+
 
 def load_runs(path: Path) -> list[dict]:
     """The runs of one result file, each with its ``{seed: accuracy}``."""
@@ -40,7 +53,7 @@ def load_runs(path: Path) -> list[dict]:
         {
             "key": (
                 r["dataset"],
-                r["method"] + (f" ({r['variant']})" if r.get("variant") else ""),
+                _label(r),
                 r["config"]["epochs"],
                 r["config"]["warmup_epochs"] if r["method"].startswith("progcl") else None,
             ),

@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 import torch  # noqa: E402
-from compare import load_runs, merge, table  # noqa: E402
+from compare import SCHEDULE_LABELS, load_runs, merge, table  # noqa: E402
 
 from pyg_progcl import BetaMixture, ProGCLLoss  # noqa: E402
 from pyg_progcl.datasets import load_dataset  # noqa: E402
@@ -51,8 +51,7 @@ from pyg_progcl.train import train, write_json  # noqa: E402
 LABELS = {
     "online": None,
     "beta-guard": "reference β guard",
-    "fit-once": "mixture fitted once",
-    "frozen": "reference schedule: frozen per-pair weights",
+    **SCHEDULE_LABELS,
     "frozen-clean": "frozen weights of the un-augmented graph",
     "grace": None,
 }

@@ -75,6 +75,17 @@ def test_a_variant_is_a_setting_of_its_own(compare, tmp_path):
     assert run["key"] == ("Cora", "progcl-weight (β guard)", 200, 100)
 
 
+def test_a_fit_schedule_is_a_setting_of_its_own(compare, tmp_path):
+    # Trainer files of the same method: the online default and the frozen schedule.
+    online, frozen = _run("progcl-weight", [0], [0.7]), _run("progcl-weight", [0], [0.8])
+    online["config"]["schedule"], frozen["config"]["schedule"] = "online", "frozen"
+    keys = []
+    for name, run in (("online", online), ("frozen", frozen)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(run))
+        keys += [r["key"][1] for r in compare.load_runs(tmp_path / f"{name}.json")]
+    assert keys == ["progcl-weight", "progcl-weight (reference schedule: frozen per-pair weights)"]
+
+
 def test_a_progcl_baseline_is_refused(compare, tmp_path, capsys):
     with pytest.raises(SystemExit):
         compare.main([str(tmp_path / "x.json"), "--baseline", "progcl-weight"])
