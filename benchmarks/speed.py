@@ -157,6 +157,7 @@ def run_one(args) -> dict:
         if i >= args.warmup:
             steps.append(step_s)
             fits.append(fit_s)
+    peak_mb = _peak_memory_mb(device)  # the steps' peak, before the matmul probe below
     blocked = args.block_size < n if args.block_size is not None else n > DENSE_MAX_NODES
     path = (
         ("auto blocks" if args.block_size is None else f"blocks of {args.block_size}")
@@ -176,7 +177,7 @@ def run_one(args) -> dict:
         "path": path,
         "step_s": statistics.median(steps),
         "refit_s": statistics.median(fits) if stepper.refit else 0.0,
-        "peak_mb": _peak_memory_mb(device),
+        "peak_mb": peak_mb,
         "base_mb": base_mb,
         "matmul_bound_s": bound_s,
         "loss": loss,
