@@ -89,6 +89,15 @@ def test_frozen_weights_held_between_steps(monkeypatch, block_size):
     assert not small._frozen_weights
 
 
+def test_frozen_weights_follow_the_views_to_another_dtype():
+    loss = frozen_loss(*fit_views(), block_size=7)
+    loss(*views())
+    loss.float()  # new buffers: the weights held for the old ones go, none stay beside
+    loss(*(h.detach().float() for h in views()))
+    held = loss._frozen_weights.values()
+    assert {w.dtype for w in held} == {torch.float32} and sum(w.numel() for w in held) == 23 * 23
+
+
 @pytest.mark.parametrize("block_size", [None, 3])
 def test_frozen_gradcheck(block_size):
     f1, f2 = fit_views(n=7, d=3)

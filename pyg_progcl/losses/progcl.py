@@ -100,7 +100,7 @@ class ProGCLLoss(ContrastiveLoss):
         # 'frozen': the unit-norm views of the fit (None before it; in the state_dict after)
         self.register_buffer("frozen_u", None)
         self.register_buffer("frozen_v", None)
-        self._frozen_weights: dict[tuple, Tensor] = {}  # 'frozen': b per row block, derived
+        self._held: tuple[Tensor | None, dict] = (None, {})  # (frozen_u, b per row block)
 
     @property
     def fitted(self) -> bool:
@@ -110,12 +110,20 @@ class ProGCLLoss(ContrastiveLoss):
             return self.frozen_u is not None
         return self.mixture.fitted
 
+    @property
+    def _frozen_weights(self) -> dict[tuple, Tensor]:
+        """The ``b`` blocks held for the current frozen views; a new fit, a loaded state or
+        ``.to()`` replaces the views' tensor and with it what was held."""
+        if self._held[0] is not self.frozen_u:
+            self._held = (self.frozen_u, {})
+        return self._held[1]
+
     def reset_parameters(self):
         """Returns the mixture to its initial parameters and drops frozen views (the loss
         is GRACE's again)."""
         self.mixture.reset_parameters()
         self.frozen_u = self.frozen_v = None
-        self._frozen_weights.clear()
+        self._held = (None, {})  # free the held weights now, not at the next weighted step
 
     @torch.no_grad()
     def fit(self, h1: Tensor, h2: Tensor, generator: torch.Generator | None = None) -> ProGCLLoss:
@@ -133,7 +141,6 @@ class ProGCLLoss(ContrastiveLoss):
             self.mixture.fit((theta + 1) / 2, max_iter=self.fit_iters)
         if self.schedule == "frozen":
             self.frozen_u, self.frozen_v = (t.detach().clone() for t in normalize_views(h1, h2))
-            self._frozen_weights.clear()
         return self
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
@@ -153,7 +160,6 @@ class ProGCLLoss(ContrastiveLoss):
         for name in ("frozen_u", "frozen_v"):
             saved = state_dict.get(prefix + name) if self.schedule == "frozen" else None
             setattr(self, name, None if saved is None else torch.empty_like(saved))
-        self._frozen_weights.clear()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @torch.no_grad()
@@ -243,13 +249,13 @@ class ProGCLLoss(ContrastiveLoss):
         if self.frozen_u is None:
             return self._hardness_of_logits(logits, out)
         key = (rows.start, rows.stop, logits.dtype, logits.device)
-        held = self._frozen_weights.get(key)
-        if held is not None:
-            return held.clone() if out is None else out.copy_(held)
+        held = self._frozen_weights
+        if key in held:
+            return held[key].clone() if out is None else out.copy_(held[key])
         logits = Pairs(rows=rows).logits(*self._frozen_views(logits), self.tau, out)
         b = self._hardness_of_logits(logits, out)
-        if sum(t.numel() for t in self._frozen_weights.values()) + b.numel() <= KEEP_ELEMENTS:
-            self._frozen_weights[key] = b.clone()
+        if sum(t.numel() for t in held.values()) + b.numel() <= KEEP_ELEMENTS:
+            held[key] = b.clone()
         return b
 
     def _hardness_of_logits(self, logits: Tensor, out: Tensor | None = None) -> Tensor:
