@@ -19,6 +19,10 @@ of a parent model propagate; eval mode is a no-op) and a
     aug = Compose(EdgeDrop(0.2), FeatureMask(0.3))
     x, edge_index, edge_weight = aug(x, edge_index)   # tensors
     view = aug(data)                                  # a new Data, input untouched
+
+Feature masks take dense or sparse CSR feature matrices; a CSR matrix loses the entries
+of its masked columns (``O(nnz)``, no dense copy), which is how :class:`GRACEModel` feeds
+bag-of-words features to an encoder that takes them sparse.
 """
 
 from __future__ import annotations
@@ -123,10 +127,11 @@ def mask_feature(x: Tensor, p: float, training: bool = True) -> Tensor:
     r"""Zeroes every feature column with probability ``p``, the same columns for all
     nodes (GRACE, Zhu et al., 2020): ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``.
 
-    Uses :func:`torch_geometric.utils.mask_feature` with ``mode='col'``.
+    Uses :func:`torch_geometric.utils.mask_feature` with ``mode='col'``; a sparse CSR
+    ``x`` gets the same draw and loses the masked columns' entries.
 
     Args:
-        x (torch.Tensor): Node features ``[num_nodes, num_features]``.
+        x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
         p (float): Masking probability in ``[0, 1]``.
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
 
@@ -135,7 +140,11 @@ def mask_feature(x: Tensor, p: float, training: bool = True) -> Tensor:
     """
     p = check_probability("p", p)
     _check_features(x)
-    return _pyg_mask_feature(x, p=p, mode="col", training=training)[0]
+    if x.layout != torch.sparse_csr:
+        return _pyg_mask_feature(x, p=p, mode="col", training=training)[0]
+    if not training or p == 0.0:
+        return x
+    return _keep_columns(x, torch.rand(x.size(1), device=x.device) >= p)  # PyG's draw
 
 
 # ------------------------------------------------------------------ adaptive (GCA)
@@ -179,7 +188,7 @@ def mask_feature_weighted(x: Tensor, drop_prob: Tensor, training: bool = True) -
     draws under the same seed.
 
     Args:
-        x (torch.Tensor): Node features ``[num_nodes, num_features]``.
+        x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
         drop_prob (torch.Tensor): ``[num_features]`` probabilities, e.g. from
             :func:`feature_drop_probabilities`.
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
@@ -188,8 +197,27 @@ def mask_feature_weighted(x: Tensor, drop_prob: Tensor, training: bool = True) -
     _check_drop_prob(drop_prob, x.size(1), "num_features")
     if not training:
         return x
-    keep = torch.rand(x.size(1), device=x.device) >= drop_prob
-    return x.masked_fill(~keep.view(1, -1), 0.0)
+    return _keep_columns(x, torch.rand(x.size(1), device=x.device) >= drop_prob)
+
+
+def _keep_columns(x: Tensor, keep: Tensor) -> Tensor:
+    """``x`` with the columns where ``keep`` is ``False`` zeroed. A CSR ``x`` drops their
+    entries instead, in ``O(nnz)``: the result is what ``to_sparse_csr`` gives for the
+    masked dense matrix."""
+    if x.layout != torch.sparse_csr:
+        return x.masked_fill(~keep.view(1, -1), 0.0)
+    crow, col, values = x.crow_indices(), x.col_indices(), x.values()
+    kept = keep[col]
+    kept_before = torch.cat([kept.new_zeros(1, dtype=crow.dtype), kept.cumsum(0, dtype=crow.dtype)])
+    return torch.sparse_csr_tensor(
+        kept_before[crow], col[kept], values[kept], x.shape, check_invariants=False
+    )
+
+
+def _csr_rows(x: Tensor) -> Tensor:
+    """The row index of each stored entry of a CSR ``x``."""
+    rows = torch.arange(x.size(0), device=x.device)
+    return torch.repeat_interleave(rows, x.crow_indices().diff())
 
 
 # --------------------------------------------------------------------- centralities
@@ -372,7 +400,8 @@ def edge_drop_probabilities(
 
 def is_dense(x: Tensor) -> bool:
     """Whether ``x`` counts as dense real-valued features (more than half non-zero)."""
-    return bool(torch.count_nonzero(x) > _DENSE_FRACTION * x.numel())
+    stored = x.values() if x.layout == torch.sparse_csr else x
+    return bool(torch.count_nonzero(stored) > _DENSE_FRACTION * x.numel())
 
 
 def feature_drop_probabilities(
@@ -393,7 +422,7 @@ def feature_drop_probabilities(
     (``log(w + 1e-8)``; an all-zero column gets the highest probability).
 
     Args:
-        x (torch.Tensor): Node features ``[num_nodes, num_features]``.
+        x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
         centrality (torch.Tensor): ``[num_nodes]``, e.g. from :func:`node_centrality`.
         p (float): Mean masking probability in ``[0, 1]``.
         threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
@@ -411,8 +440,14 @@ def feature_drop_probabilities(
     if dense is None:
         dense = is_dense(x)
     dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
-    usage = (x.abs() if dense else (x != 0)).to(dtype)
-    weights = usage.t() @ centrality.to(x.device, dtype)
+    centrality = centrality.to(x.device, dtype)
+    if x.layout == torch.sparse_csr:  # Σ_i usage_ij c_i over the stored entries
+        usage = (x.values().abs() if dense else (x.values() != 0)).to(dtype)
+        terms = usage * centrality[_csr_rows(x)]
+        weights = centrality.new_zeros(x.size(1)).index_add_(0, x.col_indices(), terms)
+    else:
+        usage = (x.abs() if dense else (x != 0)).to(dtype)
+        weights = usage.t() @ centrality
     return _scores_to_probabilities(_log_scores(weights), p, threshold)
 
 
@@ -547,12 +582,20 @@ class _FitCache:
             cached.shape == tensor.shape
             and cached.dtype == tensor.dtype
             and cached.device == tensor.device
-            and torch.equal(cached, tensor)
+            and cached.layout == tensor.layout
+            and all(map(torch.equal, _parts(cached), _parts(tensor)))
         )
 
     def store(self, tensor: Tensor, extra, value: Tensor) -> Tensor:
         self.tensor, self.version, self.extra, self.value = tensor, tensor._version, extra, value
         return value
+
+
+def _parts(x: Tensor) -> tuple[Tensor, ...]:
+    """The strided tensors that make up ``x`` (a CSR matrix's three arrays)."""
+    if x.layout == torch.sparse_csr:
+        return x.crow_indices(), x.col_indices(), x.values()
+    return (x,)
 
 
 class _Adaptive(Augmenter):

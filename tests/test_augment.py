@@ -455,3 +455,61 @@ def test_reprs():
 def test_bad_arguments_raise_value_error_naming_them(build, name):
     with pytest.raises(ValueError, match=name):
         build()
+
+
+# ------------------------------------------------------------- sparse CSR features
+
+
+def _csr_parts(x):
+    return x.crow_indices(), x.col_indices(), x.values()
+
+
+@pytest.mark.parametrize("mask", ["uniform", "weighted"])
+def test_csr_feature_masks_draw_the_dense_masks(mask):
+    x = sparse_features(40, 30, density=0.2) * torch.rand(40, 30)
+    prob = torch.linspace(0.0, 0.9, 30)
+
+    def apply(features):
+        torch.manual_seed(3)
+        if mask == "uniform":
+            return mask_feature(features, 0.4)
+        return mask_feature_weighted(features, prob)
+
+    dense, sparse = apply(x), apply(x.to_sparse_csr())
+    assert sparse.layout == torch.sparse_csr
+    assert 0 < int((dense != 0).sum()) < int((x != 0).sum())  # some columns masked
+    # exactly what converting the masked dense matrix gives (no stored zeros)
+    for a, b in zip(_csr_parts(sparse), _csr_parts(dense.to_sparse_csr())):
+        assert torch.equal(a, b)
+    assert mask_feature(x.to_sparse_csr(), 0.4, training=False).layout == torch.sparse_csr
+
+
+def test_csr_feature_probabilities_equal_dense_ones():
+    edge_index = random_graph()
+    c = node_centrality(edge_index, 60, "evc")
+    x = sparse_features(60, 20, density=0.3) * torch.rand(60, 20)
+    for dense in (False, True, None):
+        torch.testing.assert_close(
+            feature_drop_probabilities(x.to_sparse_csr(), c, 0.3, dense=dense),
+            feature_drop_probabilities(x, c, 0.3, dense=dense),
+        )
+
+
+def test_adaptive_feature_mask_caches_on_equal_csr_features(monkeypatch):
+    import pyg_progcl.augment as augment
+
+    edge_index = random_graph()
+    x = sparse_features(60, 20, density=0.3)
+    fits = []
+    original = augment.feature_drop_probabilities
+    monkeypatch.setattr(
+        augment, "feature_drop_probabilities", lambda *a, **k: fits.append(1) or original(*a, **k)
+    )
+    aug = AdaptiveFeatureMask(0.3)
+    torch.manual_seed(0)
+    dense = aug(x, edge_index)[0]
+    for _ in range(2):  # a CSR matrix refits (another layout); an equal new one hits
+        csr = x.to_sparse_csr()
+        torch.manual_seed(0)
+        assert torch.equal(aug(csr, edge_index)[0].to_dense(), dense)
+    assert len(fits) == 2

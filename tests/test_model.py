@@ -413,3 +413,69 @@ def test_sparse_features_only_for_convs_that_start_with_a_linear_map():
     assert GCNEncoder(5, 4).sparse_features
     assert not GCNEncoder(5, 4, conv=SAGEConv).sparse_features
     assert not GCNEncoder(5, 4, sparse_features=False).sparse_features
+
+
+def _bag_of_words(num_nodes=50, num_features=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(num_nodes, num_features, generator=g) < 0.05
+    return torch.rand(num_nodes, num_features, generator=g) * mask
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_model_masks_its_cached_csr_features_as_the_dense_path_does(adaptive, monkeypatch):
+    x = _bag_of_words()
+    edge_index = to_undirected(erdos_renyi_graph(50, 0.1))
+
+    def view(p):
+        return [AdaptiveEdgeDrop(p), AdaptiveFeatureMask(p)] if adaptive else FeatureMask(p)
+
+    torch.manual_seed(0)
+    model = GRACEModel(GCNEncoder(40, 8), 8, 8, view(0.3), view(0.4))
+    assert model._features(x).layout == torch.sparse_csr
+    assert model._features(x) is model._features(x)  # converted once per feature matrix
+    conversions = []
+    to_csr = torch.Tensor.to_sparse_csr
+    monkeypatch.setattr(
+        torch.Tensor,
+        "to_sparse_csr",
+        lambda t, *a: conversions.append(t.shape == x.shape) or to_csr(t, *a),
+    )
+    for _ in range(2):
+        torch.manual_seed(1)
+        h1, h2 = model.views(x, edge_index)
+        assert not any(conversions)  # the views mask the cached CSR matrix (not the adjacency)
+        torch.manual_seed(1)  # the dense path: mask the dense matrix, the encoder converts it
+        augments = (model.augment1, model.augment2)
+        dense = [model._augment_and_encode(a, x, edge_index, None) for a in augments]
+        assert torch.equal(h1, dense[0]) and torch.equal(h2, dense[1])
+        conversions.clear()  # (the dense path converted its masked matrices)
+    torch.testing.assert_close(model(x, edge_index), model._encode(x, edge_index, None))
+    x.mul_(2.0)  # modified in place: converted again
+    assert torch.equal(model._features(x).to_dense(), x)
+
+
+def test_model_copies_and_pickles_without_its_feature_cache():
+    import copy
+    import pickle
+
+    x = _bag_of_words()
+    model = GRACEModel(GCNEncoder(40, 8), 8, 8, FeatureMask(0.3), FeatureMask(0.3))
+    cached = model._features(x)
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert clone._features(x) is not cached
+        torch.testing.assert_close(clone(x, erdos_renyi_graph(50, 0.1)).shape, (50, 8))
+    plain = GRACEModel(MLPEncoder(40, 8, sparse_features=False), 8, 8)
+    assert plain._features(x) is x  # an encoder that takes dense features gets them
+
+
+def test_build_model_recomputes_views_only_for_large_dense_view_features(monkeypatch):
+    import pyg_progcl.train as train
+
+    monkeypatch.setattr(train, "RECOMPUTE_FEATURES", 1000)  # 50 × 40 = 2000 entries
+    config = train.get_preset("synthetic", "grace")
+    sparse_x, dense_x = _bag_of_words(), torch.rand(50, 40)
+    assert train.build_model(config, 40, 50).recompute_views  # sizes only: dense
+    assert train.build_model(config, 40, 50, dense_x).recompute_views
+    assert not train.build_model(config, 40, 50, sparse_x).recompute_views  # ~100 non-zeros
+    mlp = config.replace(encoder="mlp")
+    assert not train.build_model(mlp, 40, 50, sparse_x).recompute_views

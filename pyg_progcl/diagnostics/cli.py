@@ -116,7 +116,7 @@ def _from_checkpoint(args, kwargs):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint")
     config = TrainConfig.from_dict(payload["config"])
     data = load_dataset(config.dataset, args.root)
-    model = build_model(config, data.num_features, data.num_nodes)
+    model = build_model(config, data.num_features, data.num_nodes, data.x)
     model.load_state_dict(payload["model"])
     loss = build_loss(config)
     loss.load_state_dict(payload["loss"])

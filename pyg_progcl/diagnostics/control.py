@@ -102,7 +102,7 @@ def diagnose_training(
     from ..train import build_loss, build_model, seed_everything, train_seed
 
     seed_everything(seed)
-    model = build_model(config, data.num_features, data.num_nodes).to(device)
+    model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
     report = EncoderReport(before=diagnose(model, data.to(device), **diagnose_kwargs), model=model)
     if not train:
         return report

