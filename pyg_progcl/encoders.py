@@ -72,9 +72,9 @@ class SparseFeatureCache:
     """:func:`sparse_features` of the feature matrix seen last, reused while the same
     tensor comes back unmodified (a model's ``data.x``, step after step).
 
-    Converting costs a pass over the dense matrix (Coauthor-CS: 0.5 s); masking the
-    cached CSR matrix afterwards costs ``O(nnz)``. Holds only a weak reference to the dense
-    matrix; copies and pickles of the owner start empty.
+    Converting costs a pass over the dense matrix (Coauthor-CS: 0.5 s at one thread);
+    masking the cached CSR matrix afterwards costs ``O(nnz)``. Holds only a weak reference
+    to the dense matrix; copies and pickles of the owner start empty.
     """
 
     def __init__(self):

@@ -72,9 +72,12 @@ class GRACEModel(torch.nn.Module):
             view. (default: :obj:`None`)
         recompute_views (bool, optional): Recompute each view's augmentation and
             encoding in backward (``torch.utils.checkpoint``) instead of keeping its
-            activations. The augmented feature matrices are the largest tensors on
-            graphs with wide dense features (Coauthor-Physics: 1.2 GB per view); this
-            trades one more encoder forward for them. (default: :obj:`False`)
+            activations. A view's masked feature matrix is its largest tensor where
+            wide features stay dense (a GPU, an encoder that takes dense features);
+            this trades one more encoder forward for it. Mostly-zero CPU features
+            reach an encoder with ``sparse_features`` as one CSR matrix, converted once
+            and masked entry-wise (Coauthor-Physics: 1.1M entries per view, not a
+            1.2 GB copy). (default: :obj:`False`)
     """
 
     def __init__(
@@ -147,9 +150,10 @@ class GRACEModel(torch.nn.Module):
         )
 
     def _features(self, x: Tensor) -> Tensor:
-        """``x`` as CSR, converted once per feature matrix, for an encoder that takes mostly-zero
-        features sparse (``encoder.sparse_features``): the views' feature masks then drop
-        entries instead of copying a dense matrix (Coauthor-CS: 0.85 s and 0.5 GB per view)."""
+        """``x`` as CSR (converted once per feature matrix) for an encoder that takes
+        mostly-zero features sparse (``encoder.sparse_features``): the views' feature masks
+        then drop entries instead of copying a dense matrix (Coauthor-CS: 0.5 GB and, at
+        one thread, 0.85 s per view)."""
         return self._sparse_x(x) if getattr(self.encoder, "sparse_features", False) else x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
