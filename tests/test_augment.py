@@ -464,6 +464,7 @@ def _csr_parts(x):
     return x.crow_indices(), x.col_indices(), x.values()
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
 @pytest.mark.parametrize("mask", ["uniform", "weighted"])
 def test_csr_feature_masks_draw_the_dense_masks(mask):
     x = sparse_features(40, 30, density=0.2) * torch.rand(40, 30)
