@@ -655,3 +655,14 @@ def test_dense_pass_gives_its_weights_back_before_backward():
     assert loss.pool.bytes == 60 * 60 * 8  # the weights; the exponentials stay for backward
     out.backward()
     assert loss.pool.bytes == 4 * 60 * 60 * 8
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_mix_selects_the_same_set_as_topk(dtype):
+    from pyg_progcl.losses.progcl import _largest
+
+    x = torch.randperm(7 * 36).view(7, 36).to(dtype)  # distinct (< 256: exact in bfloat16)
+    x[:, 3] = float("-inf")  # an excluded entry
+    for k in (1, 13, 35):
+        got = _largest(x, k).sort(dim=1).values
+        assert torch.equal(got, torch.topk(x, k, dim=1).indices.sort(dim=1).values)

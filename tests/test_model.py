@@ -463,7 +463,7 @@ def test_model_copies_and_pickles_without_its_feature_cache():
     cached = model._features(x)
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert clone._features(x) is not cached
-        torch.testing.assert_close(clone(x, erdos_renyi_graph(50, 0.1)).shape, (50, 8))
+        assert clone(x, erdos_renyi_graph(50, 0.1)).shape == (50, 8)
     plain = GRACEModel(MLPEncoder(40, 8, sparse_features=False), 8, 8)
     assert plain._features(x) is x  # an encoder that takes dense features gets them
 
