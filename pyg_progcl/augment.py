@@ -39,6 +39,7 @@ from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import degree, dropout_edge, to_undirected
 from torch_geometric.utils import mask_feature as _pyg_mask_feature
 from torch_geometric.utils.num_nodes import maybe_num_nodes
+from torch_geometric.utils.sparse import ptr2index
 
 from ._checks import check_choice, check_int, check_probability
 
@@ -212,12 +213,6 @@ def _keep_columns(x: Tensor, keep: Tensor) -> Tensor:
     return torch.sparse_csr_tensor(
         kept_before[crow], col[kept], values[kept], x.shape, check_invariants=False
     )
-
-
-def _csr_rows(x: Tensor) -> Tensor:
-    """The row index of each stored entry of a CSR ``x``."""
-    rows = torch.arange(x.size(0), device=x.device)
-    return torch.repeat_interleave(rows, x.crow_indices().diff())
 
 
 # --------------------------------------------------------------------- centralities
@@ -443,7 +438,8 @@ def feature_drop_probabilities(
     centrality = centrality.to(x.device, dtype)
     if x.layout == torch.sparse_csr:  # Σ_i usage_ij c_i over the stored entries
         usage = (x.values().abs() if dense else (x.values() != 0)).to(dtype)
-        terms = usage * centrality[_csr_rows(x)]
+        rows = ptr2index(x.crow_indices(), output_size=usage.numel())
+        terms = usage * centrality[rows]
         weights = centrality.new_zeros(x.size(1)).index_add_(0, x.col_indices(), terms)
     else:
         usage = (x.abs() if dense else (x != 0)).to(dtype)

@@ -462,6 +462,7 @@ def test_model_copies_and_pickles_without_its_feature_cache():
     model = GRACEModel(GCNEncoder(40, 8), 8, 8, FeatureMask(0.3), FeatureMask(0.3))
     cached = model._features(x)
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert clone._sparse_x._sparse is None  # starts empty: the CSR matrix is not copied
         assert clone._features(x) is not cached
         assert clone(x, erdos_renyi_graph(50, 0.1)).shape == (50, 8)
     plain = GRACEModel(MLPEncoder(40, 8, sparse_features=False), 8, 8)
