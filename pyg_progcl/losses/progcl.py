@@ -314,9 +314,8 @@ class ProGCLLoss(ContrastiveLoss):
         b_top = torch.where(tiny, torch.exp(log_top - log_max), b_top)
         theta = (block.inter.gather(1, idx) * block.tau + 1.0).clamp(min=-1.0)
         perm = torch.randperm(k, device=theta.device)
-        mixed = (b_top * theta + b_top[:, perm] * theta[:, perm]) / (
-            b_top + b_top[:, perm] + self.mix_eps
-        )
+        b_pair, theta_pair = b_top.index_select(1, perm), theta.index_select(1, perm)
+        mixed = (b_top * theta + b_pair * theta_pair) / (b_top + b_pair + self.mix_eps)
         return torch.logsumexp((mixed - 1.0) / block.tau, dim=1)
 
     def _options(self) -> dict:
