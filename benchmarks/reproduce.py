@@ -143,30 +143,36 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def markdown(cells: list[dict[str, Any]], info: dict[str, Any]) -> str:
-    """The results as a markdown document (table, ProGCL-vs-GRACE, machine)."""
-    lines = [
-        "| Dataset | Method | Protocol | Published | Measured | Epochs run (preset) "
-        "| Seeds | Probe epochs | Time / epoch | Wall time |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in cells:
-        pub = published(c["dataset"], c["method"])
-        pub_text = f"{pub[0]:.2f} ± {pub[1]:.2f}" if pub else "–"
-        target = TARGETS.get(c["dataset"]) if c["method"].startswith("progcl") else None
-        if target is not None:
-            pub_text += f" (target ≥ {target})"
-        epochs = f"{c['epochs']} ({c['preset_epochs']})"
-        if c["method"].startswith("progcl"):
-            epochs += f", warm-up {c['warmup_epochs']}"
-        probe = str(c["probe_epochs"]) if c["protocol"] == "gca" else "– (CV)"
-        lines.append(
-            f"| {c['dataset']} | {c['method']} | {c['protocol']} ({c['split']}) | {pub_text} "
-            f"| {_pct(c['accuracy_mean'], c['accuracy_std'])} | {epochs} | {c['seeds']} "
-            f"| {probe} | {1000 * c['epoch_time_s']:.0f} ms | {_duration(c['wall_time_s'])} |"
-        )
-    lines += ["", "ProGCL against GRACE under the same budget (accuracy points):", ""]
+TABLE_HEADER = [
+    "| Dataset | Method | Protocol | Published | Measured | Epochs run (preset) "
+    "| Seeds | Probe epochs | Time / epoch | Wall time |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+]
+
+
+def table_row(c: dict[str, Any]) -> str:
+    """One cell of the methods × datasets table, with its published number (and target)."""
+    progcl = c["method"].startswith("progcl")
+    pub = published(c["dataset"], c["method"])
+    pub_text = f"{pub[0]:.2f} ± {pub[1]:.2f}" if pub else "–"
+    target = TARGETS.get(c["dataset"]) if progcl else None
+    if target is not None:
+        pub_text += f" (target ≥ {target})"
+    epochs = f"{c['epochs']} ({c['preset_epochs']})"
+    if progcl:
+        epochs += f", warm-up {c['warmup_epochs']}"
+    probe = str(c["probe_epochs"]) if c["protocol"] == "gca" else "– (CV)"
+    return (
+        f"| {c['dataset']} | {c['method']} | {c['protocol']} ({c['split']}) | {pub_text} "
+        f"| {_pct(c['accuracy_mean'], c['accuracy_std'])} | {epochs} | {c['seeds']} "
+        f"| {probe} | {1000 * c['epoch_time_s']:.0f} ms | {_duration(c['wall_time_s'])} |"
+    )
+
+
+def versus_grace(cells: list[dict[str, Any]]) -> list[str]:
+    """One line per dataset and ProGCL mode: its mean against GRACE's, with a verdict."""
     by = {(c["dataset"], c["method"]): c for c in cells}
+    lines = []
     for dataset in dict.fromkeys(c["dataset"] for c in cells):
         grace = by.get((dataset, "grace"))
         for method in ("progcl-weight", "progcl-mix"):
@@ -183,6 +189,15 @@ def markdown(cells: list[dict[str, Any]], info: dict[str, Any]) -> str:
                 f"- {dataset}: {method} {delta:+.2f} vs grace ({verdict}; "
                 f"{other['epochs']} epochs, {other['seeds']} seed(s))"
             )
+    return lines
+
+
+def markdown(cells: list[dict[str, Any]], info: dict[str, Any]) -> str:
+    """The results as a markdown document (table, ProGCL-vs-GRACE, machine)."""
+    lines = TABLE_HEADER + [table_row(c) for c in cells]
+    lines += ["", "ProGCL against GRACE under the same budget (accuracy points):", ""]
+    lines += versus_grace(cells)
+    gpu = f", GPU {info['gpu']}" if "gpu" in info else ""
     total = sum(c["wall_time_s"] for c in cells)
     lines += [
         "",
@@ -190,8 +205,7 @@ def markdown(cells: list[dict[str, Any]], info: dict[str, Any]) -> str:
         "reproductions; published numbers are means over 5-20 seeds.",
         "",
         f"Machine: {info['cpu']}, {info['cores']} cores ({info['torch_threads']} torch threads)"
-        + (f", GPU {info['gpu']}" if "gpu" in info else "")
-        + f"; device {info['device']}; torch {info['torch']}, torch_geometric "
+        f"{gpu}; device {info['device']}; torch {info['torch']}, torch_geometric "
         f"{info['torch_geometric']}, pyg_progcl {info['pyg_progcl']}. "
         f"Total wall time {_duration(total)}.",
     ]

@@ -254,6 +254,38 @@ def _extrapolate(row: dict[str, Any], epochs: list[dict[str, Any]], n: int, bloc
     row["extrapolated_epoch_s"] = fixed + per_block * total_blocks
 
 
+def _timed_epochs(spec, args, model, loss_fn, data, optimizer, device) -> list[dict]:
+    """The configuration's timed epochs; on the arxiv-size graph's exact path two partial
+    epochs (``k`` and ``3k`` row blocks per direction), extrapolated later."""
+    if spec["data"] == "arxiv-size" and spec["path"] == "blocks" and args.arxiv_blocks > 0:
+        return [
+            {"blocks_per_direction": k, **_epoch(model, loss_fn, data, optimizer, device, k)}
+            for k in (args.arxiv_blocks, 3 * args.arxiv_blocks)
+        ]
+    return [_epoch(model, loss_fn, data, optimizer, device, None) for _ in range(spec["epochs"])]
+
+
+def _describe(name: str, spec: dict, args: argparse.Namespace, data, preset, config) -> dict:
+    """What was measured: graph, preset and loss path (block size as the loss picks it)."""
+    n = data.num_nodes
+    sampled = spec["path"] == "sampled"
+    block = sim.auto_block_size(n, args.num_negatives + 1) if sampled else sim.auto_block_size(n)
+    return {
+        "config": name,
+        "dataset": spec["data"],
+        "preset": preset,
+        "path": spec["path"],
+        "schedule": config.schedule,
+        "nodes": n,
+        "edges": int(data.edge_index.size(1)),
+        "features": int(data.num_features),
+        "hidden": config.hidden,
+        "tau": config.tau,
+        "block_size": None if spec["path"] == "dense" else (block or n),
+        "num_negatives": args.num_negatives if sampled else None,
+    }
+
+
 def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Measures one configuration inside this (fresh) process."""
     spec = CONFIGS[name]
@@ -273,50 +305,24 @@ def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
     encoder_peak = mem.peak()
     gc.collect()
     mem.reset_peak()
-
-    n = data.num_nodes
-    partial = spec["data"] == "arxiv-size" and spec["path"] == "blocks" and args.arxiv_blocks > 0
-    if partial:  # two partial epochs; the time is extrapolated linearly to all blocks
-        counts = [args.arxiv_blocks, 3 * args.arxiv_blocks]
-        epochs = [
-            {"blocks_per_direction": k, **_epoch(model, loss_fn, data, optimizer, device, k)}
-            for k in counts
-        ]
-    else:
-        epochs = [
-            _epoch(model, loss_fn, data, optimizer, device, None) for _ in range(spec["epochs"])
-        ]
+    epochs = _timed_epochs(spec, args, model, loss_fn, data, optimizer, device)
     peak = max(mem.peak(), encoder_peak)
-    block = sim.auto_block_size(n)
-    if spec["path"] == "sampled":
-        block = sim.auto_block_size(n, args.num_negatives + 1)
-    row = {
-        "config": name,
-        "dataset": spec["data"],
-        "preset": preset,
-        "path": spec["path"],
-        "schedule": config.schedule,
-        "nodes": n,
-        "edges": int(data.edge_index.size(1)),
-        "features": int(data.num_features),
-        "hidden": config.hidden,
-        "tau": config.tau,
-        "block_size": None if spec["path"] == "dense" else (block or n),
-        "num_negatives": args.num_negatives if spec["path"] == "sampled" else None,
-        "setup_s": setup_s,
-        "epochs": epochs,
-        "import_bytes": imports,
-        "baseline_bytes": baseline,
-        "training_peak_bytes": peak,
-        "encoder_step_s": encoder_only,
-        "encoder_peak_bytes": encoder_peak,
-        "process_peak_bytes": mem.process_peak() if device.type == "cpu" else peak,
-        "load_before": load_start,
-        "load_after": os.getloadavg()[0],
-        "threads": torch.get_num_threads(),
-    }
-    if partial:
-        _extrapolate(row, epochs, n, block or n)
+    row = _describe(name, spec, args, data, preset, config)
+    row.update(
+        setup_s=setup_s,
+        epochs=epochs,
+        import_bytes=imports,
+        baseline_bytes=baseline,
+        training_peak_bytes=peak,
+        encoder_step_s=encoder_only,
+        encoder_peak_bytes=encoder_peak,
+        process_peak_bytes=mem.process_peak() if device.type == "cpu" else peak,
+        load_before=load_start,
+        load_after=os.getloadavg()[0],
+        threads=torch.get_num_threads(),
+    )
+    if "blocks_per_direction" in epochs[0]:
+        _extrapolate(row, epochs, row["nodes"], row["block_size"])
     else:
         row["epoch_s"] = statistics.median(e["epoch_s"] for e in epochs)
     return row
@@ -358,70 +364,87 @@ def _encoder(row: dict[str, Any]) -> str:
     return f"{row['encoder_step_s']:.1f} s, {_gb(row['encoder_peak_bytes'] - row['import_bytes'])}"
 
 
-def markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+HEADER = [
+    "| graph | N | loss path | epoch time (views + refit + loss + backward + step) "
+    "| imports / + data & model (GB) | training peak (GB) | peak − imports (GB) "
+    "| encoder-only step: s, peak − imports (GB) "
+    "| dense path need (GB) | reference code need (GB, lower bound) | target "
+    "| load (1-min, before → after) |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+]
+
+NOTES = [
+    "- ProGCL-weight with each dataset's preset (the ogbn-arxiv preset for the random "
+    "arxiv-size graph), mixture refitted every epoch (50,000 sampled pairs, 10 EM "
+    "iterations); epoch time = median over the timed epochs. schedule='frozen' (the "
+    "reference code's): the epoch fits once, keeps its two views and computes the "
+    "weights from them (one more Gram product per row block, forward and backward).",
+    "- Resident memory (RSS) of each configuration's own process: imports = after "
+    "importing torch, PyG and pyg_progcl (nothing allocated); + data & model = the idle "
+    "process after loading the data and building the model; training peak = the "
+    "high-water mark during the timed epochs (reset after setup). peak − imports is "
+    "what training holds beyond the interpreter and libraries (data, model, "
+    "activations, loss blocks), the CPU counterpart of CUDA's `max_memory_allocated`; "
+    "the targets are checked against it. The encoder-only step (views, a zero loss, "
+    "backward, step; its own high-water mark) separates the encoder's share (data, "
+    "augmented feature copies, activations) from the loss's.",
+]
+
+
+def dense_matrix_count(rows: list[dict[str, Any]]) -> float | None:
+    """How many float32 ``N×N`` matrices the dense path holds beyond the row-blocked one,
+    measured on Amazon-Photo (``None`` unless both Photo paths ran)."""
     dense = next((r for r in rows if r["config"] == "photo-dense"), None)
     blocked = next((r for r in rows if r["config"] == "photo"), None)
-    count = None
-    if dense and blocked:
-        extra = dense["training_peak_bytes"] - blocked["training_peak_bytes"]
-        count = extra / (4.0 * dense["nodes"] ** 2)
-    lines = [
-        "| graph | N | loss path | epoch time (views + refit + loss + backward + step) "
-        "| imports / + data & model (GB) | training peak (GB) | peak − imports (GB) "
-        "| encoder-only step: s, peak − imports (GB) "
-        "| dense path need (GB) | reference code need (GB, lower bound) | target "
-        "| load (1-min, before → after) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        n = r["nodes"]
-        used = r["training_peak_bytes"] - r["import_bytes"]
-        if r["path"] == "dense":
-            path, need = "dense (forced)", f"{_gb(used)} (measured)"
-        else:
-            path = (
-                f"{r['num_negatives']} sampled negatives"
-                if r["path"] == "sampled"
-                else f"exact, blocks of {r['block_size']}"
-            )
-            if r.get("schedule", "online") != "online":
-                path += f", schedule='{r['schedule']}'"
-            need = "–" if count is None else _gb(dense_bytes(n, count) + used)
-        target = TARGETS_GB.get(r["config"])
-        ok = ""
-        if target is not None:
-            ok = f"≤ {target:g} GB: {'met' if used <= target * GIB else 'missed'}"
-        lines.append(
-            f"| {r['dataset']} | {n:,} | {path} | {_time(r)} "
-            f"| {_gb(r['import_bytes'])} / {_gb(r['baseline_bytes'])} "
-            f"| {_gb(r['training_peak_bytes'])} | {_gb(used)} "
-            f"| {_encoder(r)} "
-            f"| {need} "
-            f"| {_gb(reference_bytes(n))} | {ok} | {r['load_before']:.1f} → {r['load_after']:.1f} |"
-        )
-    notes = [
-        "",
+    if not (dense and blocked):
+        return None
+    extra = dense["training_peak_bytes"] - blocked["training_peak_bytes"]
+    return extra / (4.0 * dense["nodes"] ** 2)
+
+
+def _path_and_need(r: dict[str, Any], count: float | None) -> tuple[str, str]:
+    used = r["training_peak_bytes"] - r["import_bytes"]
+    if r["path"] == "dense":
+        return "dense (forced)", f"{_gb(used)} (measured)"
+    if r["path"] == "sampled":
+        path = f"{r['num_negatives']} sampled negatives"
+    else:
+        path = f"exact, blocks of {r['block_size']}"
+    if r.get("schedule", "online") != "online":
+        path += f", schedule='{r['schedule']}'"
+    return path, "–" if count is None else _gb(dense_bytes(r["nodes"], count) + used)
+
+
+def table_row(r: dict[str, Any], count: float | None) -> str:
+    """One configuration's row of the table (``count``: :func:`dense_matrix_count`)."""
+    used = r["training_peak_bytes"] - r["import_bytes"]
+    path, need = _path_and_need(r, count)
+    target = TARGETS_GB.get(r["config"])
+    ok = "" if target is None else f"≤ {target:g} GB: {'met' if used <= target * GIB else 'missed'}"
+    return (
+        f"| {r['dataset']} | {r['nodes']:,} | {path} | {_time(r)} "
+        f"| {_gb(r['import_bytes'])} / {_gb(r['baseline_bytes'])} "
+        f"| {_gb(r['training_peak_bytes'])} | {_gb(used)} "
+        f"| {_encoder(r)} "
+        f"| {need} "
+        f"| {_gb(reference_bytes(r['nodes']))} | {ok} "
+        f"| {r['load_before']:.1f} → {r['load_after']:.1f} |"
+    )
+
+
+def _machine_line(info: dict[str, Any]) -> str:
+    gpu = f" ({info['gpu']})" if "gpu" in info else ""
+    return (
         f"Machine: {info['cpu']}, {info['cores']} cores, {info['threads']} torch threads, "
-        f"torch {info['torch']}, device {info['device']}"
-        + (f" ({info['gpu']})" if "gpu" in info else "")
-        + ". Load: the 1-minute load average before and after each configuration (the "
-        "machine is shared; timings only mean something at a load below the core count).",
-        "",
-        "- ProGCL-weight with each dataset's preset (the ogbn-arxiv preset for the random "
-        "arxiv-size graph), mixture refitted every epoch (50,000 sampled pairs, 10 EM "
-        "iterations); epoch time = median over the timed epochs. schedule='frozen' (the "
-        "reference code's): the epoch fits once, keeps its two views and computes the "
-        "weights from them (one more Gram product per row block, forward and backward).",
-        "- Resident memory (RSS) of each configuration's own process: imports = after "
-        "importing torch, PyG and pyg_progcl (nothing allocated); + data & model = the idle "
-        "process after loading the data and building the model; training peak = the "
-        "high-water mark during the timed epochs (reset after setup). peak − imports is "
-        "what training holds beyond the interpreter and libraries (data, model, "
-        "activations, loss blocks), the CPU counterpart of CUDA's `max_memory_allocated`; "
-        "the targets are checked against it. The encoder-only step (views, a zero loss, "
-        "backward, step; its own high-water mark) separates the encoder's share (data, "
-        "augmented feature copies, activations) from the loss's.",
-    ]
+        f"torch {info['torch']}, device {info['device']}{gpu}. Load: the 1-minute load "
+        "average before and after each configuration (the machine is shared; timings only "
+        "mean something at a load below the core count)."
+    )
+
+
+def markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+    count = dense_matrix_count(rows)
+    notes = ["", _machine_line(info), "", *NOTES]
     if count is not None:
         notes.append(
             f"- dense path need: the dense path's training peak on Amazon-Photo exceeds the "
@@ -433,7 +456,7 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
         "(exponentiated similarities of both directions) + its float64 N×(N−1) weights = "
         "24·N² bytes, before any temporaries."
     )
-    return "\n".join(lines + notes) + "\n"
+    return "\n".join(HEADER + [table_row(r, count) for r in rows] + notes) + "\n"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -124,7 +124,7 @@ class GRACEModel(torch.nn.Module):
         r"""Returns the encoder embeddings ``f(G)`` of the un-augmented graph
         (``[num_nodes, hidden_channels]``). Accepts a ``Data`` in place of ``x``."""
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
-        return self._encode(self._features(x), edge_index, edge_weight)
+        return self._encode(self.input_features(x), edge_index, edge_weight)
 
     def project(self, z: Tensor) -> Tensor:
         r"""Applies the projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
@@ -143,17 +143,18 @@ class GRACEModel(torch.nn.Module):
         un-augmented graph. Accepts a ``Data`` in place of ``x``.
         """
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
-        x = self._features(x)
+        x = self.input_features(x)
         return (
             self._view(self.augment1, x, edge_index, edge_weight),
             self._view(self.augment2, x, edge_index, edge_weight),
         )
 
-    def _features(self, x: Tensor) -> Tensor:
-        """``x`` as CSR (converted once per feature matrix) for an encoder that takes
-        mostly-zero features sparse (``encoder.sparse_features``): the views' feature masks
-        then drop entries instead of copying a dense matrix (Coauthor-CS: 0.5 GB and, at
-        one thread, 0.85 s per view)."""
+    def input_features(self, x: Tensor) -> Tensor:
+        """The feature matrix as the model feeds it to its augmenters and encoder: ``x``
+        as CSR (converted once per feature matrix, then cached) for an encoder that takes
+        mostly-zero features sparse (``encoder.sparse_features``), else ``x`` itself. The
+        views' feature masks then drop entries instead of copying a dense matrix
+        (Coauthor-CS: 0.5 GB and, at one thread, 0.85 s per view)."""
         return self._sparse_x(x) if getattr(self.encoder, "sparse_features", False) else x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):

@@ -431,8 +431,8 @@ def test_model_masks_its_cached_csr_features_as_the_dense_path_does(adaptive, mo
 
     torch.manual_seed(0)
     model = GRACEModel(GCNEncoder(40, 8), 8, 8, view(0.3), view(0.4))
-    assert model._features(x).layout == torch.sparse_csr
-    assert model._features(x) is model._features(x)  # converted once per feature matrix
+    assert model.input_features(x).layout == torch.sparse_csr
+    assert model.input_features(x) is model.input_features(x)  # converted once per feature matrix
     conversions = []
     to_csr = torch.Tensor.to_sparse_csr
     monkeypatch.setattr(
@@ -451,7 +451,7 @@ def test_model_masks_its_cached_csr_features_as_the_dense_path_does(adaptive, mo
         conversions.clear()  # (the dense path converted its masked matrices)
     torch.testing.assert_close(model(x, edge_index), model._encode(x, edge_index, None))
     x.mul_(2.0)  # modified in place: converted again
-    assert torch.equal(model._features(x).to_dense(), x)
+    assert torch.equal(model.input_features(x).to_dense(), x)
 
 
 def test_model_copies_and_pickles_without_its_feature_cache():
@@ -460,13 +460,13 @@ def test_model_copies_and_pickles_without_its_feature_cache():
 
     x = _bag_of_words()
     model = GRACEModel(GCNEncoder(40, 8), 8, 8, FeatureMask(0.3), FeatureMask(0.3))
-    cached = model._features(x)
+    cached = model.input_features(x)
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert clone._sparse_x._sparse is None  # starts empty: the CSR matrix is not copied
-        assert clone._features(x) is not cached
+        assert clone.input_features(x) is not cached
         assert clone(x, erdos_renyi_graph(50, 0.1)).shape == (50, 8)
     plain = GRACEModel(MLPEncoder(40, 8, sparse_features=False), 8, 8)
-    assert plain._features(x) is x  # an encoder that takes dense features gets them
+    assert plain.input_features(x) is x  # an encoder that takes dense features gets them
 
 
 def test_build_model_recomputes_views_only_for_large_dense_view_features(monkeypatch):
