@@ -22,12 +22,15 @@ Command line: ``python -m pyg_progcl train --dataset Cora --method progcl-weight
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import platform
 import random
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,6 +67,7 @@ __all__ = [
     "seed_everything",
     "train",
     "train_seed",
+    "TrainingInterruptedError",
 ]
 
 CHECKPOINT_FORMAT = 1
@@ -236,6 +240,37 @@ def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)  # never a half-written checkpoint
+
+
+class TrainingInterruptedError(Exception):
+    """Raised by :func:`train_seed` when a SIGTERM asked it to stop: the epoch that was
+    running finished and was checkpointed; ``resume=True`` continues from there."""
+
+    def __init__(self, epoch: int, path: Path):
+        super().__init__(f"stopped by SIGTERM after epoch {epoch}; checkpoint {path}")
+        self.epoch, self.path = epoch, path
+
+
+@contextlib.contextmanager
+def _stop_requests(enabled: bool):
+    """Turns SIGTERM (a scheduler's preemption, ``kill``) into a request, recorded in the
+    yielded list, to stop at the end of the current epoch. A second SIGTERM acts at once.
+    Only in the main thread (where Python runs signal handlers) and when ``enabled``."""
+    requests: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield requests
+        return
+
+    def request(signum, frame):
+        requests.append(signum)
+        signal.signal(signal.SIGTERM, previous)
+
+    previous = signal.signal(signal.SIGTERM, request)
+    previous = signal.SIG_DFL if previous is None else previous  # (set outside Python)
+    try:
+        yield requests
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
@@ -420,7 +455,9 @@ def train_seed(
         device: Torch device (``"auto"``: CUDA if available).
         checkpoint_dir: Folder for ``seed{seed}.pt``, written every
             ``checkpoint_every`` epochs and at the end (model, optimiser, loss
-            with its mixture, epoch, RNG states, history).
+            with its mixture, epoch, RNG states, history). With a folder, a SIGTERM
+            (in the main thread) stops training after the current epoch, which is
+            checkpointed, and raises :class:`TrainingInterruptedError`.
         checkpoint_every: Checkpoint interval in epochs.
         resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
             there is one (it must have the same config). The result equals an
@@ -456,7 +493,7 @@ def train_seed(
         leave=False,
     )
     run.model.train()
-    try:
+    with _stop_requests(run.path is not None) as stop, contextlib.closing(bar):
         for epoch in range(start + 1, config.epochs + 1):
             value = run.step(epoch)
             bar.update(1)
@@ -472,8 +509,10 @@ def train_seed(
                 run.checkpoint(epoch)
             if callback is not None:
                 callback(epoch, {"loss": value, "model": run.model, "loss_fn": run.loss_fn})
-    finally:
-        bar.close()
+            if stop and not last:
+                if epoch % checkpoint_every:
+                    run.checkpoint(epoch)
+                raise TrainingInterruptedError(epoch, run.path)
     return run.model, run.loss_fn, run.record
 
 
@@ -740,17 +779,21 @@ def run_cli(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     seeds = list(range(args.seed, args.seed + args.seeds))
-    result = train(
-        config,
-        seeds=seeds,
-        root=args.root,
-        device=args.device,
-        checkpoint_dir=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        progress=not args.quiet,
-        output=args.output,
-    )
+    try:
+        result = train(
+            config,
+            seeds=seeds,
+            root=args.root,
+            device=args.device,
+            checkpoint_dir=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            progress=not args.quiet,
+            output=args.output,
+        )
+    except TrainingInterruptedError as exc:
+        print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     if not args.quiet:
         accs = ", ".join(f"{a:.4f}" for a in result["accuracies"])
         print(

@@ -121,6 +121,41 @@ def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6)
     assert rec_c["accuracy"] == rec_a["accuracy"]
 
 
+def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
+    small_graph, tmp_path
+):
+    import signal
+
+    from pyg_progcl.train import TrainingInterruptedError
+
+    config = small_config(epochs=10, warmup_epochs=4, eval_every=5, probe_epochs=30)
+    original = signal.getsignal(signal.SIGTERM)
+    handlers = []  # without a checkpoint folder SIGTERM keeps its handler
+    _, _, rec_a = train_seed(
+        config, small_graph, seed=1, progress=False,
+        callback=lambda *a: handlers.append(signal.getsignal(signal.SIGTERM)),
+    )  # fmt: skip
+    assert handlers == [original] * 10
+
+    def term_at_7(epoch, info):
+        if epoch == 7:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(TrainingInterruptedError, match="after epoch 7") as stopped:
+        train_seed(
+            config, small_graph, seed=1, checkpoint_dir=ckpt, checkpoint_every=5,
+            progress=False, callback=term_at_7,
+        )  # fmt: skip
+    assert stopped.value.epoch == 7 and stopped.value.path == ckpt / "seed1.pt"
+    assert torch.load(ckpt / "seed1.pt", weights_only=True)["epoch"] == 7  # not 5
+    assert signal.getsignal(signal.SIGTERM) is original  # restored
+    _, _, rec_b = train_seed(
+        config, small_graph, seed=1, checkpoint_dir=ckpt, resume=True, progress=False
+    )
+    assert (rec_b["accuracy"], rec_b["losses"]) == (rec_a["accuracy"], rec_a["losses"])
+
+
 def test_resume_refuses_another_config(small_graph, tmp_path):
     config = small_config(epochs=2, eval_every=0, probe_epochs=10)
     train_seed(config, small_graph, checkpoint_dir=tmp_path, progress=False)
@@ -220,6 +255,29 @@ def test_python_dash_m_subprocess(tmp_path):
     )  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
+    import signal
+    import time
+
+    ckpt = tmp_path / "ckpt"
+    argv = [*TINY, "--epochs", "2000", "--eval-every", "0", "--checkpoint", str(ckpt)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyg_progcl", *argv, "--checkpoint-every", "1"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (ckpt / "seed0.pt").exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    epoch = torch.load(ckpt / "seed0.pt", weights_only=True)["epoch"]
+    assert 1 <= epoch < 2000 and f"after epoch {epoch};" in err and "--resume" in err
 
 
 def test_diagnostics_are_tracked_into_the_results(tmp_path):
