@@ -1,0 +1,165 @@
+"""The library on an accelerator: every loss path against the CPU float64 reference,
+the mixture fit, the model and the trainer (resume included).
+
+Skipped without CUDA. ``PYG_PROGCL_TEST_DEVICE=cpu`` runs the same checks on the CPU
+(how they are checked on machines without a GPU); any other torch device name works too.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import reference as ref
+import torch
+import torch_geometric.transforms as T
+from test_losses import assert_matches, fitted_mixture, params, views
+from test_mixture import sample_mixture
+
+from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel
+from pyg_progcl.datasets import synthetic_graph
+from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
+from pyg_progcl.mixture import BetaMixture
+from pyg_progcl.presets import get_preset
+from pyg_progcl.train import train_seed
+
+DEVICE = torch.device(os.environ.get("PYG_PROGCL_TEST_DEVICE", "cuda"))
+pytestmark = pytest.mark.skipif(
+    DEVICE.type == "cuda" and not torch.cuda.is_available(), reason="no CUDA device"
+)
+
+
+def on_device(*tensors):
+    return [t.detach().to(DEVICE).requires_grad_(t.requires_grad) for t in tensors]
+
+
+def assert_device_matches(loss_fn, ref_fn, dtype=torch.float64):
+    """The loss on DEVICE (``dtype``) equals the CPU float64 reference, values and
+    gradients (float32: to float32 accuracy)."""
+    h1, h2 = views()
+    d1, d2 = on_device(h1.to(dtype), h2.to(dtype))
+    if dtype == torch.float64:
+        assert_matches(loss_fn.to(DEVICE), lambda a, b: ref_fn(a.cpu(), b.cpu()).to(DEVICE), d1, d2)
+        return
+    out, expected = loss_fn.to(DEVICE)(d1, d2), ref_fn(h1, h2)
+    torch.testing.assert_close(out.double().cpu(), expected, rtol=2e-5, atol=2e-5)
+    for a, b in zip(torch.autograd.grad(out, (d1, d2)), torch.autograd.grad(expected, (h1, h2))):
+        torch.testing.assert_close(a.double().cpu(), b, rtol=1e-3, atol=2e-5)
+
+
+LOSSES = {
+    "grace": (lambda bs: InfoNCELoss(0.5, block_size=bs), lambda a, b: ref.grace(a, b, 0.5)),
+    "dcl": (
+        lambda bs: DebiasedInfoNCELoss(0.5, 0.1, block_size=bs),
+        lambda a, b: ref.dcl(a, b, 0.5, 0.1),
+    ),
+    "hcl": (
+        lambda bs: HardInfoNCELoss(0.5, 0.1, 1.0, block_size=bs),
+        lambda a, b: ref.hcl(a, b, 0.5, 0.1, 1.0),
+    ),
+    "progcl-weight": (
+        lambda bs: ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=bs),
+        lambda a, b: ref.progcl_weight(a, b, 0.4, params(fitted_mixture())),
+    ),
+    "progcl-mix-1": (
+        lambda bs: ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=bs),
+        lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(fitted_mixture())),
+    ),
+}
+
+
+@pytest.mark.parametrize("block_size", [None, 7])
+@pytest.mark.parametrize("name", list(LOSSES))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_every_loss_matches_the_cpu_reference(name, block_size, dtype):
+    make, ref_fn = LOSSES[name]
+    assert_device_matches(make(block_size), ref_fn, dtype)
+
+
+def test_progcl_mix_top_k_matches_the_reference(monkeypatch):
+    # (on the CPU the top k comes from numpy; elsewhere from torch.topk)
+    monkeypatch.setattr(torch, "randperm", lambda n, device=None: torch.arange(n, device=device))
+    loss = ProGCLLoss(0.4, mode="mix", num_mix=9, mixture=fitted_mixture(), block_size=7)
+    assert_device_matches(
+        loss, lambda a, b: ref.progcl_mix(a, b, 0.4, params(loss.mixture), 9, "self")
+    )
+
+
+@pytest.mark.parametrize("block_size", [None, 7])
+def test_frozen_schedule_matches_the_reference(block_size):
+    f1, f2 = (h.detach() for h in views(seed=5))
+    loss = ProGCLLoss(0.4, mixture=fitted_mixture(), schedule="frozen", block_size=block_size)
+    loss.to(DEVICE).fit(*on_device(f1, f2))
+    assert loss.frozen_u.device.type == DEVICE.type
+    m = params(fitted_mixture())
+    assert_device_matches(loss, lambda a, b: ref.progcl_weight(a, b, 0.4, m, fit_views=(f1, f2)))
+
+
+def test_sampled_negatives_with_every_node_equal_the_exact_loss():
+    h1, h2 = on_device(*views())
+    exact = InfoNCELoss(0.5)(h1, h2)
+    torch.testing.assert_close(InfoNCELoss(0.5, num_negatives=22, block_size=4)(h1, h2), exact)
+
+
+def test_mixture_fit_on_device_recovers_known_parameters():
+    x = sample_mixture(100_000, [(2, 8), (9, 3)], [0.8, 0.2]).to(DEVICE)
+    m = BetaMixture().double().to(DEVICE).fit(x)
+    t, f = m.true_negative_index, 1 - m.true_negative_index
+    for got, want in [(m.alpha[t], 2), (m.beta[t], 8), (m.alpha[f], 9), (m.beta[f], 3)]:
+        assert abs(float(got) / want - 1) < 0.10, (got, want)
+    assert abs(float(m.weight[t]) - 0.8) < 0.03
+    cpu = BetaMixture().double().fit(x.cpu())
+    torch.testing.assert_close(m.alpha.cpu(), cpu.alpha, rtol=1e-6, atol=1e-8)
+
+
+def test_fit_samples_on_the_views_device():
+    h1, h2 = on_device(*views(n=200, d=8))
+    loss = ProGCLLoss(0.4, num_samples=5000).to(DEVICE).fit(h1, h2)
+    assert loss.fitted and loss.mixture.alpha.device.type == DEVICE.type
+    value = loss(h1, h2)
+    assert value.device.type == DEVICE.type and torch.isfinite(value)
+
+
+def test_model_views_and_backward_on_device():
+    data = T.NormalizeFeatures()(synthetic_graph(num_nodes=200, num_classes=3)).to(DEVICE)
+    augment = [EdgeDrop(0.3), FeatureMask(0.3)]
+    model = GRACEModel(GCNEncoder(data.num_features, 16), 16, 16, augment, augment).to(DEVICE)
+    h1, h2 = model.views(data.x, data.edge_index)
+    loss = ProGCLLoss(0.5).to(DEVICE)
+    loss.fit(h1.detach(), h2.detach())
+    loss(h1, h2).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(
+        g is not None and g.device.type == DEVICE.type and torch.isfinite(g).all() for g in grads
+    )
+
+
+def test_trainer_on_device_learns_and_resumes(tmp_path):
+    graph = T.NormalizeFeatures()(
+        synthetic_graph(num_nodes=300, num_classes=3, homophily=0.8, topic_prob=0.15)
+    )
+    config = get_preset(
+        "synthetic", "progcl-weight", epochs=12, warmup_epochs=4, hidden=32, proj=32,
+        lr=0.01, probe_epochs=200, eval_every=6, num_samples=2000,
+    )  # fmt: skip
+    _, _, whole = train_seed(config, graph, seed=2, device=DEVICE, progress=False)
+    assert whole["accuracy"] > 0.6, whole["accuracy"]  # chance: 1/3
+
+    def stop_at_8(epoch, info):
+        if epoch == 8:
+            raise KeyboardInterrupt
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        train_seed(
+            config, graph, seed=2, device=DEVICE, checkpoint_dir=ckpt, checkpoint_every=5,
+            progress=False, callback=stop_at_8,
+        )  # fmt: skip
+    _, _, resumed = train_seed(
+        config, graph, seed=2, device=DEVICE, checkpoint_dir=ckpt, resume=True, progress=False
+    )
+    # GPU scatter sums are not bit-reproducible: equal to float32 accuracy, not bitwise
+    torch.testing.assert_close(
+        torch.tensor(resumed["losses"]), torch.tensor(whole["losses"]), rtol=1e-4, atol=1e-5
+    )
+    assert abs(resumed["accuracy"] - whole["accuracy"]) <= 0.02
