@@ -94,6 +94,10 @@ class TrainConfig:
             ``fit-once`` or ``frozen`` (the reference code's: the weights of the first
             fit's epoch are kept; full-graph training only); see
             :class:`~pyg_progcl.ProGCLLoss`.
+        min_beta_high: ProGCL: lower bound of β of the mixture's high-similarity
+            component (``None``: none). The reference code clamps it at 1.01 in every EM
+            iteration, so that component's density stays finite at cosine 1
+            (:class:`~pyg_progcl.BetaMixture`'s ``min_beta_high``).
         num_mix: ProGCL-mix: hardest negatives mixed per anchor (K).
         block_size: Row block of the loss computation (``None``: dense up to 4096
             nodes, automatic row blocks above).
@@ -134,6 +138,7 @@ class TrainConfig:
     beta: float = 1.0
     num_samples: Optional[int] = None
     schedule: str = "online"
+    min_beta_high: Optional[float] = None
     num_mix: int = 1000
     block_size: Optional[int] = None
     num_negatives: Optional[int] = None
@@ -169,6 +174,8 @@ class TrainConfig:
                 "`schedule='frozen'` keeps per-node views of the whole graph and needs "
                 f"full-graph training (`batch_size=None`, got {self.batch_size})"
             )
+        if self.min_beta_high is not None:
+            self.min_beta_high = check_positive("min_beta_high", self.min_beta_high)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("augmentation", self.augmentation, AUGMENTATIONS)

@@ -54,6 +54,7 @@ from .encoders import GCNEncoder, MLPEncoder
 from .evaluation import evaluate, mean_std
 from .losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from .minibatch import embed_minibatch, minibatch_epoch, neighbor_loader
+from .mixture import BetaMixture
 from .model import GRACEModel
 from .presets import METHODS, TrainConfig, get_preset
 
@@ -135,6 +136,8 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
     if config.method == "hcl":
         return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
     extra = {} if config.num_samples is None else {"num_samples": config.num_samples}
+    if config.min_beta_high is not None:
+        extra["mixture"] = BetaMixture(min_beta_high=config.min_beta_high)
     mode = config.method.split("-", 1)[1]
     return ProGCLLoss(
         mode=mode, num_mix=config.num_mix, schedule=config.schedule, **extra, **common
@@ -645,6 +648,8 @@ _FIELD_HELP = {
     "beta": "HCL concentration",
     "num_samples": "ProGCL: similarities sampled per mixture fit",
     "schedule": "ProGCL: online (refit every epoch), fit-once, or frozen (the papers' code)",
+    "min_beta_high": "ProGCL: floor of the high-similarity component's beta (reference code: "
+    "1.01; default none)",
     "num_mix": "ProGCL-mix: negatives mixed per anchor",
     "block_size": "row block of the loss (none: automatic)",
     "num_negatives": "k sampled negatives per anchor and view (none: all)",
@@ -664,6 +669,15 @@ def _optional_int(text: str) -> Optional[int]:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer or 'none' (got {text!r})") from None
+
+
+def _optional_float(text: str) -> Optional[float]:
+    if text.lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none' (got {text!r})") from None
 
 
 def _dataset_name(text: str) -> str:
@@ -715,7 +729,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     group = parser.add_argument_group("preset overrides (default: the preset's value)")
-    parsers = {"float": float, "int": int, "str": str, "Optional[int]": _optional_int}
+    parsers = {
+        "float": float, "int": int, "str": str,
+        "Optional[int]": _optional_int, "Optional[float]": _optional_float,
+    }  # fmt: skip
     for field in dataclasses.fields(TrainConfig):
         if field.name in ("dataset", "method", "epochs"):
             continue

@@ -87,6 +87,7 @@ def test_overrides_and_warmup_scaling():
         (dict(augmentation="random"), "augmentation"),
         (dict(protocol="svm"), "protocol"),
         (dict(activation="swish"), "activation"),
+        (dict(method="progcl-weight", min_beta_high=0.0), "min_beta_high"),
         (dict(learning_rate=0.1), "unknown config keys"),
     ],
 )

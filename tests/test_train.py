@@ -156,6 +156,30 @@ def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
     assert (rec_b["accuracy"], rec_b["losses"]) == (rec_a["accuracy"], rec_a["losses"])
 
 
+def test_min_beta_high_reaches_the_mixture_from_config_and_command_line(
+    capsys, small_graph, tmp_path
+):
+    from pyg_progcl.train import build_loss
+
+    config = small_config(epochs=8, warmup_epochs=2, eval_every=0, probe_epochs=20)
+    assert build_loss(config).mixture.min_beta_high is None  # the default: no floor
+    guarded = small_config(
+        epochs=8, warmup_epochs=2, eval_every=0, probe_epochs=20, min_beta_high=50.0
+    )
+    _, loss_fn, _ = train_seed(guarded, small_graph, progress=False)
+    mixture = loss_fn.mixture
+    assert mixture.min_beta_high == 50.0 and mixture.fitted
+    assert float(mixture.beta[1 - mixture.true_negative_index]) >= 50.0  # acted in the fits
+    out = tmp_path / "guarded.json"
+    status, _, err = run_main(
+        capsys, "train", *TINY, "--min-beta-high", "1.01", "--output", str(out)
+    )
+    assert status == 0, err
+    assert json.loads(out.read_text())["config"]["min_beta_high"] == 1.01
+    status, _, err = run_main(capsys, "train", *TINY, "--min-beta-high", "high")
+    assert status == 2 and "--min-beta-high" in err and len(err.strip().splitlines()) == 1
+
+
 def test_resume_refuses_another_config(small_graph, tmp_path):
     config = small_config(epochs=2, eval_every=0, probe_epochs=10)
     train_seed(config, small_graph, checkpoint_dir=tmp_path, progress=False)
