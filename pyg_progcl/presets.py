@@ -98,6 +98,9 @@ class TrainConfig:
             component (``None``: none). The reference code clamps it at 1.01 in every EM
             iteration, so that component's density stays finite at cosine 1
             (:class:`~pyg_progcl.BetaMixture`'s ``min_beta_high``).
+        mixture_weight_init: ProGCL: initial weight of the mixture's high-similarity
+            component (``None``: the reference code's default, 0.05; its Amazon-Photo
+            parameter file says 0.15, a value its script reads only from the command line).
         num_mix: ProGCL-mix: hardest negatives mixed per anchor (K).
         block_size: Row block of the loss computation (``None``: dense up to 4096
             nodes, automatic row blocks above).
@@ -139,6 +142,7 @@ class TrainConfig:
     num_samples: Optional[int] = None
     schedule: str = "online"
     min_beta_high: Optional[float] = None
+    mixture_weight_init: Optional[float] = None
     num_mix: int = 1000
     block_size: Optional[int] = None
     num_negatives: Optional[int] = None
@@ -176,6 +180,9 @@ class TrainConfig:
             )
         if self.min_beta_high is not None:
             self.min_beta_high = check_positive("min_beta_high", self.min_beta_high)
+        if self.mixture_weight_init is not None:
+            check_probability("mixture_weight_init", self.mixture_weight_init, upper_open=True)
+            check_positive("mixture_weight_init", self.mixture_weight_init)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("augmentation", self.augmentation, AUGMENTATIONS)

@@ -136,8 +136,10 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
     if config.method == "hcl":
         return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
     extra = {} if config.num_samples is None else {"num_samples": config.num_samples}
-    if config.min_beta_high is not None:
-        extra["mixture"] = BetaMixture(min_beta_high=config.min_beta_high)
+    mixture = {"min_beta_high": config.min_beta_high, "weight_init": config.mixture_weight_init}
+    mixture = {k: v for k, v in mixture.items() if v is not None}
+    if mixture:
+        extra["mixture"] = BetaMixture(**mixture)
     mode = config.method.split("-", 1)[1]
     return ProGCLLoss(
         mode=mode, num_mix=config.num_mix, schedule=config.schedule, **extra, **common
@@ -650,6 +652,7 @@ _FIELD_HELP = {
     "schedule": "ProGCL: online (refit every epoch), fit-once, or frozen (the papers' code)",
     "min_beta_high": "ProGCL: floor of the high-similarity component's beta (reference code: "
     "1.01; default none)",
+    "mixture_weight_init": "ProGCL: initial weight of the high-similarity component (default 0.05)",
     "num_mix": "ProGCL-mix: negatives mixed per anchor",
     "block_size": "row block of the loss (none: automatic)",
     "num_negatives": "k sampled negatives per anchor and view (none: all)",

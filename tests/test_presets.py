@@ -88,6 +88,8 @@ def test_overrides_and_warmup_scaling():
         (dict(protocol="svm"), "protocol"),
         (dict(activation="swish"), "activation"),
         (dict(method="progcl-weight", min_beta_high=0.0), "min_beta_high"),
+        (dict(method="progcl-weight", mixture_weight_init=1.0), "mixture_weight_init"),
+        (dict(method="progcl-weight", mixture_weight_init=0.0), "mixture_weight_init"),
         (dict(learning_rate=0.1), "unknown config keys"),
     ],
 )

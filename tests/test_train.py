@@ -156,13 +156,16 @@ def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
     assert (rec_b["accuracy"], rec_b["losses"]) == (rec_a["accuracy"], rec_a["losses"])
 
 
-def test_min_beta_high_reaches_the_mixture_from_config_and_command_line(
+def test_mixture_options_reach_the_mixture_from_config_and_command_line(
     capsys, small_graph, tmp_path
 ):
     from pyg_progcl.train import build_loss
 
     config = small_config(epochs=8, warmup_epochs=2, eval_every=0, probe_epochs=20)
     assert build_loss(config).mixture.min_beta_high is None  # the default: no floor
+    assert build_loss(config).mixture.weight_init == 0.05
+    initial = small_config(mixture_weight_init=0.15)
+    assert build_loss(initial).mixture.weight.tolist() == pytest.approx([0.85, 0.15])
     guarded = small_config(
         epochs=8, warmup_epochs=2, eval_every=0, probe_epochs=20, min_beta_high=50.0
     )
@@ -171,11 +174,11 @@ def test_min_beta_high_reaches_the_mixture_from_config_and_command_line(
     assert mixture.min_beta_high == 50.0 and mixture.fitted
     assert float(mixture.beta[1 - mixture.true_negative_index]) >= 50.0  # acted in the fits
     out = tmp_path / "guarded.json"
-    status, _, err = run_main(
-        capsys, "train", *TINY, "--min-beta-high", "1.01", "--output", str(out)
-    )
+    argv = ["--min-beta-high", "1.01", "--mixture-weight-init", "0.15", "--output", str(out)]
+    status, _, err = run_main(capsys, "train", *TINY, *argv)
     assert status == 0, err
-    assert json.loads(out.read_text())["config"]["min_beta_high"] == 1.01
+    saved = json.loads(out.read_text())["config"]
+    assert (saved["min_beta_high"], saved["mixture_weight_init"]) == (1.01, 0.15)
     status, _, err = run_main(capsys, "train", *TINY, "--min-beta-high", "high")
     assert status == 2 and "--min-beta-high" in err and len(err.strip().splitlines()) == 1
 
