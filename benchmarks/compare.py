@@ -9,7 +9,8 @@ the seeds both ran and on how many of them the method did better. Seed ``s``
 fixes the evaluation split of both runs, so the per-seed difference removes the
 split-to-split spread that dominates a 5-seed standard deviation. A run whose file
 has a ``variant`` field (an experiment outside the presets), or whose config names a fit
-schedule other than ``'online'``, is a setting of its own.
+schedule other than ``'online'`` or mixture options (``min_beta_high``,
+``mixture_weight_init``), is a setting of its own.
 
 Example::
 
@@ -36,10 +37,18 @@ SCHEDULE_LABELS = {
 }
 
 
+#: Mixture options that make a run a setting of its own, and how its label names them.
+MIXTURE_LABELS = {"min_beta_high": "β ≥ {:g}", "mixture_weight_init": "initial w = {:g}"}
+
+
 def _label(run: dict) -> str:
-    """``method``, or ``method (variant)`` for a variant or a non-default fit schedule."""
-    variant = run.get("variant") or SCHEDULE_LABELS.get(run["config"].get("schedule"))
-    return run["method"] + (f" ({variant})" if variant else "")
+    """``method``, or ``method (variant)`` for a variant, a non-default fit schedule or
+    non-default mixture options (joined by ``, ``)."""
+    config = run["config"]
+    parts = [run.get("variant") or SCHEDULE_LABELS.get(config.get("schedule"))]
+    parts += [f.format(config[k]) for k, f in MIXTURE_LABELS.items() if config.get(k) is not None]
+    parts = [p for p in parts if p]
+    return run["method"] + (f" ({', '.join(parts)})" if parts else "")
 
 
 def load_runs(path: Path) -> list[dict]:

@@ -86,6 +86,19 @@ def test_a_fit_schedule_is_a_setting_of_its_own(compare, tmp_path):
     assert keys == ["progcl-weight", "progcl-weight (reference schedule: frozen per-pair weights)"]
 
 
+def test_mixture_options_are_settings_of_their_own(compare, tmp_path):
+    run = _run("progcl-weight", [0], [0.7])
+    run["config"].update(schedule="frozen", min_beta_high=1.01, mixture_weight_init=None)
+    (tmp_path / "guard.json").write_text(json.dumps(run))
+    (loaded,) = compare.load_runs(tmp_path / "guard.json")
+    frozen = "reference schedule: frozen per-pair weights"
+    assert loaded["key"][1] == f"progcl-weight ({frozen}, β ≥ 1.01)"
+    run["config"].update(schedule="online", min_beta_high=None, mixture_weight_init=0.15)
+    (tmp_path / "init.json").write_text(json.dumps(run))
+    (loaded,) = compare.load_runs(tmp_path / "init.json")
+    assert loaded["key"][1] == "progcl-weight (initial w = 0.15)"
+
+
 def test_a_progcl_baseline_is_refused(compare, tmp_path, capsys):
     with pytest.raises(SystemExit):
         compare.main([str(tmp_path / "x.json"), "--baseline", "progcl-weight"])
