@@ -75,6 +75,10 @@ CHECKPOINT_FORMAT = 1
 #: Config fields that may differ between a checkpoint and the resumed run
 #: (they change what is logged, not what is trained).
 _RESUME_FREE = {"eval_every", "diagnose_every"}
+#: Config fields that act only after the warm-up (ProGCL's fit schedule and mixture): a
+#: checkpoint written within the warm-up resumes under other values of them, so that
+#: variants branch from one shared warm-up (copy the checkpoint folder for each).
+_AFTER_WARMUP = {"schedule", "min_beta_high", "mixture_weight_init", "num_samples"}
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -284,12 +288,15 @@ def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (format {payload.get('format')})")
     saved, current = payload["config"], config.to_dict()
     diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
-    if diff:
+    in_warmup = payload["epoch"] <= saved.get("warmup_epochs", 0)
+    if diff and not (in_warmup and set(diff) <= _AFTER_WARMUP):
         detail = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
         raise ValueError(
             f"cannot resume from {path}: it was written with another config ({detail}); "
-            "use another checkpoint folder or drop --resume"
+            "use another checkpoint folder or drop --resume (within the warm-up, only "
+            f"{', '.join(sorted(_AFTER_WARMUP))} may differ)"
         )
+    payload["branched_from"] = {k: saved.get(k) for k in diff}
     return payload
 
 
@@ -332,13 +339,19 @@ def _payload(epoch, config, model, optimizer, loss_fn, record) -> dict[str, Any]
 
 
 def _restore(path, config, model, optimizer, loss_fn) -> tuple[int, dict[str, Any]]:
-    """Loads a checkpoint into the objects; returns ``(epoch, record)``."""
+    """Loads a checkpoint into the objects; returns ``(epoch, record)``. A branch from a
+    warm-up checkpoint (other after-warm-up fields) keeps its own, not yet fitted loss and
+    notes the branch in ``record["branched"]``."""
     payload = _load_checkpoint(path, config)
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
-    loss_fn.load_state_dict(payload["loss"])
+    record, branched_from = payload["record"], payload["branched_from"]
+    if branched_from:
+        record.setdefault("branched", []).append({"epoch": payload["epoch"], "from": branched_from})
+    else:
+        loss_fn.load_state_dict(payload["loss"])
     _set_rng_state(payload["rng"])
-    return payload["epoch"], payload["record"]
+    return payload["epoch"], record
 
 
 def _full_graph_epoch(model, loss_fn, optimizer, data: Data, refit: bool) -> float:
@@ -465,8 +478,9 @@ def train_seed(
             checkpointed, and raises :class:`TrainingInterruptedError`.
         checkpoint_every: Checkpoint interval in epochs.
         resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
-            there is one (it must have the same config). The result equals an
-            uninterrupted run's.
+            there is one (it must have the same config, except that one written within
+            the warm-up may differ in the fields that act only after it: schedule,
+            mixture options, ``num_samples``). The result equals an uninterrupted run's.
         progress: Show a tqdm progress bar and evaluation lines.
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
@@ -541,6 +555,7 @@ def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any
         "final_loss": [r["losses"][-1] for r in records],
         "mixture": [r.get("mixture") for r in records],
         "diagnostics": {str(r["seed"]): r.get("diagnostics", []) for r in records},
+        "branched": {str(r["seed"]): r["branched"] for r in records if r.get("branched")},
         "num_nodes": int(data.num_nodes),
         "num_edges": int(data.num_edges),
         "device": str(device),

@@ -193,6 +193,62 @@ def test_resume_refuses_another_config(small_graph, tmp_path):
         )  # fmt: skip
 
 
+def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, tmp_path):
+    import shutil
+
+    config = small_config(epochs=10, warmup_epochs=6, eval_every=5, probe_epochs=30)
+    variant = config.replace(
+        schedule="frozen", min_beta_high=1.01, mixture_weight_init=0.15, num_samples=1500
+    )
+    _, loss_whole, whole = train_seed(variant, small_graph, seed=4, progress=False)
+
+    def stop_at(stop):
+        def callback(epoch, info):
+            if epoch == stop:
+                raise _InterruptError
+
+        return callback
+
+    shared = tmp_path / "shared"
+    with pytest.raises(_InterruptError):  # the default variant, checkpointed at epoch 6
+        train_seed(
+            config, small_graph, seed=4, checkpoint_dir=shared, checkpoint_every=6,
+            progress=False, callback=stop_at(7),
+        )  # fmt: skip
+    for name in ("branch", "branch_cli"):
+        shutil.copytree(shared, tmp_path / name)
+    branch = tmp_path / "branch"
+    with pytest.raises(ValueError, match="another config.*tau"):  # tau acts in the warm-up
+        train_seed(
+            variant.replace(tau=0.3), small_graph, seed=4, checkpoint_dir=branch,
+            resume=True, progress=False,
+        )  # fmt: skip
+    _, loss_branch, branched = train_seed(
+        variant, small_graph, seed=4, checkpoint_dir=branch, resume=True, progress=False
+    )
+    assert branched["losses"] == whole["losses"]
+    assert branched["accuracy"] == whole["accuracy"]
+    for p, q in zip(loss_whole.state_dict().values(), loss_branch.state_dict().values()):
+        assert torch.equal(p, q)
+    changed = ("schedule", "min_beta_high", "mixture_weight_init", "num_samples")
+    note = {"epoch": 6, "from": dict(zip(changed, ("online", None, None, 2000)))}
+    assert branched["branched"] == [note]
+    result = train(
+        variant, small_graph, seeds=[4], checkpoint_dir=tmp_path / "branch_cli", resume=True,
+        progress=False,
+    )  # fmt: skip
+    assert result["branched"] == {"4": [note]} and result["accuracies"] == [whole["accuracy"]]
+    # After the warm-up the mixture has been fitted: no branching from there.
+    after = tmp_path / "after"
+    with pytest.raises(_InterruptError):
+        train_seed(
+            config, small_graph, seed=4, checkpoint_dir=after, checkpoint_every=8,
+            progress=False, callback=stop_at(9),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="within the warm-up, only"):
+        train_seed(variant, small_graph, seed=4, checkpoint_dir=after, resume=True)
+
+
 # ----------------------------------------------------------------------------- command line
 
 
