@@ -244,6 +244,12 @@ def _checkpoint_path(directory: Path, seed: int) -> Path:
     return Path(directory) / f"seed{seed}.pt"
 
 
+def warmup_checkpoint_path(path: Path) -> Path:
+    """Where a ProGCL run keeps its checkpoint of the warm-up's last epoch, next to its
+    checkpoint ``path``; variants branch from a copy of it (see ``resume``)."""
+    return path.with_name(path.stem + "_warmup" + path.suffix)
+
+
 def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -417,12 +423,19 @@ class _SeedRun:
         summary = summarize(self.model, self.data, loss=loss, seed=self.seed)
         self.record.setdefault("diagnostics", []).append({"epoch": epoch, **summary})
 
+    def ends_warmup(self, epoch: int) -> bool:
+        """Whether ``epoch`` is the last one before ProGCL's first mixture fit."""
+        return epoch == self.config.warmup_epochs and isinstance(self.loss_fn, ProGCLLoss)
+
     def checkpoint(self, epoch: int) -> None:
+        """Saves the run; the warm-up's last epoch also to :func:`warmup_checkpoint_path`."""
         if self.path is not None:
             payload = _payload(
                 epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record
             )
             _save_checkpoint(self.path, payload)
+            if self.ends_warmup(epoch):
+                _save_checkpoint(warmup_checkpoint_path(self.path), payload)
 
 
 def _start_seed(
@@ -473,14 +486,18 @@ def train_seed(
         device: Torch device (``"auto"``: CUDA if available).
         checkpoint_dir: Folder for ``seed{seed}.pt``, written every
             ``checkpoint_every`` epochs and at the end (model, optimiser, loss
-            with its mixture, epoch, RNG states, history). With a folder, a SIGTERM
+            with its mixture, epoch, RNG states, history); a ProGCL run also keeps
+            ``seed{seed}_warmup.pt``, its state at the end of the warm-up, to branch
+            variants from (``resume``). With a folder, a SIGTERM
             (in the main thread) stops training after the current epoch, which is
             checkpointed, and raises :class:`TrainingInterruptedError`.
         checkpoint_every: Checkpoint interval in epochs.
         resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
             there is one (it must have the same config, except that one written within
             the warm-up may differ in the fields that act only after it: schedule,
-            mixture options, ``num_samples``). The result equals an uninterrupted run's.
+            mixture options, ``num_samples``; to branch, copy ``seed{seed}_warmup.pt``
+            into a new folder as ``seed{seed}.pt``). The result equals an uninterrupted
+            run's.
         progress: Show a tqdm progress bar and evaluation lines.
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
@@ -524,7 +541,7 @@ def train_seed(
                     bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
             if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
                 run.diagnose(epoch)
-            if last or epoch % checkpoint_every == 0:
+            if last or epoch % checkpoint_every == 0 or run.ends_warmup(epoch):
                 run.checkpoint(epoch)
             if callback is not None:
                 callback(epoch, {"loss": value, "model": run.model, "loss_fn": run.loss_fn})

@@ -210,13 +210,19 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
         return callback
 
     shared = tmp_path / "shared"
-    with pytest.raises(_InterruptError):  # the default variant, checkpointed at epoch 6
+    with pytest.raises(_InterruptError):  # the default variant, past its warm-up
         train_seed(
-            config, small_graph, seed=4, checkpoint_dir=shared, checkpoint_every=6,
-            progress=False, callback=stop_at(7),
+            config, small_graph, seed=4, checkpoint_dir=shared, checkpoint_every=4,
+            progress=False, callback=stop_at(9),
         )  # fmt: skip
+    assert torch.load(shared / "seed4.pt", weights_only=True)["epoch"] == 8
+    with pytest.raises(ValueError, match="within the warm-up, only"):  # fitted at epoch 7
+        train_seed(variant, small_graph, seed=4, checkpoint_dir=shared, resume=True)
+    warmup = torch.load(shared / "seed4_warmup.pt", weights_only=True)
+    assert warmup["epoch"] == 6  # kept although 6 is no multiple of checkpoint_every
     for name in ("branch", "branch_cli"):
-        shutil.copytree(shared, tmp_path / name)
+        (tmp_path / name).mkdir()
+        shutil.copy(shared / "seed4_warmup.pt", tmp_path / name / "seed4.pt")
     branch = tmp_path / "branch"
     with pytest.raises(ValueError, match="another config.*tau"):  # tau acts in the warm-up
         train_seed(
@@ -238,15 +244,9 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
         progress=False,
     )  # fmt: skip
     assert result["branched"] == {"4": [note]} and result["accuracies"] == [whole["accuracy"]]
-    # After the warm-up the mixture has been fitted: no branching from there.
-    after = tmp_path / "after"
-    with pytest.raises(_InterruptError):
-        train_seed(
-            config, small_graph, seed=4, checkpoint_dir=after, checkpoint_every=8,
-            progress=False, callback=stop_at(9),
-        )  # fmt: skip
-    with pytest.raises(ValueError, match="within the warm-up, only"):
-        train_seed(variant, small_graph, seed=4, checkpoint_dir=after, resume=True)
+    grace = tmp_path / "grace"  # no mixture, no warm-up copy
+    train_seed(config.replace(method="grace"), small_graph, checkpoint_dir=grace, progress=False)
+    assert sorted(p.name for p in grace.iterdir()) == ["seed0.pt"]
 
 
 # ----------------------------------------------------------------------------- command line
