@@ -53,7 +53,9 @@ class ProGCLLoss(ContrastiveLoss):
       give are held between steps where they fit :data:`~.blockwise.KEEP_ELEMENTS`
       (Amazon-Photo: 234 MB) and recomputed block by block (one Gram product more per
       block) where not. The loss needs the same ``N`` nodes in the same order at every
-      step (full-graph training).
+      step (full-graph training). The reference code also floors :math:`\beta` of the
+      high-similarity component at 1.01 in its fit: pass
+      ``mixture=BetaMixture(min_beta_high=1.01)``.
 
     With ``'online'``, negatives that become near-duplicates are classed as false
     negatives and lose their repulsion; on long runs this can let the encoder merge them
