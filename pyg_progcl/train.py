@@ -77,7 +77,7 @@ CHECKPOINT_FORMAT = 1
 _RESUME_FREE = {"eval_every", "diagnose_every"}
 #: Config fields that act only after the warm-up (ProGCL's fit schedule and mixture): a
 #: checkpoint written within the warm-up resumes under other values of them, so that
-#: variants branch from one shared warm-up (copy the checkpoint folder for each).
+#: variants branch from one shared warm-up (each from a copy of ``seed{s}_warmup.pt``).
 _AFTER_WARMUP = {"schedule", "min_beta_high", "mixture_weight_init", "num_samples"}
 
 
@@ -541,12 +541,13 @@ def train_seed(
                     bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
             if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
                 run.diagnose(epoch)
-            if last or epoch % checkpoint_every == 0 or run.ends_warmup(epoch):
+            saved = last or epoch % checkpoint_every == 0 or run.ends_warmup(epoch)
+            if saved:
                 run.checkpoint(epoch)
             if callback is not None:
                 callback(epoch, {"loss": value, "model": run.model, "loss_fn": run.loss_fn})
             if stop and not last:
-                if epoch % checkpoint_every:
+                if not saved:
                     run.checkpoint(epoch)
                 raise TrainingInterruptedError(epoch, run.path)
     return run.model, run.loss_fn, run.record
