@@ -181,8 +181,10 @@ class TrainConfig:
         if self.min_beta_high is not None:
             self.min_beta_high = check_positive("min_beta_high", self.min_beta_high)
         if self.mixture_weight_init is not None:
-            check_probability("mixture_weight_init", self.mixture_weight_init, upper_open=True)
-            check_positive("mixture_weight_init", self.mixture_weight_init)
+            value = check_probability(
+                "mixture_weight_init", self.mixture_weight_init, upper_open=True
+            )
+            self.mixture_weight_init = check_positive("mixture_weight_init", value)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("augmentation", self.augmentation, AUGMENTATIONS)

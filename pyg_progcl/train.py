@@ -698,22 +698,26 @@ _FIELD_HELP = {
 }
 
 
-def _optional_int(text: str) -> Optional[int]:
-    if text.lower() == "none":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'none' (got {text!r})") from None
+def _optional(kind: type, what: str):
+    """An argparse type: ``kind(text)``, or ``None`` for ``'none'``."""
+
+    def parse(text: str):
+        if text.lower() == "none":
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} or 'none' (got {text!r})") from None
+
+    return parse
 
 
-def _optional_float(text: str) -> Optional[float]:
-    if text.lower() == "none":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'none' (got {text!r})") from None
+#: argparse types of the config fields, by annotation
+FIELD_TYPES = {
+    "float": float, "int": int, "str": str,
+    "Optional[int]": _optional(int, "an integer"),
+    "Optional[float]": _optional(float, "a number"),
+}  # fmt: skip
 
 
 def _dataset_name(text: str) -> str:
@@ -765,10 +769,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     group = parser.add_argument_group("preset overrides (default: the preset's value)")
-    parsers = {
-        "float": float, "int": int, "str": str,
-        "Optional[int]": _optional_int, "Optional[float]": _optional_float,
-    }  # fmt: skip
     for field in dataclasses.fields(TrainConfig):
         if field.name in ("dataset", "method", "epochs"):
             continue
@@ -781,7 +781,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(
             "--" + field.name.replace("_", "-"),
             dest=field.name,
-            type=parsers[str(field.type)],
+            type=FIELD_TYPES[str(field.type)],
             default=argparse.SUPPRESS,
             help=_FIELD_HELP.get(field.name),
         )

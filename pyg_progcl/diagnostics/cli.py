@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..train import _int_at_least
+from ..train import FIELD_TYPES, _int_at_least
 from .core import diagnose
 
 _TABLE = [
@@ -75,7 +75,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--embeddings", choices=("views", "encoder"), default="views")
     group.add_argument("--no-augment", action="store_true", help="un-augmented views")
     overrides = parser.add_argument_group("preset overrides (default: the preset's value)")
-    types = {"float": float, "int": int, "str": str, "Optional[int]": _optional_int}
     for field in dataclasses.fields(TrainConfig):
         if field.name in ("dataset", "method", "epochs", "encoder"):
             continue
@@ -83,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             overrides.add_argument(
                 "--" + field.name.replace("_", "-"),
                 dest=field.name,
-                type=types.get(str(field.type), str),
+                type=FIELD_TYPES.get(str(field.type), str),
                 default=argparse.SUPPRESS,
             )
         except argparse.ArgumentError:  # a config field named like a diagnose option
