@@ -60,12 +60,12 @@ class ProGCLLoss(ContrastiveLoss):
     With ``'online'``, negatives that become near-duplicates are classed as false
     negatives and lose their repulsion; on long runs this can let the encoder merge them
     (CiteSeer, 400 epochs: the loss fell from 7.86 to 7.1-7.4 while probe accuracy fell
-    from 72 % to 68 %; README, "Reproduction"). A falling loss with a high-similarity
+    from 72 % to 68 %; docs/reproduction.md). A falling loss with a high-similarity
     component of :math:`\beta < 1` and large weight (``mixture.beta``, ``mixture.weight``;
     ``beta_FN`` / ``w_FN`` in the trainer's progress bar) is the sign to stop earlier or
     to use ``'frozen'``, which cannot collapse this way. Measured against ``'online'``
-    (README, "Fit schedules"): at 400 epochs it lost less on CiteSeer and gained less on
-    Cora; at the published 200 it was behind on both; at Amazon-Photo's published 2500
+    (docs/reproduction.md, "Fit schedules"): at 400 epochs it lost less on CiteSeer and
+    gained less on Cora; at the published 200 it was behind on both; at Amazon-Photo's published 2500
     (one seed) it ended 0.47 ahead (online collapsed, −0.67 against GRACE).
 
     Args:
