@@ -65,8 +65,8 @@ class ProGCLLoss(ContrastiveLoss):
     ``beta_FN`` / ``w_FN`` in the trainer's progress bar) is the sign to stop earlier or
     to use ``'frozen'``, which cannot collapse this way. Measured against ``'online'``
     (docs/reproduction.md, "Fit schedules"): at 400 epochs it lost less on CiteSeer and
-    gained less on Cora; at the published 200 it was behind on both; at Amazon-Photo's published 2500
-    (one seed) it ended 0.47 ahead (online collapsed, −0.67 against GRACE).
+    gained less on Cora; at the published 200 it was behind on both; at Amazon-Photo's
+    published 2500 (one seed) it ended 0.47 ahead (online collapsed, −0.67 against GRACE).
 
     Args:
         tau: Temperature.
