@@ -123,14 +123,20 @@ def progcl_mix_one(h1, h2, tau, mixture_params, eps=1e-8, fit_views=None):
 def progcl_mix(h1, h2, tau, mixture_params, k, pairing, eps=1e-8):
     """ProGCL-mix over the ``k`` negatives of largest ``b`` with a pairing that does not
     depend on their order: ``'self'`` (π = identity, each mixed with itself) or, for
-    ``k = 2``, ``'swap'`` (π exchanges the two: both give the b-weighted mean)."""
+    ``k = 2``, ``'swap'`` (π exchanges the two: both give the b-weighted mean); or given
+    per anchor: a pair of ``[N, k]`` tensors (anchors ``u``, then ``v``) whose row ``i``
+    is π over anchor ``i``'s hardest negatives in ascending node order."""
+    perms = iter(pairing) if isinstance(pairing, tuple) else None
 
     def ng(inter, intra, pos):
         theta = _off_diag(inter)
         b = hardness(_off_diag(next(sources)), *mixture_params)
-        top = b.topk(k, dim=1).indices
+        top = b.topk(k, dim=1).indices.sort(dim=1).values
         bk, tk = b.gather(1, top), theta.gather(1, top)
-        if pairing == "self":
+        if perms is not None:
+            pi = next(perms)
+            mixed = (bk * tk + bk.gather(1, pi) * tk.gather(1, pi)) / (bk + bk.gather(1, pi) + eps)
+        elif pairing == "self":
             mixed = (bk * tk + bk * tk) / (bk + bk + eps)
         else:
             assert pairing == "swap" and k == 2

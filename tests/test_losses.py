@@ -112,6 +112,40 @@ def test_progcl_mix_matches_reference(monkeypatch, block_size, k, pairing):
     assert_matches(loss, lambda a, b: ref.progcl_mix(a, b, 0.4, params(m), k, pairing), h1, h2)
 
 
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_progcl_mix_random_pairing_matches_reference(block_size):
+    # π drawn by the loss: one randperm(k) per direction and row block, in that order,
+    # over each anchor's k hardest negatives in ascending node order.
+    h1, h2 = views()
+    n, k = h1.size(0), 6
+    size = n if block_size is None else block_size
+    torch.manual_seed(3)
+    perms = []
+    for _ in range(2):
+        blocks = [torch.randperm(k).expand(min(size, n - s), k) for s in range(0, n, size)]
+        perms.append(torch.cat(blocks))
+    m = fitted_mixture()
+    loss = ProGCLLoss(0.4, mode="mix", num_mix=k, mixture=m, block_size=block_size)
+    torch.manual_seed(3)
+    out = loss(h1, h2)
+    expected = ref.progcl_mix(h1, h2, 0.4, params(m), k, tuple(perms))
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    g, g_ref = (torch.autograd.grad(x, (h1, h2)) for x in (out, expected))
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_progcl_mix_backward_reuses_the_selection(monkeypatch):
+    # Row blocks are recomputed in backward; their hardest negatives are not selected again.
+    calls = []
+    select = ProGCLLoss._select
+    monkeypatch.setattr(ProGCLLoss, "_select", lambda self, b: calls.append(1) or select(self, b))
+    h1, h2 = views()
+    loss = ProGCLLoss(0.4, mode="mix", num_mix=6, mixture=fitted_mixture(), block_size=7)
+    loss(h1, h2).backward()
+    assert len(calls) == 2 * 4  # two directions of 4 blocks, forward only
+
+
 def test_progcl_mix_uses_hardest_negatives():
     # K = N - 1 mixes every negative; the loss then exceeds GRACE's by the mixed terms.
     h1, h2 = views(n=12)
@@ -664,5 +698,16 @@ def test_mix_selects_the_same_set_as_topk(dtype):
     x = torch.randperm(7 * 36).view(7, 36).to(dtype)  # distinct (< 256: exact in bfloat16)
     x[:, 3] = float("-inf")  # an excluded entry
     for k in (1, 13, 35):
-        got = _largest(x, k).sort(dim=1).values
+        got = _largest(x, k)  # ascending node order
         assert torch.equal(got, torch.topk(x, k, dim=1).indices.sort(dim=1).values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mix_breaks_ties_by_node_order(dtype):
+    from pyg_progcl.losses.progcl import _largest
+
+    x = torch.tensor([[0.0, 2, 1, 1, 1, 1], [1, 1, 3, 2, float("-inf"), 1]], dtype=dtype)
+    assert _largest(x, 3).tolist() == [[1, 2, 3], [0, 2, 3]]
+    assert _largest(x, 6).tolist() == [list(range(6))] * 2  # k ≥ columns: all of them
+    ties = torch.zeros(4, 50, dtype=dtype)  # every row tied (underflowed hardness)
+    assert torch.equal(_largest(ties, 7), torch.arange(7).expand(4, 7))

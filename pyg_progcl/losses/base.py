@@ -8,7 +8,7 @@ from torch import Tensor
 from .._checks import check_int, check_positive, check_views
 from .blockwise import ExpSums
 from .pool import BlockPool
-from .similarity import NegativeBlock, contrastive_loss
+from .similarity import LogNegatives, NegativeBlock, contrastive_loss
 
 
 class ContrastiveLoss(torch.nn.Module):
@@ -56,6 +56,11 @@ class ContrastiveLoss(torch.nn.Module):
         log_sums = [block.log_sum_exp_both(scale) for scale in spec.scales]
         return spec.combine(block.pos, log_sums, None, block.count)
 
+    def call_negatives(self) -> LogNegatives:
+        """The :meth:`log_negatives` of one forward call (and of the recomputation of its
+        blocks in backward); a loss may bind state to the call here."""
+        return self.log_negatives
+
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
         """Scalar loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``."""
         check_views(h1, h2)
@@ -68,7 +73,7 @@ class ContrastiveLoss(torch.nn.Module):
             h1,
             h2,
             self.tau,
-            self.log_negatives,
+            self.call_negatives(),
             self.block_size,
             self.num_negatives,
             sums=self.exp_sums(),
