@@ -369,21 +369,21 @@ def _largest(x: Tensor, k: int) -> Tensor:
     if k >= n:
         return torch.arange(n, device=x.device).expand(x.size(0), n)
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        # numpy's introselect on values only: 3x faster than argpartition, 2x than topk
-        # (1096 x 7650, k = 1000, one thread)
+        # numpy's introselect on values, then a mask: near argpartition's time, and
+        # ordered (one thread, k = 1000: 73-78 ms against 75-81 ms for 1096 x 7650,
+        # 82-102 against 75-81 for 2708 x 2708; numpy has no bfloat16)
         kth = torch.from_numpy(np.partition(x.numpy(), n - k, axis=1)[:, n - k : n - k + 1])
     else:
         kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
+    x = x.contiguous()  # (the dense path's second direction is a transpose)
     keep = x >= kth  # at least k per row
-    rows, cols = torch.nonzero(keep, as_tuple=True)
-    if cols.numel() > x.size(0) * k:  # ties at the k-th value: keep the first ones by column
-        over = torch.nonzero(torch.bincount(rows, minlength=x.size(0)) > k)[:, 0]
+    over = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32) > k
+    if bool(over.any()):  # ties at the k-th value: those rows keep their first ties by column
         sub, kth = x[over], kth[over]
         ties = sub == kth
         room = k - (sub > kth).sum(dim=1, keepdim=True)
         keep[over] = (sub > kth) | (ties & (ties.cumsum(dim=1) <= room))
-        cols = torch.nonzero(keep, as_tuple=True)[1]
-    return cols.view(x.size(0), k)
+    return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)
 
 
 def _log_weighted_sum(pos: Tensor, log_sums: list[Tensor], log_weight_mean: Tensor, count: int):
