@@ -319,16 +319,16 @@ class ProGCLLoss(ContrastiveLoss):
     def _log_mixed(self, block: NegativeBlock, selections: dict) -> Tensor:
         """``log Σ_a e^{θ_mix(a)/τ}`` (shifted) over the ``num_mix`` hardest negatives.
 
-        A block's selection is kept in ``selections`` (one dict per forward call) when it
+        A row block's selection is kept in ``selections`` (one dict per forward call) when it
         will be recomputed in backward, which then takes it from there (without it, the
         checkpoint's restored RNG state gives the same selection, at the cost of another).
         """
-        rows = block.pairs.rows
-        key = (block.pairs.view, block.transposed, None if rows is None else rows.start)
+        rows = block.pairs.rows  # None: a dense block, never recomputed
+        key = None if rows is None else (block.pairs.view, rows.start)
         selection = selections.pop(key, None)
         if selection is None:
             selection = self._select(block)
-            if torch.is_grad_enabled() and block.inter.requires_grad:
+            if key is not None and torch.is_grad_enabled() and block.inter.requires_grad:
                 selections[key] = selection
         idx, b_top, perm = selection
         theta = (block.inter.gather(1, idx.long()) * block.tau + 1.0).clamp(min=-1.0)
@@ -381,9 +381,9 @@ def _largest(x: Tensor, k: int) -> Tensor:
     over = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32) > k
     if bool(over.any()):  # ties at the k-th value: those rows keep their first ties by column
         sub, kth = x[over], kth[over]
-        ties = sub == kth
-        room = k - (sub > kth).sum(dim=1, keepdim=True)
-        keep[over] = (sub > kth) | (ties & (ties.cumsum(dim=1) <= room))
+        above, ties = sub > kth, sub == kth
+        room = k - above.sum(dim=1, keepdim=True)
+        keep[over] = above | (ties & (ties.cumsum(dim=1) <= room))
     return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)
 
 
