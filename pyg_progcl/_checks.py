@@ -77,3 +77,21 @@ def check_views(h1: Tensor, h2: Tensor) -> None:
             f"`h1` and `h2` must have the same shape [N, d] (got {list(h1.shape)} and "
             f"{list(h2.shape)})"
         )
+
+
+def check_edge_index(edge_index: Tensor) -> Tensor:
+    """Checks ``edge_index`` is an integer ``[2, num_edges]`` tensor."""
+    if not (isinstance(edge_index, Tensor) and edge_index.dim() == 2 and edge_index.size(0) == 2):
+        shape = list(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index)
+        raise ValueError(f"`edge_index` must be a tensor of shape [2, num_edges] (got {shape})")
+    if edge_index.is_floating_point() or edge_index.is_complex():
+        raise ValueError(f"`edge_index` must be an integer tensor (got {edge_index.dtype})")
+    return edge_index
+
+
+def check_features(x: Tensor) -> Tensor:
+    """Checks ``x`` is a ``[num_nodes, num_features]`` tensor (dense or sparse)."""
+    if not (isinstance(x, Tensor) and x.dim() == 2):
+        shape = list(x.shape) if isinstance(x, Tensor) else type(x)
+        raise ValueError(f"`x` must be a tensor of shape [num_nodes, num_features] (got {shape})")
+    return x

@@ -497,7 +497,7 @@ def test_csr_feature_probabilities_equal_dense_ones():
 
 
 def test_adaptive_feature_mask_caches_on_equal_csr_features(monkeypatch):
-    import pyg_progcl.augment as augment
+    import pyg_progcl.augment.adaptive as augment
 
     edge_index = random_graph()
     x = sparse_features(60, 20, density=0.3)

@@ -1,0 +1,60 @@
+"""Graph augmentations of GRACE and GCA: uniform and centrality-adaptive edge
+dropping and feature-column masking.
+
+* GRACE (Zhu et al., 2020, https://arxiv.org/abs/2006.04131) drops every edge
+  with probability ``p`` and zeroes every feature column with probability ``p``
+  (one column mask shared by all nodes).
+* GCA (Zhu et al., "Graph Contrastive Learning with Adaptive Augmentation",
+  2021, https://arxiv.org/abs/2010.14945), used by ProGCL, drops unimportant
+  edges / columns more often: ``p_i = min((s_max - s_i) / (s_max - s_mean) * p, threshold)``
+  with ``s_e = log c(target of e)`` for edges and ``w_j = log(sum_i [x_ij != 0] c_i)``
+  for feature columns, ``c`` a node centrality computed once per graph.
+
+Every augmenter is both a :class:`torch.nn.Module` (``.train()`` / ``.eval()``
+of a parent model propagate; eval mode is a no-op) and a
+:class:`torch_geometric.transforms.BaseTransform`:
+
+.. code-block:: python
+
+    aug = Compose(EdgeDrop(0.2), FeatureMask(0.3))
+    x, edge_index, edge_weight = aug(x, edge_index)   # tensors
+    view = aug(data)                                  # a new Data, input untouched
+
+Feature masks take dense or sparse CSR feature matrices; a CSR matrix loses the entries
+of its masked columns (``O(nnz)``, no dense copy), which is how :class:`GRACEModel` feeds
+bag-of-words features to an encoder that takes them sparse.
+
+Modules: :mod:`.functional` (the functions on tensors), :mod:`.modules` (``Augmenter``,
+``EdgeDrop``, ``FeatureMask``, ``Compose``), :mod:`.adaptive` (GCA's augmenters), their
+:mod:`.centrality` and :mod:`.probabilities`.
+"""
+
+from .adaptive import AdaptiveEdgeDrop, AdaptiveFeatureMask
+from .centrality import CENTRALITIES, node_centrality
+from .functional import drop_edge, drop_edge_weighted, mask_feature, mask_feature_weighted
+from .modules import Augmenter, Compose, EdgeDrop, FeatureMask
+from .probabilities import (
+    DEFAULT_THRESHOLD,
+    edge_drop_probabilities,
+    feature_drop_probabilities,
+    is_dense,
+)
+
+__all__ = [
+    "AdaptiveEdgeDrop",
+    "AdaptiveFeatureMask",
+    "Augmenter",
+    "CENTRALITIES",
+    "Compose",
+    "DEFAULT_THRESHOLD",
+    "EdgeDrop",
+    "FeatureMask",
+    "drop_edge",
+    "drop_edge_weighted",
+    "edge_drop_probabilities",
+    "feature_drop_probabilities",
+    "is_dense",
+    "mask_feature",
+    "mask_feature_weighted",
+    "node_centrality",
+]

@@ -1,0 +1,188 @@
+"""The augmenter modules: each a :class:`torch.nn.Module` and a PyG ``BaseTransform``;
+GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`Compose`."""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.data.data import BaseData
+from torch_geometric.transforms import BaseTransform
+from torch_geometric.utils import dropout_edge
+
+from .._checks import check_probability
+from .functional import mask_feature, num_nodes_of
+
+GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
+
+
+class Augmenter(torch.nn.Module, BaseTransform):
+    r"""Base class of the augmenters: a :class:`torch.nn.Module` that is also a
+    :class:`~torch_geometric.transforms.BaseTransform`.
+
+    Call it on tensors, ``aug(x, edge_index, edge_weight=None) -> (x, edge_index,
+    edge_weight)`` (this runs :meth:`forward`), or on a
+    :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a new object;
+    edge-level attributes are filtered with the edges). It is a no-op in eval
+    mode and with ``p = 0``. Subclasses override :meth:`_augment_features`
+    and/or :meth:`_edge_keep_mask`.
+    """
+
+    p: float = 0.0
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and isinstance(args[0], BaseData):
+            return self.transform(args[0])
+        return super().__call__(*args, **kwargs)
+
+    def is_active(self) -> bool:
+        """Whether a call changes its input (training mode and ``p > 0``)."""
+        return self.training and self.p > 0.0
+
+    def forward(
+        self,
+        x: Optional[Tensor],
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+    ) -> GraphTensors:
+        r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
+        if not self.is_active():
+            return x, edge_index, edge_weight
+        num_nodes = num_nodes_of(x, edge_index)
+        if x is not None:
+            x = self._augment_features(x, edge_index, num_nodes)
+        keep = self._edge_keep_mask(edge_index, num_nodes)
+        if keep is not None:
+            edge_index = edge_index[:, keep]
+            edge_weight = None if edge_weight is None else edge_weight[keep]
+        return x, edge_index, edge_weight
+
+    def transform(self, data: Data) -> Data:
+        r"""Augments a :class:`~torch_geometric.data.Data`; returns a new object."""
+        if not isinstance(data, Data):
+            raise ValueError(f"`data` must be a torch_geometric Data (got {type(data).__name__})")
+        data = copy.copy(data)
+        if not self.is_active():
+            return data
+        if data.x is not None:
+            data.x = self._augment_features(data.x, data.edge_index, data.num_nodes)
+        if data.edge_index is not None:
+            keep = self._edge_keep_mask(data.edge_index, data.num_nodes)
+            if keep is not None:
+                data = data.edge_subgraph(keep)
+        return data
+
+    def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
+        return x
+
+    def _edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Optional[Tensor]:
+        return None
+
+    def _prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+        """Hook: fit graph-dependent state on the un-augmented graph (see :class:`Compose`)."""
+
+    def reset_parameters(self):
+        r"""Nothing to reset (no parameters)."""
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(p={self.p})"
+
+
+class EdgeDrop(Augmenter):
+    r"""Drops every edge independently with probability ``p`` (GRACE, Zhu et al.,
+    2020): ``keep_e ~ Bernoulli(1 - p)``. See :func:`drop_edge`.
+
+    Args:
+        p (float): Drop probability in ``[0, 1]``.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = check_probability("p", p)
+
+    def _edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
+        return dropout_edge(edge_index, p=self.p, training=True)[1]
+
+
+class FeatureMask(Augmenter):
+    r"""Zeroes every feature column with probability ``p``, shared by all nodes
+    (GRACE, Zhu et al., 2020): ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``.
+    See :func:`mask_feature`.
+
+    Args:
+        p (float): Masking probability in ``[0, 1]``.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = check_probability("p", p)
+
+    def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
+        return mask_feature(x, self.p)
+
+
+class Compose(Augmenter):
+    r"""Applies augmenters in order: ``Compose(a, b)(g) = b(a(g))``.
+
+    Before applying them, adaptive members are fitted on the *input* graph, so
+    that e.g. :class:`AdaptiveFeatureMask` after :class:`AdaptiveEdgeDrop` sees
+    the un-dropped graph, as GCA does. ``.train()`` / ``.eval()`` propagate to
+    the members.
+
+    Args:
+        *augmenters (Augmenter): The augmenters, applied left to right.
+    """
+
+    def __init__(self, *augmenters: Augmenter):
+        super().__init__()
+        for i, aug in enumerate(augmenters):
+            if not isinstance(aug, Augmenter):
+                raise ValueError(
+                    f"`augmenters[{i}]` must be a pyg_progcl Augmenter (got {type(aug).__name__})"
+                )
+        self.augmenters = torch.nn.ModuleList(augmenters)
+
+    def is_active(self) -> bool:
+        return any(aug.is_active() for aug in self.augmenters)
+
+    def _prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+        for aug in self.augmenters:
+            aug._prepare(x, edge_index, num_nodes)
+
+    def forward(
+        self,
+        x: Optional[Tensor],
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+    ) -> GraphTensors:
+        r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
+        if not self.is_active():
+            return x, edge_index, edge_weight
+        self._prepare(x, edge_index, num_nodes_of(x, edge_index))
+        for aug in self.augmenters:
+            x, edge_index, edge_weight = aug(x, edge_index, edge_weight)
+        return x, edge_index, edge_weight
+
+    def transform(self, data: Data) -> Data:
+        r"""Augments a :class:`~torch_geometric.data.Data`; returns a new object."""
+        if not isinstance(data, Data):
+            raise ValueError(f"`data` must be a torch_geometric Data (got {type(data).__name__})")
+        data = copy.copy(data)
+        if not self.is_active():
+            return data
+        if data.edge_index is not None:
+            self._prepare(data.x, data.edge_index, data.num_nodes)
+        for aug in self.augmenters:
+            data = aug.transform(data)
+        return data
+
+    def reset_parameters(self):
+        r"""Resets every member."""
+        for aug in self.augmenters:
+            aug.reset_parameters()
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({', '.join(map(repr, self.augmenters))})"
