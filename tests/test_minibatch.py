@@ -226,12 +226,13 @@ def test_minibatch_with_sampled_negatives_skips_too_small_batches(graph):
 
 def test_trainer_minibatch_from_python(graph, monkeypatch):
     import pyg_progcl.train as trainer
+    import pyg_progcl.train.run as run
     from pyg_progcl.presets import get_preset
 
     calls = []
-    epoch = trainer.minibatch_epoch
+    epoch = run.minibatch_epoch
     monkeypatch.setattr(
-        trainer, "minibatch_epoch", lambda *a, **k: calls.append(k["fit"]) or epoch(*a, **k)
+        run, "minibatch_epoch", lambda *a, **k: calls.append(k["fit"]) or epoch(*a, **k)
     )
     config = get_preset(
         "synthetic", "progcl-weight", epochs=4, warmup_epochs=2, batch_size=200,

@@ -470,13 +470,14 @@ def test_model_copies_and_pickles_without_its_feature_cache():
 
 
 def test_build_model_recomputes_views_only_for_large_dense_view_features(monkeypatch):
-    import pyg_progcl.train as train
+    import pyg_progcl.train.build as build
+    from pyg_progcl.presets import get_preset
 
-    monkeypatch.setattr(train, "RECOMPUTE_FEATURES", 1000)  # 50 × 40 = 2000 entries
-    config = train.get_preset("synthetic", "grace")
+    monkeypatch.setattr(build, "RECOMPUTE_FEATURES", 1000)  # 50 × 40 = 2000 entries
+    config = get_preset("synthetic", "grace")
     sparse_x, dense_x = _bag_of_words(), torch.rand(50, 40)
-    assert train.build_model(config, 40, 50).recompute_views  # sizes only: dense
-    assert train.build_model(config, 40, 50, dense_x).recompute_views
-    assert not train.build_model(config, 40, 50, sparse_x).recompute_views  # ~100 non-zeros
+    assert build.build_model(config, 40, 50).recompute_views  # sizes only: dense
+    assert build.build_model(config, 40, 50, dense_x).recompute_views
+    assert not build.build_model(config, 40, 50, sparse_x).recompute_views  # ~100 non-zeros
     mlp = config.replace(encoder="mlp")
-    assert not train.build_model(mlp, 40, 50, sparse_x).recompute_views
+    assert not build.build_model(mlp, 40, 50, sparse_x).recompute_views

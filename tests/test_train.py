@@ -382,14 +382,14 @@ def test_diagnostics_are_tracked_into_the_results(tmp_path):
 
 def test_progress_bar_shows_the_false_negative_component():
     from pyg_progcl.losses import ProGCLLoss
-    from pyg_progcl.train import _progress_postfix
+    from pyg_progcl.train.loop import progress_postfix
 
     loss = ProGCLLoss(tau=0.5)
-    assert _progress_postfix(7.0, loss) == "loss=7.0000 bmm=warm-up"
+    assert progress_postfix(7.0, loss) == "loss=7.0000 bmm=warm-up"
     torch.manual_seed(0)
     h = torch.randn(40, 8)
     loss.fit(h, h + 0.1 * torch.randn(40, 8))
-    text = _progress_postfix(7.0, loss)
+    text = progress_postfix(7.0, loss)
     fn = 1 - loss.mixture.true_negative_index
     assert f"w_FN={loss.mixture.weight[fn].item():.3f}" in text
     assert f"beta_FN={loss.mixture.beta[fn].item():.2f}" in text

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch_geometric.data.data import BaseData
 
 from .._checks import check_choice, check_edge_index, check_features, check_probability
-from .centrality import CENTRALITY_CACHE, CENTRALITIES
+from .centrality import CENTRALITIES, CENTRALITY_CACHE
 from .functional import mask_feature_weighted, num_nodes_of
 from .modules import Augmenter
 from .probabilities import (

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..train import FIELD_TYPES, _int_at_least
+from ..train import FIELD_TYPES, int_at_least
 from .core import diagnose
 
 _TABLE = [
@@ -38,7 +38,7 @@ _TABLE = [
 
 
 def _optional_int(text: str):
-    return None if text.lower() == "none" else _int_at_least(1)(text)
+    return None if text.lower() == "none" else int_at_least(1)(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,14 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="message passing, the MLP control, or both (default)",
     )  # fmt: skip
     parser.add_argument(
-        "--epochs", dest="train_epochs", type=_int_at_least(0), default=0, metavar="N",
+        "--epochs", dest="train_epochs", type=int_at_least(0), default=0, metavar="N",
         help="train this many epochs and diagnose before/after (0: initial models only)",
     )  # fmt: skip
     parser.add_argument(
-        "--every", type=_int_at_least(0), default=0, metavar="N", help="track every N epochs"
+        "--every", type=int_at_least(0), default=0, metavar="N", help="track every N epochs"
     )
     parser.add_argument("--checkpoint", help="a `train --checkpoint` folder or .pt file")
-    parser.add_argument("--seed", type=_int_at_least(0), default=0, help="seed (default 0)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed (default 0)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1")
     parser.add_argument("--config", help="JSON file of config fields")
     parser.add_argument("--out", default="diagnostics", help="output folder")
@@ -68,9 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing")
     group = parser.add_argument_group("diagnostics")
     group.add_argument(
-        "--num-pairs", type=_int_at_least(1), default=50_000, help="negative pairs sampled"
+        "--num-pairs", type=int_at_least(1), default=50_000, help="negative pairs sampled"
     )
-    group.add_argument("--top-k", type=_int_at_least(1), default=10)
+    group.add_argument("--top-k", type=int_at_least(1), default=10)
     group.add_argument("--num-anchors", type=_optional_int, default=4096, help="or 'none'")
     group.add_argument("--embeddings", choices=("views", "encoder"), default="views")
     group.add_argument("--no-augment", action="store_true", help="un-augmented views")

@@ -1,0 +1,96 @@
+"""Building blocks of a run from its config: the augmenters, the model, the loss, the seeds."""
+
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Compose,
+    EdgeDrop,
+    FeatureMask,
+)
+from ..encoders import GCNEncoder, MLPEncoder
+from ..losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
+from ..mixture import BetaMixture
+from ..model import GRACEModel
+from ..presets import TrainConfig
+
+
+def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:
+    """The two views' augmenters: GRACE's uniform edge drop + feature mask, or
+    GCA's centrality-adaptive versions (``config.augmentation``)."""
+
+    def view(pe: float, pf: float) -> Compose:
+        if config.augmentation == "uniform":
+            return Compose(EdgeDrop(pe), FeatureMask(pf))
+        kind, cap = config.augmentation, config.aug_threshold
+        return Compose(AdaptiveEdgeDrop(pe, kind, cap), AdaptiveFeatureMask(pf, kind, cap))
+
+    return view(config.pe1, config.pf1), view(config.pe2, config.pf2)
+
+
+#: Views whose feature matrix holds at least this many entries (256 MB of float32) are not
+#: kept: the model recomputes them in backward (``GRACEModel(recompute_views=True)``).
+RECOMPUTE_FEATURES = 1 << 26
+
+
+def build_model(
+    config: TrainConfig, in_channels: int, num_nodes: int = 0, x: Optional[Tensor] = None
+) -> GRACEModel:
+    """A :class:`GRACEModel` (encoder, projection head, augmenters) for ``config``.
+
+    Views are recomputed in backward when each view's feature matrix would hold
+    :data:`RECOMPUTE_FEATURES` entries: ``num_nodes × in_channels``, or with the features
+    ``x`` the entries the model actually masks (the non-zeros where it feeds them sparse:
+    Coauthor-Physics 1.1M, not 290M).
+    """
+    encoder_cls = GCNEncoder if config.encoder == "gcn" else MLPEncoder
+    encoder = encoder_cls(
+        in_channels, config.hidden, num_layers=config.num_layers, activation=config.activation
+    )
+    aug1, aug2 = build_augmentations(config)
+    model = GRACEModel(encoder, config.hidden, config.proj, aug1, aug2)
+    entries = num_nodes * in_channels
+    if x is not None:
+        x = model.input_features(x)  # (converted once here, cached for the first step)
+        entries = x.values().numel() if x.layout == torch.sparse_csr else x.numel()
+    model.recompute_views = entries >= RECOMPUTE_FEATURES
+    return model
+
+
+def build_loss(config: TrainConfig) -> torch.nn.Module:
+    """The method's loss: InfoNCE (grace, gca), DCL, HCL or ProGCL (weight / mix)."""
+    common = {
+        "tau": config.tau,
+        "block_size": config.block_size,
+        "num_negatives": config.num_negatives,
+    }
+    if config.method in ("grace", "gca"):
+        return InfoNCELoss(**common)
+    if config.method == "dcl":
+        return DebiasedInfoNCELoss(tau_plus=config.tau_plus, **common)
+    if config.method == "hcl":
+        return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
+    extra = {} if config.num_samples is None else {"num_samples": config.num_samples}
+    mixture = {"min_beta_high": config.min_beta_high, "weight_init": config.mixture_weight_init}
+    mixture = {k: v for k, v in mixture.items() if v is not None}
+    if mixture:
+        extra["mixture"] = BetaMixture(**mixture)
+    mode = config.method.split("-", 1)[1]
+    return ProGCLLoss(
+        mode=mode, num_mix=config.num_mix, schedule=config.schedule, **extra, **common
+    )
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python's, NumPy's and torch's (CPU and CUDA) random generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

@@ -1,0 +1,149 @@
+"""Checkpoints: everything a run needs to continue bit-identically (model, optimiser,
+loss with its mixture, RNG states, history), written atomically; SIGTERM as a request
+to stop after the running epoch."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..presets import TrainConfig
+
+CHECKPOINT_FORMAT = 1
+#: Config fields that may differ between a checkpoint and the resumed run
+#: (they change what is logged, not what is trained).
+_RESUME_FREE = {"eval_every", "diagnose_every"}
+#: Config fields that act only after the warm-up (ProGCL's fit schedule and mixture): a
+#: checkpoint written within the warm-up resumes under other values of them, so that
+#: variants branch from one shared warm-up (each from a copy of ``seed{s}_warmup.pt``).
+_AFTER_WARMUP = {"schedule", "min_beta_high", "mixture_weight_init", "num_samples"}
+
+
+def rng_state() -> dict[str, Any]:
+    """The states of torch's (CPU, CUDA), NumPy's and Python's generators, as tensors and
+    lists (loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+        "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restores the generators from :func:`rng_state`'s dict."""
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def checkpoint_path(directory: Path, seed: int) -> Path:
+    """A seed's checkpoint file in ``directory``."""
+    return Path(directory) / f"seed{seed}.pt"
+
+
+def warmup_checkpoint_path(path: Path) -> Path:
+    """Where a ProGCL run keeps its checkpoint of the warm-up's last epoch, next to its
+    checkpoint ``path``; variants branch from a copy of it (see ``resume``)."""
+    return path.with_name(path.stem + "_warmup" + path.suffix)
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # never a half-written checkpoint
+
+
+class TrainingInterruptedError(Exception):
+    """Raised by :func:`train_seed` when a SIGTERM asked it to stop: the epoch that was
+    running finished and was checkpointed; ``resume=True`` continues from there."""
+
+    def __init__(self, epoch: int, path: Path):
+        super().__init__(f"stopped by SIGTERM after epoch {epoch}; checkpoint {path}")
+        self.epoch, self.path = epoch, path
+
+
+@contextlib.contextmanager
+def stop_requests(enabled: bool):
+    """Turns SIGTERM (a scheduler's preemption, ``kill``) into a request, recorded in the
+    yielded list, to stop at the end of the current epoch. A second SIGTERM acts at once.
+    Only in the main thread (where Python runs signal handlers) and when ``enabled``."""
+    requests: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield requests
+        return
+
+    def request(signum, frame):
+        requests.append(signum)
+        signal.signal(signal.SIGTERM, previous)
+
+    previous = signal.signal(signal.SIGTERM, request)
+    previous = signal.SIG_DFL if previous is None else previous  # (set outside Python)
+    try:
+        yield requests
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a pyg_progcl checkpoint (format {payload.get('format')})")
+    saved, current = payload["config"], config.to_dict()
+    diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
+    in_warmup = payload["epoch"] <= saved.get("warmup_epochs", 0)
+    if diff and not (in_warmup and set(diff) <= _AFTER_WARMUP):
+        detail = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
+        raise ValueError(
+            f"cannot resume from {path}: it was written with another config ({detail}); "
+            "use another checkpoint folder or drop --resume (within the warm-up, only "
+            f"{', '.join(sorted(_AFTER_WARMUP))} may differ)"
+        )
+    payload["branched_from"] = {k: saved.get(k) for k in diff}
+    return payload
+
+
+def checkpoint_payload(epoch, config, model, optimizer, loss_fn, record) -> dict[str, Any]:
+    """Everything a resumed run needs to continue bit-identically."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "config": config.to_dict(),
+        "epoch": epoch,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "loss": loss_fn.state_dict(),
+        "rng": rng_state(),
+        "record": record,
+    }
+
+
+def restore_checkpoint(path, config, model, optimizer, loss_fn) -> tuple[int, dict[str, Any]]:
+    """Loads a checkpoint into the objects; returns ``(epoch, record)``. A branch from a
+    warm-up checkpoint (other after-warm-up fields) keeps its own, not yet fitted loss and
+    notes the branch in ``record["branched"]``."""
+    payload = load_checkpoint(path, config)
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    record, branched_from = payload["record"], payload["branched_from"]
+    if branched_from:
+        record.setdefault("branched", []).append({"epoch": payload["epoch"], "from": branched_from})
+    else:
+        loss_fn.load_state_dict(payload["loss"])
+    set_rng_state(payload["rng"])
+    return payload["epoch"], record

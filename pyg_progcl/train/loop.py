@@ -1,0 +1,272 @@
+"""The training loops: :func:`train_seed` (one seed, with progress bar, periodic
+evaluation, checkpoints and resume) and :func:`train` (several seeds, one JSON result)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from .._checks import check_int
+from ..datasets import load_dataset
+from ..evaluation import mean_std
+from ..losses import ProGCLLoss
+from ..model import GRACEModel
+from ..presets import TrainConfig, get_preset
+from .checkpoint import TrainingInterruptedError, stop_requests
+from .run import mixture_state, start_seed
+
+
+def resolve_device(device: Union[str, torch.device]) -> torch.device:
+    """``device`` as a ``torch.device`` (``"auto"``: CUDA if available); a clear error if absent."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"invalid device {str(device)!r}: {exc}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
+    return device
+
+
+def progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
+    """The progress bar's text: the loss and, for ProGCL, the mixture's fitted state."""
+    text = f"loss={loss_value:.4f}"
+    if isinstance(loss_fn, ProGCLLoss):
+        state = mixture_state(loss_fn)
+        if state is None:
+            return text + " bmm=warm-up"
+        t = state["true_negative"]
+        means = [a / (a + b) for a, b in zip(state["alpha"], state["beta"])]
+        fn = 1 - t  # beta_FN < 1 with a large w_FN: a spike at cosine 1 (see ProGCLLoss)
+        kept = "" if loss_fn.schedule == "online" else f" ({loss_fn.schedule})"
+        text += (
+            f" bmm{kept}: mean TN={means[t]:.2f} FN={means[fn]:.2f} w_FN={state['weight'][fn]:.3f}"
+            f" beta_FN={state['beta'][fn]:.2f}"
+        )
+    return text
+
+
+def versions() -> dict[str, str]:
+    """Versions of the library and its main dependencies (for result files)."""
+    import sklearn
+    import torch_geometric
+
+    from .. import __version__
+
+    return {
+        "pyg_progcl": __version__,
+        "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__,
+        "numpy": np.__version__,
+        "scikit-learn": sklearn.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def train_seed(
+    config: TrainConfig,
+    data: Data,
+    seed: int = 0,
+    *,
+    device: Union[str, torch.device] = "cpu",
+    checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
+    checkpoint_every: int = 50,
+    resume: bool = False,
+    progress: bool = True,
+    callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
+    loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
+) -> tuple[GRACEModel, torch.nn.Module, dict[str, Any]]:
+    """Trains and evaluates one model with one seed.
+
+    Args:
+        config: The hyperparameters.
+        data: The graph (on any device; moved to ``device``).
+        seed: Seeds the initialisation, the augmentations, the mixture's
+            sampling, and the evaluation split.
+        device: Torch device (``"auto"``: CUDA if available).
+        checkpoint_dir: Folder for ``seed{seed}.pt``, written every
+            ``checkpoint_every`` epochs and at the end (model, optimiser, loss
+            with its mixture, epoch, RNG states, history); a ProGCL run also keeps
+            ``seed{seed}_warmup.pt``, its state at the end of the warm-up, to branch
+            variants from (``resume``). With a folder, a SIGTERM
+            (in the main thread) stops training after the current epoch, which is
+            checkpointed, and raises :class:`TrainingInterruptedError`.
+        checkpoint_every: Checkpoint interval in epochs.
+        resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
+            there is one (it must have the same config, except that one written within
+            the warm-up may differ in the fields that act only after it: schedule,
+            mixture options, ``num_samples``; to branch, copy ``seed{seed}_warmup.pt``
+            into a new folder as ``seed{seed}.pt``). The result equals an uninterrupted
+            run's.
+        progress: Show a tqdm progress bar and evaluation lines.
+        callback: Called as ``callback(epoch, info)`` after every epoch (and its
+            checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
+        loss_factory: Builds the loss from the config instead of :func:`build_loss`
+            (e.g. a :class:`ProGCLLoss` with its own :class:`BetaMixture`). A
+            :class:`ProGCLLoss`, subclasses included, is refitted every epoch after the
+            warm-up.
+
+    Returns:
+        ``(model, loss_fn, record)``; ``record`` holds ``seed``, ``accuracy``,
+        ``history`` (evaluations), ``losses``, ``epoch_times``, ``mixture``.
+    """
+    from tqdm.auto import tqdm
+
+    device = resolve_device(device)
+    checkpoint_every = check_int("checkpoint_every", checkpoint_every)
+    if resume and checkpoint_dir is None:
+        raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
+    run, start = start_seed(config, data, seed, device, checkpoint_dir, resume, loss_factory)
+    if start >= config.epochs and "accuracy" in run.record:
+        return run.model, run.loss_fn, run.record
+
+    bar = tqdm(
+        total=config.epochs,
+        initial=start,
+        desc=f"{config.dataset}/{config.method} seed {seed}",
+        disable=not progress,
+        dynamic_ncols=True,
+        leave=False,
+    )
+    run.model.train()
+    with stop_requests(run.path is not None) as stop, contextlib.closing(bar):
+        for epoch in range(start + 1, config.epochs + 1):
+            value = run.step(epoch)
+            bar.update(1)
+            bar.set_postfix_str(progress_postfix(value, run.loss_fn), refresh=False)
+            last = epoch == config.epochs
+            if last or (config.eval_every and epoch % config.eval_every == 0):
+                accuracy = run.evaluate(epoch, value)
+                if progress and not last:
+                    bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
+            if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
+                run.diagnose(epoch)
+            saved = last or epoch % checkpoint_every == 0 or run.ends_warmup(epoch)
+            if saved:
+                run.checkpoint(epoch)
+            if callback is not None:
+                callback(epoch, {"loss": value, "model": run.model, "loss_fn": run.loss_fn})
+            if stop and not last:
+                if not saved:
+                    run.checkpoint(epoch)
+                raise TrainingInterruptedError(epoch, run.path)
+    return run.model, run.loss_fn, run.record
+
+
+def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any]:
+    """The JSON-serialisable result of :func:`train` from its per-seed records."""
+    accs = [r["accuracy"] for r in records]
+    mean, std = mean_std(accs)
+    times = [t for r in records for t in r["epoch_times"]]
+    return {
+        "dataset": config.dataset,
+        "method": config.method,
+        "config": config.to_dict(),
+        "seeds": [r["seed"] for r in records],
+        "accuracies": accs,
+        "accuracy_mean": mean,
+        "accuracy_std": std,
+        "epoch_time_s": float(np.mean(times)) if times else 0.0,
+        "epoch_time_s_per_seed": [float(np.mean(r["epoch_times"])) for r in records],
+        "wall_time_s": wall_time,
+        "history": {str(r["seed"]): r["history"] for r in records},
+        "final_loss": [r["losses"][-1] for r in records],
+        "mixture": [r.get("mixture") for r in records],
+        "diagnostics": {str(r["seed"]): r.get("diagnostics", []) for r in records},
+        "branched": {str(r["seed"]): r["branched"] for r in records if r.get("branched")},
+        "num_nodes": int(data.num_nodes),
+        "num_edges": int(data.num_edges),
+        "device": str(device),
+        "versions": versions(),
+    }
+
+
+def train(
+    config: Optional[Union[TrainConfig, dict[str, Any]]] = None,
+    data: Optional[Data] = None,
+    *,
+    seeds: Union[int, Sequence[int]] = 1,
+    root: Optional[Union[str, os.PathLike]] = None,
+    device: Union[str, torch.device] = "cpu",
+    checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
+    checkpoint_every: int = 50,
+    resume: bool = False,
+    progress: bool = True,
+    output: Optional[Union[str, os.PathLike]] = None,
+    callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
+    loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
+) -> dict[str, Any]:
+    """Trains ``config`` with several seeds and reports the probe accuracy.
+
+    Args:
+        config: A :class:`TrainConfig`, a dict of overrides of the synthetic /
+            GRACE preset (may name ``dataset`` and ``method``), or ``None``
+            (ProGCL-weight on the built-in synthetic graph).
+        data: The graph; default: ``load_dataset(config.dataset, root)``.
+        seeds: A number of seeds (``0 .. seeds-1``) or the seeds themselves.
+        root: Data root for :func:`~pyg_progcl.datasets.load_dataset`.
+        device: Torch device.
+        checkpoint_dir, checkpoint_every, resume, progress, callback, loss_factory:
+            See :func:`train_seed` (one checkpoint file per seed).
+        output: Also write the result as JSON to this file.
+
+    Returns:
+        A JSON-serialisable dict: ``dataset``, ``method``, ``config``,
+        ``seeds``, ``accuracies`` (fractions), ``accuracy_mean``,
+        ``accuracy_std``, ``epoch_time_s`` (mean seconds per training epoch),
+        ``wall_time_s``, ``history``, ``final_loss``, ``mixture``, ``device``,
+        ``versions``.
+    """
+    if config is None:
+        config = get_preset("synthetic", "progcl-weight")
+    elif isinstance(config, dict):
+        overrides = dict(config)
+        config = get_preset(
+            overrides.pop("dataset", "synthetic"), overrides.pop("method", "progcl-weight"),
+            **overrides,
+        )  # fmt: skip
+    seed_list = list(range(check_int("seeds", seeds))) if isinstance(seeds, int) else list(seeds)
+    if not seed_list:
+        raise ValueError("`seeds` must name at least one seed")
+    device = resolve_device(device)
+    if data is None:
+        data = load_dataset(config.dataset, root)
+
+    tic = time.perf_counter()
+    records = []
+    for seed in seed_list:
+        _, _, record = train_seed(
+            config,
+            data,
+            seed,
+            device=device,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            resume=resume,
+            progress=progress,
+            callback=callback,
+            loss_factory=loss_factory,
+        )
+        records.append(record)
+    result = _summarize(config, data, device, records, time.perf_counter() - tic)
+    if output is not None:
+        write_json(result, output)
+    return result
+
+
+def write_json(result: dict[str, Any], path: Union[str, os.PathLike]) -> None:
+    """Writes a result dict as JSON (creating the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
