@@ -51,6 +51,18 @@ class Augmenter(torch.nn.Module, BaseTransform):
         r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
         if not self.is_active():
             return x, edge_index, edge_weight
+        return self._augment_tensors(x, edge_index, edge_weight)
+
+    def transform(self, data: Data) -> Data:
+        r"""Augments a :class:`~torch_geometric.data.Data`; returns a new object."""
+        if not isinstance(data, Data):
+            raise ValueError(f"`data` must be a torch_geometric Data (got {type(data).__name__})")
+        data = copy.copy(data)
+        return self._augment_data(data) if self.is_active() else data
+
+    def _augment_tensors(
+        self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor]
+    ) -> GraphTensors:
         num_nodes = num_nodes_of(x, edge_index)
         if x is not None:
             x = self._augment_features(x, edge_index, num_nodes)
@@ -60,13 +72,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
             edge_weight = None if edge_weight is None else edge_weight[keep]
         return x, edge_index, edge_weight
 
-    def transform(self, data: Data) -> Data:
-        r"""Augments a :class:`~torch_geometric.data.Data`; returns a new object."""
-        if not isinstance(data, Data):
-            raise ValueError(f"`data` must be a torch_geometric Data (got {type(data).__name__})")
-        data = copy.copy(data)
-        if not self.is_active():
-            return data
+    def _augment_data(self, data: Data) -> Data:
+        """Augments a copy of the data (the input's attributes are replaced, not modified)."""
         if data.x is not None:
             data.x = self._augment_features(data.x, data.edge_index, data.num_nodes)
         if data.edge_index is not None:
@@ -152,27 +159,15 @@ class Compose(Augmenter):
         for aug in self.augmenters:
             aug._prepare(x, edge_index, num_nodes)
 
-    def forward(
-        self,
-        x: Optional[Tensor],
-        edge_index: Tensor,
-        edge_weight: Optional[Tensor] = None,
+    def _augment_tensors(
+        self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor]
     ) -> GraphTensors:
-        r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
-        if not self.is_active():
-            return x, edge_index, edge_weight
         self._prepare(x, edge_index, num_nodes_of(x, edge_index))
         for aug in self.augmenters:
             x, edge_index, edge_weight = aug(x, edge_index, edge_weight)
         return x, edge_index, edge_weight
 
-    def transform(self, data: Data) -> Data:
-        r"""Augments a :class:`~torch_geometric.data.Data`; returns a new object."""
-        if not isinstance(data, Data):
-            raise ValueError(f"`data` must be a torch_geometric Data (got {type(data).__name__})")
-        data = copy.copy(data)
-        if not self.is_active():
-            return data
+    def _augment_data(self, data: Data) -> Data:
         if data.edge_index is not None:
             self._prepare(data.x, data.edge_index, data.num_nodes)
         for aug in self.augmenters:
