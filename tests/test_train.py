@@ -338,6 +338,11 @@ def test_python_dash_m_subprocess(tmp_path):
     )  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+    alone = subprocess.run(  # the subcommand's own entry point takes the same flags
+        [sys.executable, "-m", "pyg_progcl.train", "--method", "nope"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert alone.returncode == 2 and alone.stderr == bad.stderr
 
 
 def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
