@@ -16,7 +16,8 @@ import torch
 
 from ..datasets import DATASETS, canonical_name
 from ..presets import METHODS, TrainConfig, get_preset
-from .loop import TrainingInterruptedError, train
+from .checkpoint import TrainingInterruptedError
+from .loop import train
 
 _FIELD_HELP = {
     "lr": "Adam learning rate",
