@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..train import FIELD_TYPES, int_at_least
+from ..train.cli import FIELD_TYPES, int_at_least
 from .core import diagnose
 
 _TABLE = [

@@ -329,7 +329,8 @@ class ProGCLLoss(ContrastiveLoss):
         if selection is None:
             selection = self._select(block)
             if key is not None and torch.is_grad_enabled() and block.inter.requires_grad:
-                selections[key] = selection
+                idx, b_top, perm = selection  # int32: Amazon-Photo keeps 2 × 7650 × 1000 × 4 B
+                selections[key] = idx.int(), b_top, perm
         idx, b_top, perm = selection
         theta = (block.inter.gather(1, idx.long()) * block.tau + 1.0).clamp(min=-1.0)
         b_pair, theta_pair = b_top.index_select(1, perm), theta.index_select(1, perm)
@@ -350,8 +351,7 @@ class ProGCLLoss(ContrastiveLoss):
         b_top = torch.exp(log_top)
         tiny = torch.exp(log_max) < 1e-20
         b_top = torch.where(tiny, torch.exp(log_top - log_max), b_top)
-        # int32: kept for backward on row blocks (Amazon-Photo: 2 × 7650 × 1000 × 4 B = 61 MB)
-        return idx.int(), b_top, torch.randperm(k, device=idx.device)
+        return idx, b_top, torch.randperm(k, device=idx.device)
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}

@@ -23,30 +23,23 @@ seed's state and epoch), :mod:`.loop` (:func:`train_seed`, :func:`train`),
 :mod:`.checkpoint` (save, resume, SIGTERM), :mod:`.cli` (the ``train`` subcommand).
 """
 
-from ..presets import TrainConfig, get_preset
-from .build import RECOMPUTE_FEATURES, build_augmentations, build_loss, build_model, seed_everything
-from .checkpoint import TrainingInterruptedError, warmup_checkpoint_path
-from .cli import FIELD_TYPES, add_arguments, config_from_args, int_at_least, main, run_cli
+from .build import build_augmentations, build_loss, build_model, seed_everything
+from .checkpoint import TrainingInterruptedError
+from .cli import add_arguments, config_from_args, main, run_cli
 from .loop import train, train_seed, versions, write_json
 
 __all__ = [
-    "FIELD_TYPES",
-    "RECOMPUTE_FEATURES",
-    "TrainConfig",
     "TrainingInterruptedError",
     "add_arguments",
     "build_augmentations",
     "build_loss",
     "build_model",
     "config_from_args",
-    "get_preset",
-    "int_at_least",
     "main",
     "run_cli",
     "seed_everything",
     "train",
     "train_seed",
     "versions",
-    "warmup_checkpoint_path",
     "write_json",
 ]
