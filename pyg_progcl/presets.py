@@ -169,7 +169,7 @@ class TrainConfig:
             if getattr(self, key) is not None:
                 setattr(self, key, check_int(key, getattr(self, key)))
         if self.num_neighbors is not None:
-            from .minibatch import check_num_neighbors
+            from .minibatch.sampling import check_num_neighbors
 
             self.num_neighbors = check_num_neighbors(self.num_neighbors)
         check_choice("schedule", self.schedule, SCHEDULES)

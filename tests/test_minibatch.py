@@ -78,9 +78,9 @@ def test_fallback_with_all_neighbours_takes_every_in_edge(graph):
 def test_loader_choice_follows_pyg_sampling_support(graph, monkeypatch):
     from torch_geometric.loader import NeighborLoader
 
-    monkeypatch.setattr(mb, "pyg_can_sample", lambda: True)
+    monkeypatch.setattr(mb.sampling, "pyg_can_sample", lambda: True)
     assert isinstance(neighbor_loader(graph, [5, 5], 32), NeighborLoader)
-    monkeypatch.setattr(mb, "pyg_can_sample", lambda: False)
+    monkeypatch.setattr(mb.sampling, "pyg_can_sample", lambda: False)
     assert isinstance(neighbor_loader(graph, [5, 5], 32), NeighborSubgraphLoader)
     assert isinstance(neighbor_loader(graph, [5], 32, backend="torch"), NeighborSubgraphLoader)
 

@@ -1,0 +1,70 @@
+"""One view's augmenters applied to sampled subgraphs with the full graph's probabilities."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ..augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Compose,
+    drop_edge_weighted,
+    mask_feature_weighted,
+)
+
+
+def _members(augment) -> list:
+    if isinstance(augment, Compose):
+        return [m for aug in augment.augmenters for m in _members(aug)]
+    return [] if augment is None else [augment]
+
+
+class SubgraphAugmenter:
+    r"""Applies one view's augmenters to sampled subgraphs with the *full* graph's
+    probabilities.
+
+    GCA's adaptive augmenters (Zhu et al., "Graph Contrastive Learning with Adaptive
+    Augmentation", WWW 2021) derive drop probabilities from centralities of the whole
+    graph; on a subgraph they are looked up, not refitted: an edge's drop probability
+    depends only on its target node, so a per-node table serves every batch, and the
+    feature-column probabilities are global. Uniform augmenters (and any other callable)
+    are applied to the subgraph as they are.
+
+    Args:
+        augment: A model's ``augment1`` / ``augment2`` (an augmenter, a
+            :class:`Compose`, a callable or ``None``), in its current train/eval mode.
+        data: The full graph the batches are sampled from.
+    """
+
+    def __init__(self, augment, data: Data):
+        self.members = _members(augment)
+        self.node_drop_prob: dict[int, Tensor] = {}
+        for i, aug in enumerate(self.members):
+            if isinstance(aug, (AdaptiveEdgeDrop, AdaptiveFeatureMask)):
+                aug._prepare(data.x, data.edge_index, data.num_nodes)  # cached per graph
+            if isinstance(aug, AdaptiveEdgeDrop) and aug.is_active():
+                prob = torch.zeros(data.num_nodes, dtype=aug.drop_prob.dtype)
+                target = data.edge_index[1].to(prob.device)
+                self.node_drop_prob[i] = prob.scatter_(0, target, aug.drop_prob.to(prob.device))
+
+    def __call__(
+        self, x: Tensor, edge_index: Tensor, n_id: Optional[Tensor] = None
+    ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+        """Augments a subgraph whose node ``j`` is global node ``n_id[j]``."""
+        edge_weight = None
+        for i, aug in enumerate(self.members):
+            if i in self.node_drop_prob and n_id is not None:
+                table = self.node_drop_prob[i]
+                prob = table[n_id.to(table.device)[edge_index[1].to(table.device)]]
+                edge_index, edge_weight = drop_edge_weighted(
+                    edge_index, prob.to(edge_index.device), edge_weight
+                )
+            elif isinstance(aug, AdaptiveFeatureMask) and aug.is_active() and n_id is not None:
+                x = mask_feature_weighted(x, aug.drop_prob.to(x.device))
+            else:
+                x, edge_index, edge_weight = aug(x, edge_index, edge_weight)
+        return x, edge_index, edge_weight

@@ -1,0 +1,97 @@
+"""One epoch of contrastive training on sampled subgraphs."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .augmentation import SubgraphAugmenter
+from .sampling import seed_count
+
+
+def _graph_of(loader, data: Optional[Data]) -> Data:
+    data = data if data is not None else getattr(loader, "data", None)
+    if not isinstance(data, Data):
+        raise ValueError("pass `data` (the full graph) when the loader has no `.data` attribute")
+    return data
+
+
+def _seed_views(model, augmenters, batch: Data, device) -> tuple[Tensor, Tensor]:
+    """Projected views ``(h1, h2)`` of the batch's seed nodes."""
+    batch = batch.to(device)
+    seeds = seed_count(batch)
+    n_id = batch.get("n_id")
+    views = []
+    for augment in augmenters:
+        x, edge_index, edge_weight = augment(batch.x, batch.edge_index, n_id)
+        z = model(x, edge_index, edge_weight)
+        views.append(model.project(z[:seeds]))
+    return views[0], views[1]
+
+
+def minibatch_epoch(
+    model: torch.nn.Module,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    loader,
+    optimizer: torch.optim.Optimizer,
+    *,
+    device: str | torch.device | None = None,
+    fit: bool = False,
+    data: Optional[Data] = None,
+) -> float:
+    r"""One epoch of contrastive training on sampled subgraphs.
+
+    For every batch (the subgraph around ``batch.batch_size`` seed nodes): two augmented
+    views of the subgraph are encoded by ``model`` (a :class:`~pyg_progcl.GRACEModel`),
+    the seed rows projected, and ``loss_fn(h1, h2)`` taken over the seeds, whose
+    negatives are the other seeds of the batch; then one optimiser step. With ``fit``,
+    ProGCL's mixture (Xia et al., ICML 2022) is refitted once, on the first batch's
+    detached projections before its loss, so the rest of the epoch weights negatives
+    with a mixture of the current embeddings, as the full-graph trainer refits once per
+    epoch after its warm-up.
+
+    Batches with fewer than two seeds, or fewer seeds than ``loss_fn.num_negatives + 1``,
+    are skipped (a last, small batch); use ``drop_last`` to avoid them.
+
+    Args:
+        model: A :class:`~pyg_progcl.GRACEModel` (``model(x, edge_index, edge_weight)``
+            encodes, ``model.project`` projects, ``augment1`` / ``augment2`` augment).
+        loss_fn: Any loss of :mod:`pyg_progcl.losses` (or a callable ``(h1, h2)``).
+        loader: Yields batches as ``NeighborLoader`` does (:func:`neighbor_loader`).
+        optimizer: Steps after every batch.
+        device: Where batches go; default: the model's device.
+        fit: Refit ``loss_fn``'s mixture at the start of this epoch (after warm-up).
+        data: The full graph (default: ``loader.data``), for adaptive augmenters.
+
+    Returns:
+        The epoch's mean loss over its seeds.
+    """
+    if device is None:
+        device = next(model.parameters()).device
+    model.train()
+    graph = _graph_of(loader, data)
+    augmenters = [SubgraphAugmenter(a, graph) for a in (model.augment1, model.augment2)]
+    min_seeds = max(2, (getattr(loss_fn, "num_negatives", None) or 0) + 1)
+    total, seen = 0.0, 0
+    for batch in loader:
+        seeds = seed_count(batch)
+        if seeds < min_seeds:
+            continue
+        optimizer.zero_grad()
+        h1, h2 = _seed_views(model, augmenters, batch, device)
+        if fit and seen == 0 and callable(getattr(loss_fn, "fit", None)):
+            loss_fn.fit(h1.detach(), h2.detach())
+        loss = loss_fn(h1, h2)
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach()) * seeds
+        seen += seeds
+    if seen == 0:
+        raise ValueError(
+            f"no batch had at least {min_seeds} seed nodes; increase `batch_size` (the "
+            "loss needs two seeds, and num_negatives + 1 with sampled negatives)"
+        )
+    return total / seen

@@ -1,0 +1,153 @@
+"""Embeddings of every node computed in batches: exact layer by layer, or sampled."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .._checks import check_int
+from ..encoders import GCNEncoder, MLPEncoder
+from .sampling import InEdges, neighbor_loader, seed_count
+
+
+def _layerwise_supported(encoder) -> bool:
+    from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
+
+    if isinstance(encoder, MLPEncoder):
+        return True
+    if not isinstance(encoder, GCNEncoder):
+        return False
+    exact = (GCNConv, SAGEConv, GATConv, GATv2Conv, GINConv, GraphConv)
+    return all(
+        isinstance(conv, exact) and getattr(conv, "flow", "source_to_target") == "source_to_target"
+        for conv in encoder.layers
+    )
+
+
+def _layer_graph(
+    conv, edge_index: Tensor, num_nodes: int, dtype
+) -> tuple[Tensor, Optional[Tensor]]:
+    """The edges (and weights) one layer aggregates over: GCN's symmetric normalisation
+    with the full graph's degrees (self-loops included); the raw edges otherwise."""
+    from torch_geometric.nn import GCNConv
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    if isinstance(conv, GCNConv) and conv.normalize:
+        return gcn_norm(
+            edge_index, None, num_nodes, conv.improved, conv.add_self_loops, conv.flow, dtype
+        )
+    return edge_index, None
+
+
+def _apply_layer(conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
+    from torch_geometric.nn import GCNConv
+
+    if isinstance(conv, GCNConv) and conv.normalize:
+        conv.normalize = False  # the weights already hold the full graph's normalisation
+        try:
+            return conv(x, edge_index, edge_weight)
+        finally:
+            conv.normalize = True
+    return conv(x, edge_index)
+
+
+@torch.no_grad()
+def _layerwise(encoder, x: Tensor, edge_index: Tensor, batch_size: int, device) -> Tensor:
+    """Exact encoder output, one layer at a time over target-node batches: a layer's
+    output at a node needs only its in-neighbours' inputs (and, for GCN, degrees)."""
+    n = x.size(0)
+    local = torch.full((n,), -1, dtype=torch.long)
+    for conv, act in zip(encoder.layers, encoder.activations):
+        out = None
+        if isinstance(encoder, MLPEncoder):
+            graph = None
+        else:
+            ei, ew = _layer_graph(conv, edge_index.cpu(), n, x.dtype)
+            graph = InEdges(ei, n, ew)
+        for start in range(0, n, batch_size):
+            targets = torch.arange(start, min(start + batch_size, n))
+            if graph is None:
+                h = act(conv(x[targets].to(device)))
+            else:
+                pos, slot = graph.sample(targets, -1)
+                source = graph.source[pos]
+                local[targets] = torch.arange(targets.numel())
+                others = torch.unique(source[local[source] < 0])
+                local[others] = torch.arange(targets.numel(), targets.numel() + others.numel())
+                nodes = torch.cat([targets, others])
+                sub_ei = torch.stack([local[source], slot]).to(device)
+                weight = None if graph.weight is None else graph.weight[pos].to(device)
+                local[nodes] = -1
+                h = act(_apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei, weight))
+                h = h[: targets.numel()]
+            if out is None:
+                out = x.new_empty(n, h.size(1))
+            out[start : start + targets.numel()] = h.to(out.device)
+        x = out
+    return x
+
+
+@torch.no_grad()
+def embed_minibatch(
+    model: torch.nn.Module,
+    data: Data,
+    batch_size: int,
+    num_neighbors: Optional[Sequence[int]] = None,
+    *,
+    device: str | torch.device | None = None,
+) -> Tensor:
+    r"""Encoder embeddings ``f(G)`` of every node, computed in batches of nodes.
+
+    With ``num_neighbors=None`` the result is exact (equal to ``model(data.x,
+    data.edge_index)`` up to float round-off): for :class:`~pyg_progcl.GCNEncoder` with
+    GCN, SAGE, GAT, GATv2, GIN or GraphConv layers and for :class:`~pyg_progcl.MLPEncoder`
+    it runs layer by layer over batches of target nodes and their in-neighbours (GCN's
+    normalisation uses the full graph's degrees), one pass per layer; other encoders are
+    run on full ``L + 1``-hop neighbourhoods (``-1`` per hop; the extra hop gives the
+    outermost nodes their true degrees), with ``L = encoder.num_layers``. With an explicit
+    ``num_neighbors`` the embeddings come from sampled neighbourhoods (approximate,
+    cheaper), seeds' rows of each batch.
+
+    Args:
+        model: A :class:`~pyg_progcl.GRACEModel` (or an encoder ``(x, edge_index) -> z``).
+        data: The graph.
+        batch_size: Nodes per batch.
+        num_neighbors: Sampled neighbours per hop; ``None``: exact inference.
+        device: Where batches are encoded (default: the model's device); the result is on
+            ``data.x``'s device.
+
+    Returns:
+        ``[num_nodes, hidden_channels]`` embeddings.
+    """
+    batch_size = check_int("batch_size", batch_size)
+    if device is None:
+        device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        encoder = getattr(model, "encoder", model)
+        if num_neighbors is None and _layerwise_supported(encoder):
+            return _layerwise(encoder, data.x, data.edge_index, batch_size, device)
+        if num_neighbors is None:
+            layers = getattr(encoder, "num_layers", None)
+            if layers is None:
+                raise ValueError(
+                    "pass `num_neighbors` for an encoder without a `num_layers` attribute"
+                )
+            num_neighbors = [-1] * (int(layers) + 1)
+        loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False)
+        out = None
+        for batch in loader:
+            seeds = seed_count(batch)
+            batch = batch.to(device)
+            z = model(batch.x, batch.edge_index)[:seeds]
+            if out is None:
+                out = data.x.new_empty(data.num_nodes, z.size(1))
+            out[batch.n_id[:seeds].to(out.device)] = z.to(out.device)
+        return out
+    finally:
+        model.train(was_training)

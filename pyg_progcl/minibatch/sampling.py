@@ -1,0 +1,200 @@
+"""Neighbour sampling for mini-batch training: PyG's ``NeighborLoader`` where PyG can
+sample, else a plain-torch sampler that draws the same kind of batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .._checks import check_choice, check_int
+
+
+def pyg_can_sample() -> bool:
+    """Whether PyG's ``NeighborLoader`` can sample here (it needs pyg-lib or torch-sparse)."""
+    import torch_geometric.typing as pyg_typing
+
+    return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
+
+
+def check_num_neighbors(num_neighbors: Sequence[int]) -> list[int]:
+    """Checks a per-hop fan-out list: integers ``>= 1``, or ``-1`` for all neighbours."""
+    if isinstance(num_neighbors, (int, str)) or not len(num_neighbors):
+        raise ValueError(
+            f"`num_neighbors` must be a non-empty list of integers, one per hop (got "
+            f"{num_neighbors!r})"
+        )
+    values = [check_int("num_neighbors", k, minimum=-1) for k in num_neighbors]
+    if 0 in values:
+        raise ValueError(f"`num_neighbors` entries must be >= 1 or -1 (all) (got {values})")
+    return values
+
+
+class InEdges:
+    """The edges of a graph grouped by target node (CSC), for sampling in-neighbours."""
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, edge_weight: Optional[Tensor] = None):
+        edge_index = edge_index.cpu()
+        self.perm = torch.argsort(edge_index[1], stable=True)
+        self.source = edge_index[0, self.perm]
+        self.weight = None if edge_weight is None else edge_weight.cpu()[self.perm]
+        counts = torch.bincount(edge_index[1], minlength=num_nodes)
+        self.ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        self.num_nodes = num_nodes
+
+    def sample(self, targets: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Positions (into the sorted edges) of up to ``k`` in-edges per target, without
+        replacement (all of them for ``k = -1``), and each edge's target slot."""
+        start = self.ptr[targets]
+        deg = self.ptr[targets + 1] - start
+        slot = torch.repeat_interleave(torch.arange(targets.numel()), deg)
+        offset = torch.arange(slot.numel()) - torch.repeat_interleave(deg.cumsum(0) - deg, deg)
+        pos = start[slot] + offset
+        if k < 0 or slot.numel() == 0 or int(deg.max()) <= k:
+            return pos, slot
+        # A random order within each target's edges: sort by slot + uniform key in [0, 1).
+        order = torch.argsort(slot.double() + torch.rand(slot.numel(), dtype=torch.float64))
+        first = torch.repeat_interleave(deg.cumsum(0) - deg, deg)
+        keep = order[(torch.arange(order.numel()) - first) < k]
+        return pos[keep], slot[keep]
+
+
+class NeighborSubgraphLoader:
+    r"""Neighbour sampling in plain torch, shaped like PyG's ``NeighborLoader``.
+
+    Each batch is the subgraph sampled around ``batch_size`` seed nodes: hop ``l`` draws
+    up to ``num_neighbors[l]`` in-neighbours (without replacement; ``-1``: all) of the
+    nodes first reached at hop ``l - 1``, as ``NeighborLoader`` does (Hamilton et al.,
+    2017). The batch holds ``x`` (and ``y``) of the sampled nodes, seeds first, the
+    sampled edges relabelled (``source -> target``), ``n_id`` and ``e_id`` (global node and
+    edge ids) and ``batch_size`` (the number of seeds). Used where PyG cannot sample
+    (no pyg-lib / torch-sparse); see :func:`neighbor_loader`.
+
+    Args:
+        data: The graph (``x``, ``edge_index``, optionally ``y``).
+        num_neighbors: Neighbours sampled per hop, e.g. ``[10, 10]``.
+        batch_size: Seed nodes per batch.
+        input_nodes: Seed candidates (index or boolean mask); default: all nodes.
+        shuffle: Draw the seeds in a random order each epoch (torch's global RNG).
+        drop_last: Skip the last, smaller batch.
+    """
+
+    def __init__(
+        self,
+        data: Data,
+        num_neighbors: Sequence[int],
+        batch_size: int = 1,
+        input_nodes: Optional[Tensor] = None,
+        shuffle: bool = False,
+        drop_last: bool = False,
+    ):
+        self.data = data
+        self.num_neighbors = check_num_neighbors(num_neighbors)
+        self.batch_size = check_int("batch_size", batch_size)
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        n = data.num_nodes
+        if input_nodes is None:
+            input_nodes = torch.arange(n)
+        elif input_nodes.dtype == torch.bool:
+            input_nodes = input_nodes.nonzero().view(-1)
+        self.input_nodes = input_nodes.cpu().long()
+        self._edges = InEdges(data.edge_index, n)
+        self._local = torch.full((n,), -1, dtype=torch.long)
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.input_nodes.numel(), self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def __iter__(self) -> Iterator[Data]:
+        seeds = self.input_nodes
+        if self.shuffle:
+            seeds = seeds[torch.randperm(seeds.numel())]
+        for i in range(len(self)):
+            yield self.sample(seeds[i * self.batch_size : (i + 1) * self.batch_size])
+
+    def sample(self, seeds: Tensor) -> Data:
+        """The batch of the subgraph sampled around ``seeds`` (distinct node ids)."""
+        local, edges = self._local, self._edges
+        n_id, frontier = [seeds], seeds
+        local[seeds] = torch.arange(seeds.numel())
+        count = seeds.numel()
+        src, dst, e_pos = [], [], []
+        try:
+            for k in self.num_neighbors:
+                pos, slot = edges.sample(frontier, k)
+                source = edges.source[pos]
+                new = torch.unique(source[local[source] < 0])
+                local[new] = torch.arange(count, count + new.numel())
+                count += new.numel()
+                src.append(local[source])
+                dst.append(local[frontier[slot]])
+                e_pos.append(pos)
+                n_id.append(new)
+                frontier = new
+            n_id = torch.cat(n_id)
+        finally:
+            local[torch.cat(n_id) if isinstance(n_id, list) else n_id] = -1
+        batch = Data(
+            edge_index=torch.stack([torch.cat(src), torch.cat(dst)]),
+            n_id=n_id,
+            e_id=edges.perm[torch.cat(e_pos)],
+            batch_size=int(seeds.numel()),
+            input_id=seeds,
+            num_nodes=int(n_id.numel()),
+        )
+        for key in ("x", "y"):
+            if self.data.get(key) is not None:
+                batch[key] = self.data[key][n_id.to(self.data[key].device)]
+        return batch
+
+
+def neighbor_loader(
+    data: Data,
+    num_neighbors: Sequence[int],
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    input_nodes: Optional[Tensor] = None,
+    backend: str = "auto",
+    **kwargs: Any,
+):
+    """A neighbour-sampling loader: PyG's ``NeighborLoader`` if it can sample, else
+    :class:`NeighborSubgraphLoader` (same batches, plain torch).
+
+    Args:
+        data: The graph (kept where it is; batches are moved by the training loop).
+        num_neighbors: Neighbours per hop (``-1``: all), e.g. ``[10, 10]``.
+        batch_size: Seed nodes per batch.
+        shuffle: Random seed order every epoch.
+        input_nodes: Seed candidates; default all nodes.
+        backend: ``"auto"``, ``"pyg"`` (``NeighborLoader``; fails at the first batch
+            without pyg-lib / torch-sparse) or ``"torch"`` (:class:`NeighborSubgraphLoader`).
+        **kwargs: Passed to ``NeighborLoader`` (e.g. ``num_workers``); ``drop_last`` is
+            also understood by the fallback.
+    """
+    num_neighbors = check_num_neighbors(num_neighbors)
+    batch_size = check_int("batch_size", batch_size)
+    check_choice("backend", backend, {"auto", "pyg", "torch"})
+    if backend == "pyg" or (backend == "auto" and pyg_can_sample()):
+        from torch_geometric.loader import NeighborLoader
+
+        return NeighborLoader(
+            data,
+            num_neighbors=num_neighbors,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            input_nodes=input_nodes,
+            **kwargs,
+        )
+    drop_last = bool(kwargs.pop("drop_last", False))
+    if kwargs:
+        raise ValueError(f"unsupported options for the plain-torch loader: {sorted(kwargs)}")
+    return NeighborSubgraphLoader(data, num_neighbors, batch_size, input_nodes, shuffle, drop_last)
+
+
+def seed_count(batch: Data) -> int:
+    size = batch.get("batch_size")
+    return int(batch.num_nodes if size is None else size)
