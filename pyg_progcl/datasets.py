@@ -393,6 +393,8 @@ def synthetic_graph(
     prob = noise_prob + (1.0 - noise_prob) * topic_prob * topics[y]
     x = torch.bernoulli(prob, generator=gen)
 
+    # The E edges are drawn directly (O(E)); PyG's stochastic_blockmodel_graph tries every
+    # pair (O(N^2) memory) and draws from the global RNG, not from `seed`.
     members = [torch.nonzero(y == c).view(-1) for c in range(num_classes)]
     num_edges = int(round(num_nodes * avg_degree / 2))
     src = torch.randint(num_nodes, (num_edges,), generator=gen)
