@@ -161,6 +161,11 @@ class TrainConfig:
         check_nonnegative("weight_decay", self.weight_decay)
         self.epochs = check_int("epochs", self.epochs, minimum=1)
         self.warmup_epochs = check_int("warmup_epochs", self.warmup_epochs, minimum=0)
+        if self.method.startswith("progcl") and self.warmup_epochs >= self.epochs:
+            raise ValueError(
+                f"`warmup_epochs` must be less than `epochs` for {self.method} (got "
+                f"{self.warmup_epochs} and {self.epochs}): the mixture would never be fitted"
+            )
         for key in ("hidden", "proj", "num_layers", "num_mix", "probe_epochs"):
             setattr(self, key, check_int(key, getattr(self, key)))
         self.eval_every = check_int("eval_every", self.eval_every, minimum=0)
@@ -303,10 +308,11 @@ def get_preset(
 ) -> TrainConfig:
     """The preset of ``(dataset, method)`` with ``overrides`` applied.
 
-    If ``epochs`` is overridden and ``warmup_epochs`` is not, the warm-up keeps
-    the preset's fraction of training (e.g. Amazon-Photo's 400 of 2500 epochs
-    becomes 80 of 500), so that a shortened ProGCL run still refits its
-    mixture.
+    If ``epochs`` is overridden and ``warmup_epochs`` is not (in the same place:
+    ``overrides`` or ``config``), the warm-up keeps the fraction of training it had
+    before (e.g. Amazon-Photo's 400 of 2500 epochs becomes 80 of 500; a ``config``
+    taken from a 2500-epoch run with ``epochs=500`` the same), so that a shortened
+    ProGCL run still refits its mixture.
 
     Args:
         dataset: Dataset name (aliases accepted).
@@ -324,16 +330,18 @@ def get_preset(
     check_choice("method", method, METHODS)
     values = dict(DATASET_PRESETS[dataset])
     values.update(METHOD_PRESETS[method])
-    if isinstance(config, TrainConfig):
-        config = config.to_dict()
-    changes = {**(config or {}), **overrides}
+    config = config.to_dict() if isinstance(config, TrainConfig) else dict(config or {})
+    changes = {**config, **overrides}
     unknown = set(changes) - {f.name for f in fields(TrainConfig)}
     if unknown:
         raise ValueError(f"unknown config keys: {sorted(unknown)}")
-    if "epochs" in changes and "warmup_epochs" not in changes:
-        base_epochs, base_warmup = values["epochs"], values["warmup_epochs"]
-        check_int("epochs", changes["epochs"])
-        values["warmup_epochs"] = int(round(base_warmup * changes["epochs"] / base_epochs))
+    # The layer that sets `epochs` last decides: without its own warm-up, the warm-up keeps
+    # the fraction of the layers below (the preset, then `config`).
+    top, below = (overrides, {**values, **config}) if "epochs" in overrides else (config, values)
+    if "epochs" in top and "warmup_epochs" not in top:
+        epochs, base = check_int("epochs", top["epochs"]), check_int("epochs", below["epochs"])
+        warmup = check_int("warmup_epochs", below["warmup_epochs"], minimum=0)
+        changes["warmup_epochs"] = round(warmup * epochs / base)
     values.update(changes)
     values["dataset"], values["method"] = dataset, method
     return TrainConfig(**values)

@@ -74,6 +74,18 @@ def test_overrides_and_warmup_scaling():
     base = get_preset("Cora", "grace")
     assert get_preset("Cora", "grace", config=base.replace(lr=0.1)).lr == 0.1
     assert get_preset("Cora", "grace", config={"hidden": 64}).hidden == 64
+    # A whole config (e.g. a 2500-epoch run's) with fewer epochs keeps *its* warm-up fraction.
+    full = get_preset("Photo", "progcl-weight", warmup_epochs=500)
+    assert get_preset("Photo", "progcl-weight", config=full, epochs=250).warmup_epochs == 50
+    assert get_preset("Photo", "progcl-weight", config={"epochs": 500}).warmup_epochs == 80
+    both = {"epochs": 500, "warmup_epochs": 9}
+    assert get_preset("Photo", "progcl-weight", config=both).warmup_epochs == 9
+
+
+def test_progcl_needs_epochs_after_its_warmup():
+    with pytest.raises(ValueError, match="`warmup_epochs` must be less than `epochs`"):
+        get_preset("Cora", "progcl-mix", epochs=50, warmup_epochs=50)
+    assert get_preset("Cora", "grace", epochs=50, warmup_epochs=50).epochs == 50  # no mixture
 
 
 @pytest.mark.parametrize(

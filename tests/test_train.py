@@ -184,7 +184,7 @@ def test_mixture_options_reach_the_mixture_from_config_and_command_line(
 
 
 def test_resume_refuses_another_config(small_graph, tmp_path):
-    config = small_config(epochs=2, eval_every=0, probe_epochs=10)
+    config = small_config(epochs=2, warmup_epochs=1, eval_every=0, probe_epochs=10)
     train_seed(config, small_graph, checkpoint_dir=tmp_path, progress=False)
     with pytest.raises(ValueError, match="another config.*tau"):
         train_seed(
@@ -276,6 +276,7 @@ TINY = [
         (["--epochs", "-5"], "must be an integer >= 1 (got -5)"),
         (["--dataset", "Cora", "--root", "/no/such/folder"], "data root '/no/such/folder'"),
         (["--tau", "0"], "`tau` must be a finite number > 0"),
+        (["--epochs", "5", "--warmup-epochs", "5"], "`warmup_epochs` must be less than"),
         (["--resume"], "--resume needs --checkpoint"),
         (
             ["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "bogus"],
@@ -290,6 +291,29 @@ def test_bad_input_is_one_clear_line(capsys, argv, message):
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and message in lines[0], err
+
+
+def test_cli_overrides_none_num_neighbors_and_config_epochs(tmp_path):
+    from pyg_progcl.__main__ import build_parser
+    from pyg_progcl.train import config_from_args
+
+    def config(*argv):
+        parser, _ = build_parser(argv[0])
+        args = parser.parse_args(list(argv))
+        return config_from_args(args)
+
+    # `none` is a value, not "the preset's" (ogbn-products' preset samples 4096 seeds).
+    assert config("train", "--dataset", "ogbn-products").batch_size == 4096
+    assert config("train", "--dataset", "ogbn-products", "--batch-size", "none").batch_size is None
+    assert config("train", "--num-samples", "none").num_samples is None
+    assert config("train", "--num-neighbors", "5", "3").num_neighbors == [5, 3]
+    assert config("diagnose", "--num-neighbors", "5", "3").num_neighbors == [5, 3]
+    # A result file as --config with fewer --epochs keeps its warm-up fraction.
+    saved = tmp_path / "photo.json"
+    saved.write_text(json.dumps({"config": get_preset("Photo", "progcl-weight").to_dict()}))
+    assert config("train", "--config", str(saved), "--epochs", "300").warmup_epochs == 48
+    flags = ("--config", str(saved), "--epochs", "300", "--warmup-epochs", "20")
+    assert config("train", *flags).warmup_epochs == 20
 
 
 def test_cli_output_config_round_trip_and_resume(capsys, tmp_path):

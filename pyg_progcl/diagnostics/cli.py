@@ -17,12 +17,11 @@ Writes ``<out>/diagnostics.json`` (summaries, plain floats), ``<out>/similarity.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 import torch
 
-from ..train.cli import FIELD_TYPES, int_at_least
+from ..train.cli import add_preset_overrides, int_at_least
 from .core import diagnose
 
 _TABLE = [
@@ -43,7 +42,7 @@ def _optional_int(text: str):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``diagnose`` subcommand's arguments to ``parser``."""
-    from ..presets import METHODS, TrainConfig
+    from ..presets import METHODS
 
     parser.add_argument("--dataset", help="dataset name (default: synthetic, needs no files)")
     parser.add_argument("--root", help="data root (as for `train`)")
@@ -75,18 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--embeddings", choices=("views", "encoder"), default="views")
     group.add_argument("--no-augment", action="store_true", help="un-augmented views")
     overrides = parser.add_argument_group("preset overrides (default: the preset's value)")
-    for field in dataclasses.fields(TrainConfig):
-        if field.name in ("dataset", "method", "epochs", "encoder"):
-            continue
-        try:
-            overrides.add_argument(
-                "--" + field.name.replace("_", "-"),
-                dest=field.name,
-                type=FIELD_TYPES.get(str(field.type), str),
-                default=argparse.SUPPRESS,
-            )
-        except argparse.ArgumentError:  # a config field named like a diagnose option
-            continue
+    add_preset_overrides(overrides, skip=("dataset", "method", "epochs", "encoder"))
 
 
 def _diagnose_kwargs(args) -> dict:

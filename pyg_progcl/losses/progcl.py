@@ -41,9 +41,11 @@ class ProGCLLoss(ContrastiveLoss):
       :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
       over the ``num_mix`` negatives of largest :math:`b` and a random pairing :math:`\pi`.
 
-    Before the first :meth:`fit` the loss equals :class:`InfoNCELoss` exactly. The
-    trainer owns the warm-up and calls :meth:`fit` every epoch after it; ``schedule``
-    decides what a call changes:
+    Until it is fitted (:attr:`fitted`) the loss equals :class:`InfoNCELoss` exactly: before
+    the first :meth:`fit`, unless ``mixture`` was passed in already fitted (then, except
+    with ``'frozen'``, which needs a fit to store its views, it weights from the first
+    step). The trainer owns the warm-up and calls :meth:`fit` every epoch after it;
+    ``schedule`` decides what a call changes:
 
     * ``'online'`` (spec §5.1): every call refits the mixture (warm-started); :math:`b`
       comes from the current similarities at every step;

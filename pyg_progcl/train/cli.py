@@ -125,22 +125,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     group = parser.add_argument_group("preset overrides (default: the preset's value)")
+    add_preset_overrides(group, skip=("dataset", "method", "epochs"))
+
+
+def add_preset_overrides(group, skip: Sequence[str]) -> None:
+    """One flag per :class:`TrainConfig` field not in ``skip`` (``--num-samples`` for
+    ``num_samples``), absent from the parsed namespace unless given; ``none`` gives
+    ``None`` where a field allows it. A field named like an option the command already
+    has is left to that option."""
     for field in dataclasses.fields(TrainConfig):
-        if field.name in ("dataset", "method", "epochs"):
+        if field.name in skip:
             continue
         if field.name == "num_neighbors":
+            options: dict[str, Any] = {"type": int, "nargs": "+", "metavar": "K"}
+        else:
+            options = {"type": FIELD_TYPES[str(field.type)]}
+        try:
             group.add_argument(
-                "--num-neighbors", dest="num_neighbors", type=int, nargs="+",
-                default=argparse.SUPPRESS, metavar="K", help=_FIELD_HELP["num_neighbors"],
+                "--" + field.name.replace("_", "-"), dest=field.name,
+                default=argparse.SUPPRESS, help=_FIELD_HELP.get(field.name), **options,
             )  # fmt: skip
+        except argparse.ArgumentError:
             continue
-        group.add_argument(
-            "--" + field.name.replace("_", "-"),
-            dest=field.name,
-            type=FIELD_TYPES[str(field.type)],
-            default=argparse.SUPPRESS,
-            help=_FIELD_HELP.get(field.name),
-        )
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -149,7 +155,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     Dataset and method come from the flags, else from the ``--config`` file, else
     ``synthetic`` / ``progcl-weight``.
     """
-    overrides: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
     if getattr(args, "config", None):
         path = Path(args.config)
         if not path.is_file():
@@ -161,16 +167,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if not isinstance(loaded, dict):
             raise ValueError(f"config file {args.config!r} must hold a JSON object")
         # A result file of `--output` works too: its "config" entry is the config.
-        overrides.update(loaded["config"] if isinstance(loaded.get("config"), dict) else loaded)
-    dataset = args.dataset or overrides.pop("dataset", None) or "synthetic"
-    method = args.method or overrides.pop("method", None) or "progcl-weight"
-    overrides.pop("dataset", None)
-    overrides.pop("method", None)
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    overrides.update({k: v for k, v in vars(args).items() if k in names and v is not None})
-    overrides.pop("dataset", None)
-    overrides.pop("method", None)
-    return get_preset(dataset, method, **overrides)
+        fields.update(loaded["config"] if isinstance(loaded.get("config"), dict) else loaded)
+    dataset = args.dataset or fields.get("dataset") or "synthetic"
+    method = args.method or fields.get("method") or "progcl-weight"
+    fields.pop("dataset", None)
+    fields.pop("method", None)
+    # Flags left at their default are absent (argparse.SUPPRESS), except `--epochs`, whose
+    # default None means "the preset's"; an explicit `none` is a value.
+    names = {f.name for f in dataclasses.fields(TrainConfig)} - {"dataset", "method"}
+    flags = {k: v for k, v in vars(args).items() if k in names}
+    if flags.get("epochs", 0) is None:
+        del flags["epochs"]
+    return get_preset(dataset, method, config=fields, **flags)
 
 
 def run_cli(args: argparse.Namespace) -> int:
