@@ -385,7 +385,7 @@ def test_tracker_records_without_changing_training():
     assert "loss_auc_posterior" in tracker.history[-1] and loss.fitted
 
 
-def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path):
+def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     from pyg_progcl.__main__ import main
 
@@ -410,6 +410,13 @@ def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path):
     result = json.loads((out2 / "diagnostics.json").read_text())
     assert list(result["runs"]) == ["GCN, epoch 2"]
     assert not (out2 / "similarity.png").exists()
+    # The checkpoint's config is used: naming its dataset is fine, an override is refused.
+    assert main([*argv, "--num-pairs", "1000", "--dataset", "synthetic"]) == 0
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--tau", "0.3", "--method", "grace"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "drop --tau, --method (the checkpoint's is progcl-weight)" in err
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

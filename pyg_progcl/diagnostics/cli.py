@@ -3,7 +3,9 @@
 Three ways to get a model:
 
 * ``--checkpoint DIR_OR_FILE``: a checkpoint written by ``train --checkpoint DIR``
-  (``DIR/seed{--seed}.pt``); its config, weights and ProGCL mixture are used.
+  (``DIR/seed{--seed}.pt``); its config, weights and ProGCL mixture are used (preset
+  overrides, ``--config``, ``--epochs`` and another ``--dataset`` / ``--method`` are
+  refused, not ignored).
 * ``--epochs N``: train the preset ``N`` epochs, for each ``--encoder`` (GCN and/or the
   MLP control), and diagnose before and after training (``--every K`` tracks the
   summaries every ``K`` epochs).
@@ -88,6 +90,24 @@ def _diagnose_kwargs(args) -> dict:
     }
 
 
+def _check_no_overrides(args, config) -> None:
+    """A checkpoint is diagnosed with its own config: refuse flags that would be ignored."""
+    from ..datasets import canonical_name
+
+    fields = set(config.to_dict()) - {"dataset", "method", "epochs"}
+    ignored = ["--" + k.replace("_", "-") for k in vars(args) if k in fields]
+    ignored += ["--config"] if args.config else []
+    ignored += ["--epochs"] if args.train_epochs else []
+    if args.dataset and canonical_name(args.dataset) != config.dataset:
+        ignored.append(f"--dataset (the checkpoint's is {config.dataset})")
+    if args.method and args.method != config.method:
+        ignored.append(f"--method (the checkpoint's is {config.method})")
+    if ignored:
+        raise ValueError(
+            f"--checkpoint diagnoses the checkpoint's own config; drop {', '.join(ignored)}"
+        )
+
+
 def _from_checkpoint(args, kwargs):
     from ..datasets import load_dataset
     from ..presets import TrainConfig
@@ -102,6 +122,7 @@ def _from_checkpoint(args, kwargs):
     if "config" not in payload or "model" not in payload:
         raise ValueError(f"{path} is not a pyg_progcl checkpoint")
     config = TrainConfig.from_dict(payload["config"])
+    _check_no_overrides(args, config)
     data = load_dataset(config.dataset, args.root)
     model = build_model(config, data.num_features, data.num_nodes, data.x)
     model.load_state_dict(payload["model"])
