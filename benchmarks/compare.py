@@ -10,7 +10,10 @@ fixes the evaluation split of both runs, so the per-seed difference removes the
 split-to-split spread that dominates a 5-seed standard deviation. A run whose file
 has a ``variant`` field (an experiment outside the presets), or whose config names a fit
 schedule other than ``'online'`` or mixture options (``min_beta_high``,
-``mixture_weight_init``), is a setting of its own.
+``mixture_weight_init``), is a setting of its own. Runs of one row must share every
+other config field except :data:`NOT_A_SETTING` (else an error names the fields), and
+a row is paired with the baseline only where both were evaluated alike
+(:data:`EVALUATION`).
 
 Example::
 
@@ -21,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -29,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 from pyg_progcl.evaluation import mean_std  # noqa: E402
+from pyg_progcl.presets import TrainConfig  # noqa: E402
 
 #: How a run's label names a ProGCL fit schedule other than the default ``'online'``.
 SCHEDULE_LABELS = {
@@ -51,6 +56,36 @@ def _label(run: dict) -> str:
     return run["method"] + (f" ({', '.join(parts)})" if parts else "")
 
 
+#: Config fields that do not change a run's result: merged runs may differ in them.
+NOT_A_SETTING = ("eval_every", "diagnose_every", "block_size")
+
+#: Fields a run and its baseline must share to be paired (the same evaluation).
+EVALUATION = ("protocol", "split", "probe_epochs")
+
+
+def _setting(config: dict) -> dict:
+    """The config with defaults for fields older files lack, less :data:`NOT_A_SETTING`."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    full = {**defaults, **config}
+    return {k: v for k, v in full.items() if k not in NOT_A_SETTING}
+
+
+def check_settings(runs: list[dict]) -> dict[tuple, dict]:
+    """Each row's setting; raises ``ValueError`` if two runs of one row differ in one."""
+    settings: dict[tuple, dict] = {}
+    for run in runs:
+        first = settings.setdefault(run["key"], run["setting"])
+        differ = sorted(k for k in first.keys() | run["setting"].keys()
+                        if first.get(k) != run["setting"].get(k))  # fmt: skip
+        if differ:
+            values = ", ".join(f"{k} {first.get(k)!r} vs {run['setting'].get(k)!r}" for k in differ)
+            raise ValueError(
+                f"{run['key']}: runs of one row differ in {values} ({run['file']}); give the "
+                "file a `variant` field or leave it out"
+            )
+    return settings
+
+
 def load_runs(path: Path) -> list[dict]:
     """The runs of one result file, each with its ``{seed: accuracy}``."""
     data = json.loads(path.read_text())
@@ -67,6 +102,8 @@ def load_runs(path: Path) -> list[dict]:
                 r["config"]["warmup_epochs"] if r["method"].startswith("progcl") else None,
             ),
             "acc": dict(zip(r["seeds"], r["accuracies"])),
+            "setting": _setting(r["config"]),
+            "file": str(path),
         }
         for r in runs
     ]
@@ -97,8 +134,11 @@ def _seeds(seeds: list[int]) -> str:
     return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
-def table(merged: dict[tuple, dict[int, float]], baseline: str) -> str:
-    """Markdown: one row per setting, with its mean per-seed Δ against ``baseline``."""
+def table(
+    merged: dict[tuple, dict[int, float]], baseline: str, settings: dict[tuple, dict] | None = None
+) -> str:
+    """Markdown: one row per setting, with its mean per-seed Δ against ``baseline`` (with
+    ``settings``, only where both share the evaluation: :data:`EVALUATION`)."""
     lines = [
         f"| dataset | method | epochs | warm-up | seeds | accuracy (%) | vs {baseline}: mean Δ (better / paired seeds) | per-seed Δ |",
         "|---|---|---|---|---|---|---|---|",
@@ -108,7 +148,11 @@ def table(merged: dict[tuple, dict[int, float]], baseline: str) -> str:
         acc = merged[key]
         seeds = sorted(acc)
         mean, std = mean_std(acc[s] for s in seeds)
-        base = merged.get((dataset, baseline, epochs, None), {})
+        base_key = (dataset, baseline, epochs, None)
+        base = merged.get(base_key, {})
+        if settings and base and not _same_evaluation(settings[key], settings[base_key]):
+            print(f"note: {key} is evaluated unlike {base_key}; not paired")
+            base = {}
         paired = [s for s in seeds if s in base]
         versus, per_seed = "", ""
         if method != baseline and paired:
@@ -123,6 +167,10 @@ def table(merged: dict[tuple, dict[int, float]], baseline: str) -> str:
     return "\n".join(lines)
 
 
+def _same_evaluation(a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in EVALUATION)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path, help="result JSON files")
@@ -135,7 +183,11 @@ def main(argv=None) -> int:
     if args.baseline.startswith("progcl"):
         parser.error("--baseline must be a method without a warm-up (grace, gca, dcl, hcl)")
     runs = [run for path in args.files for run in load_runs(path)]
-    print(table(merge(runs), args.baseline))
+    try:
+        settings = check_settings(runs)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(table(merge(runs), args.baseline, settings))
     return 0
 
 

@@ -103,3 +103,28 @@ def test_a_progcl_baseline_is_refused(compare, tmp_path, capsys):
     with pytest.raises(SystemExit):
         compare.main([str(tmp_path / "x.json"), "--baseline", "progcl-weight"])
     assert "--baseline must be a method without a warm-up" in capsys.readouterr().err
+
+
+def test_runs_of_one_row_must_share_their_setting(compare, tmp_path, capsys):
+    a, b = _run("progcl-weight", [0], [0.7]), _run("progcl-weight", [1], [0.8])
+    a["config"]["eval_every"], b["config"]["eval_every"] = 0, 50  # not a setting: merged
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    files = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    assert compare.main(files) == 0
+    assert _row(capsys.readouterr().out, "progcl-weight")[4] == "0, 1"
+    b["config"]["tau"] = 0.9
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    with pytest.raises(SystemExit):
+        compare.main(files)
+    assert "differ in tau 0.5 vs 0.9" in capsys.readouterr().err
+
+
+def test_only_runs_evaluated_alike_are_paired(compare, tmp_path, capsys):
+    grace, progcl = _run("grace", [0], [0.8]), _run("progcl-weight", [0], [0.9])
+    grace["config"]["protocol"], progcl["config"]["protocol"] = "grace", "gca"
+    (tmp_path / "g.json").write_text(json.dumps(grace))
+    (tmp_path / "p.json").write_text(json.dumps(progcl))
+    assert compare.main([str(tmp_path / "g.json"), str(tmp_path / "p.json")]) == 0
+    text = capsys.readouterr().out
+    assert "not paired" in text and _row(text, "progcl-weight")[6] == ""
