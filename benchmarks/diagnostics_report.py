@@ -64,7 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--figures", default=str(HERE.parent / "docs" / "figures"))
     parser.add_argument("--cache", help="save the histograms' samples here (for --replot)")
     parser.add_argument("--replot", action="store_true", help="only re-draw from --json/--cache")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.replot and not args.cache:
+        parser.error("--replot re-draws from the samples saved with --cache FILE: give --cache")
+    return args
 
 
 def _per_dataset(pairs, defaults) -> dict:
@@ -233,8 +236,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     names = [canonical_name(n) for n in args.datasets]
-    epochs = _per_dataset(args.epochs, DEFAULT_EPOCHS)
-    every = _per_dataset(args.every, DEFAULT_EVERY)
+    # Datasets without a default here: the preset's epochs, tracked 10 times.
+    presets = {n: get_preset(n, METHOD).epochs for n in names}
+    epochs = _per_dataset(args.epochs, {**presets, **DEFAULT_EPOCHS})
+    every = {n: max(1, epochs[n] // 10) for n in names}
+    every = _per_dataset(args.every, {**every, **DEFAULT_EVERY})
     json_path = Path(args.json)
     if args.replot:
         results = json.loads(json_path.read_text())

@@ -169,26 +169,29 @@ def table_row(c: dict[str, Any]) -> str:
     )
 
 
+def _budget(c: dict[str, Any]) -> tuple:
+    """What a ProGCL cell and its GRACE cell must share: dataset, epochs and evaluation."""
+    return c["dataset"], c["epochs"], c["protocol"], c["split"], c["probe_epochs"]
+
+
 def versus_grace(cells: list[dict[str, Any]]) -> list[str]:
-    """One line per dataset and ProGCL mode: its mean against GRACE's, with a verdict."""
-    by = {(c["dataset"], c["method"]): c for c in cells}
+    """One line per ProGCL cell: its mean against GRACE's at the same budget, with a verdict."""
+    grace_at = {_budget(c): c for c in cells if c["method"] == "grace"}
     lines = []
-    for dataset in dict.fromkeys(c["dataset"] for c in cells):
-        grace = by.get((dataset, "grace"))
-        for method in ("progcl-weight", "progcl-mix"):
-            other = by.get((dataset, method))
-            if grace is None or other is None:
-                continue
-            delta = 100 * (other["accuracy_mean"] - grace["accuracy_mean"])
-            verdict = "better" if delta > 0 else "not better"
-            if min(grace["seeds"], other["seeds"]) < 3 and abs(delta) < 1.0:
-                verdict += ", within seed-to-seed noise"
-            if other["epochs"] < other["preset_epochs"]:
-                verdict += ", shortened run"
-            lines.append(
-                f"- {dataset}: {method} {delta:+.2f} vs grace ({verdict}; "
-                f"{other['epochs']} epochs, {other['seeds']} seed(s))"
-            )
+    for other in cells:
+        grace = grace_at.get(_budget(other))
+        if not other["method"].startswith("progcl") or grace is None:
+            continue
+        delta = 100 * (other["accuracy_mean"] - grace["accuracy_mean"])
+        verdict = "better" if delta > 0 else "not better"
+        if min(grace["seeds"], other["seeds"]) < 3 and abs(delta) < 1.0:
+            verdict += ", within seed-to-seed noise"
+        if other["epochs"] < other["preset_epochs"]:
+            verdict += ", shortened run"
+        lines.append(
+            f"- {other['dataset']}: {other['method']} {delta:+.2f} vs grace ({verdict}; "
+            f"{other['epochs']} epochs, {other['seeds']} seed(s))"
+        )
     return lines
 
 
@@ -239,6 +242,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1 (got {value})")
+    if args.cap and args.epochs is None:
+        parser.error("--cap makes --epochs a maximum: give --epochs N")
     if args.epoch_fraction is not None and not 0 < args.epoch_fraction <= 1:
         parser.error(f"--epoch-fraction must be in (0, 1] (got {args.epoch_fraction})")
     try:

@@ -436,15 +436,25 @@ def _machine_line(info: dict[str, Any]) -> str:
     gpu = f" ({info['gpu']})" if "gpu" in info else ""
     return (
         f"Machine: {info['cpu']}, {info['cores']} cores, {info['threads']} torch threads, "
-        f"torch {info['torch']}, device {info['device']}{gpu}. Load: the 1-minute load "
-        "average before and after each configuration (the machine is shared; timings only "
-        "mean something at a load below the core count)."
+        f"torch {info['torch']}, device {info['device']}{gpu}."
     )
 
 
-def markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+LOAD_NOTE = (
+    "Load: the 1-minute load average before and after each configuration (the machine is "
+    "shared; timings only mean something at a load below the core count)."
+)
+
+
+def markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None) -> str:
+    """The table and its notes; ``info``: the machine of every row, or ``None`` when the
+    rows were measured on different machines (then each row's is named)."""
     count = dense_matrix_count(rows)
-    notes = ["", _machine_line(info), "", *NOTES]
+    if info is not None:
+        machines = [_machine_line(info)]
+    else:
+        machines = [f"{r['config']}: {_machine_line(r['machine'])}" for r in rows]
+    notes = ["", *machines, LOAD_NOTE, "", *NOTES]
     if count is not None:
         notes.append(
             f"- dense path need: the dense path's training peak on Amazon-Photo exceeds the "
@@ -491,9 +501,12 @@ def main(argv=None) -> int:
     out_md = Path(args.output)
     out_json = out_md.with_suffix(".json")
     rows = []
-    if out_json.exists():  # keep rows measured earlier that are not re-run now
+    if out_json.exists():  # keep rows measured earlier that are not re-run now, and their machine
         rerun = [] if args.report_only else args.configs
-        rows = [r for r in json.loads(out_json.read_text())["rows"] if r["config"] not in rerun]
+        stored = json.loads(out_json.read_text())
+        rows = [r for r in stored["rows"] if r["config"] not in rerun]
+        for r in rows:
+            r.setdefault("machine", {**stored["machine"], "threads": r["threads"]})
     for name in [] if args.report_only else args.configs:
         cmd = [sys.executable, __file__, "--child", name, "--root", args.root]
         cmd += ["--device", args.device, "--threads", str(args.threads)]
@@ -509,12 +522,13 @@ def main(argv=None) -> int:
             print(proc.stderr[-3000:], file=sys.stderr)
             raise SystemExit(f"configuration {name} failed (exit {proc.returncode})")
         row = json.loads(proc.stdout.strip().splitlines()[-1])
+        row["machine"] = {**machine(args.device), "threads": row["threads"]}
         rows.append(row)
         print(json.dumps(row), flush=True)
     order = list(CONFIGS)
     rows.sort(key=lambda r: order.index(r["config"]))
-    info = machine(args.device)
-    info["threads"] = rows[-1]["threads"] if rows else torch.get_num_threads()
+    machines = [r["machine"] for r in rows]
+    info = machines[0] if machines and all(m == machines[0] for m in machines) else None
     text = markdown(rows, info)
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(text)

@@ -206,46 +206,40 @@ def run_all(args) -> list[dict]:
                 for m in args.methods if rep % 2 == 0 else args.methods[::-1]:
                     runs[m].append(_worker(args, dataset, block_size, "--method", m))
             for m in args.methods:
-                rows.append(_combine(runs[m], runs.get("grace", runs[m])))
+                rows.append(_combine(runs[m], runs.get("grace")))
                 print(_format_row(rows[-1], rows), flush=True)
     return rows
 
 
-def _combine(runs: list[dict], grace: list[dict]) -> dict:
-    """One row from repeated processes: medians, the peak's maximum, and the range of the
-    step-time ratio to GRACE over the repeats (repeat ``i`` against GRACE's repeat ``i``)."""
+def _combine(runs: list[dict], grace: list[dict] | None) -> dict:
+    """One row from repeated processes: medians, the peak's maximum, and (with GRACE among
+    the methods) the range of the step-time ratio to GRACE over the repeats (repeat ``i``
+    against GRACE's repeat ``i``)."""
     row = dict(runs[0])
     for key in ("step_s", "refit_s", "matmul_bound_s", "loss"):
         row[key] = statistics.median(r[key] for r in runs)
     row["peak_mb"] = max(r["peak_mb"] for r in runs)
     row["step_s_runs"] = [r["step_s"] for r in runs]
-    ratios = [r["step_s"] / g["step_s"] for r, g in zip(runs, grace)]
-    row["ratio_range"] = (min(ratios), max(ratios))
+    if grace is not None:
+        ratios = [r["step_s"] / g["step_s"] for r, g in zip(runs, grace)]
+        row["ratio_range"] = (min(ratios), max(ratios))
     return row
 
 
 def _format_row(row: dict, rows: list[dict]) -> str:
-    grace = next(
-        (
-            r
-            for r in rows
-            if r["dataset"] == row["dataset"]
-            and r["method"] == "grace"
-            and r["path"] == row["path"]
-        ),
-        row,
-    )
+    same = ("dataset", "path")
+    grace = [r for r in rows if r["method"] == "grace" and all(r[k] == row[k] for k in same)]
+    versus = "–"  # no GRACE row to compare with
+    if grace:
+        versus = f"{row['step_s'] / grace[0]['step_s']:.2f}x"
+    if grace and "ratio_range" in row:  # (rows of single runs have none)
+        versus += " ({:.2f}–{:.2f})".format(*row["ratio_range"])
     return (
         f"| {row['dataset']} | {row['method']} | {row['path']} | {row['step_s'] * 1e3:.0f} "
-        f"| {row['step_s'] / grace['step_s']:.2f}x ({_ratio_range(row)}) | {row['refit_s'] * 1e3:.1f} "
+        f"| {versus} | {row['refit_s'] * 1e3:.1f} "
         f"({100 * row['refit_s'] / row['step_s']:.1f}%) | {row['matmul_bound_s'] * 1e3:.0f} "
         f"({row['step_s'] / row['matmul_bound_s']:.2f}x) | {row['peak_mb']:.0f} |"
     )
-
-
-def _ratio_range(row: dict) -> str:
-    low, high = row.get("ratio_range", (1.0, 1.0))
-    return f"{low:.2f}–{high:.2f}"
 
 
 HEADER = (

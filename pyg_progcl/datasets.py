@@ -152,12 +152,20 @@ def _is_writable(path: Path) -> bool:
     return True
 
 
-def _source_files(src: Path) -> list[tuple[str, int]]:
+def _source_files(src: Path) -> list[tuple[str, int, int]]:
+    """``(relative path, size, modification second)`` of the raw files under ``src``."""
     return sorted(
-        (str(p.relative_to(src)), p.stat().st_size)
+        (str(p.relative_to(src)), p.stat().st_size, int(p.stat().st_mtime))
         for p in src.rglob("*")
         if p.is_file() and "processed" not in p.relative_to(src).parts
     )
+
+
+def _copy_file(src: str, dst: str) -> None:
+    """Contents and modification time, not mode bits (the copy must be writable)."""
+    shutil.copyfile(src, dst)
+    info = os.stat(src)
+    os.utime(dst, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 def _writable_copy(src: Path) -> Path:
@@ -165,7 +173,8 @@ def _writable_copy(src: Path) -> Path:
 
     The copy is made in a temporary folder and renamed into place, so that
     concurrent loaders never see a half-written copy; an existing copy with the
-    same files (names and sizes) is reused, keeping its ``processed/``.
+    same files (names, sizes and modification times to the second) is reused,
+    keeping its ``processed/``; otherwise it is replaced, ``processed/`` included.
     """
     digest = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:12]
     parent = _cache_dir() / digest
@@ -182,7 +191,7 @@ def _writable_copy(src: Path) -> Path:
         shutil.copytree(
             src,
             tmp / src.name,
-            copy_function=shutil.copyfile,  # no mode bits: the copy must be writable
+            copy_function=_copy_file,
             ignore=shutil.ignore_patterns("processed"),
         )
         for dirpath, _, _ in os.walk(tmp):

@@ -195,3 +195,22 @@ def test_ogb_folder_without_release_file_is_an_error_not_a_prompt(tmp_path):
     os.makedirs(tmp_path / "ogbn_arxiv" / "raw")
     with pytest.raises(FileNotFoundError, match="RELEASE"):
         load_dataset("ogbn-arxiv", tmp_path)
+
+
+def test_cache_copy_is_refreshed_when_a_source_file_changes(tmp_path, _isolated_cache):
+    from pyg_progcl.datasets import _writable_copy
+
+    src = tmp_path / "Toy"
+    (src / "raw").mkdir(parents=True)
+    raw = src / "raw" / "labels.txt"
+    raw.write_text("0 1 2")
+    dst = _writable_copy(src)
+    (dst / "processed").mkdir()
+    (dst / "processed" / "data.pt").write_text("from the old labels")
+    assert _writable_copy(src) == dst and (dst / "processed" / "data.pt").exists()  # reused
+    raw.write_text("2 1 0")  # same size, new content and time
+    later = raw.stat().st_mtime + 5
+    os.utime(raw, (later, later))
+    dst = _writable_copy(src)
+    assert (dst / "raw" / "labels.txt").read_text() == "2 1 0"
+    assert not (dst / "processed").exists()  # PyG reprocesses the new files
