@@ -281,6 +281,7 @@ class GCNEncoder(_StackEncoder):
         self._edge_weight_arg = _edge_weight_keyword(conv)
         self._sparse_arg = sparse
         self.sparse = conv in SPARSE_CONVS if sparse is None else bool(sparse)
+        self._sparse_features_arg = bool(sparse_features)
         self.sparse_features = bool(sparse_features) and conv in LINEAR_FIRST_CONVS
         self._build_layers(lambda a, b: conv(a, b, **self.conv_kwargs))
 
@@ -315,8 +316,12 @@ class GCNEncoder(_StackEncoder):
         return x
 
     def _extra_repr_args(self) -> str:
-        sparse = "" if self._sparse_arg is None else f", sparse={self.sparse}"
-        return f", conv={self.conv.__name__}{sparse}"
+        text = f", conv={self.conv.__name__}"
+        if self.conv_kwargs:
+            text += f", conv_kwargs={self.conv_kwargs!r}"
+        if self._sparse_arg is not None:
+            text += f", sparse={self.sparse}"
+        return text + ("" if self._sparse_features_arg else ", sparse_features=False")
 
 
 class MLPEncoder(_StackEncoder):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -229,7 +230,13 @@ class BetaMixture(torch.nn.Module):
     def extra_repr(self) -> str:
         a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
         fmt = ", ".join
+        defaults = inspect.signature(BetaMixture.__init__).parameters
+        options = "".join(
+            f", {name}={getattr(self, name)!r}"
+            for name in ("max_iter", "tol", "eps", "min_variance", "min_weight", "min_beta_high")
+            if getattr(self, name) != defaults[name].default
+        )
         return (
             f"alpha=[{fmt(f'{v:.3g}' for v in a)}], beta=[{fmt(f'{v:.3g}' for v in b)}], "
-            f"weight=[{fmt(f'{v:.3g}' for v in w)}], fitted={self.fitted}"
+            f"weight=[{fmt(f'{v:.3g}' for v in w)}], fitted={self.fitted}{options}"
         )

@@ -183,5 +183,6 @@ class GRACEModel(torch.nn.Module):
             f"  projector=Linear-ELU-Linear({head}),\n"
             f"  augment1={self.augment1!r},\n"
             f"  augment2={self.augment2!r},\n"
-            f")"
+            + ("  recompute_views=True,\n" if self.recompute_views else "")
+            + ")"
         )

@@ -224,12 +224,26 @@ def test_progcl_weight_with_uniform_weights_is_grace():
     h2 = torch.ones(6, 4, dtype=torch.float64, requires_grad=True)
     m = fitted_mixture(alpha=(2.0, 2.0), beta=(3.0, 3.0), weight=(0.5, 0.5))
     w = ProGCLLoss(0.5, mixture=m).negative_weights(h1, h2)
+    off_diagonal = ~torch.eye(6, dtype=torch.bool)
+    torch.testing.assert_close(w[off_diagonal], torch.ones(30, dtype=w.dtype))
     torch.testing.assert_close(
         ref.progcl_weights(h1, h2, params(m)), torch.ones(6, 5, dtype=w.dtype)
     )
     torch.testing.assert_close(
         ProGCLLoss(0.5, mixture=m)(h1, h2), InfoNCELoss(0.5)(h1, h2), rtol=1e-12, atol=1e-12
     )
+
+
+@pytest.mark.parametrize("block_size", [None, 4])
+def test_progcl_weight_with_uniform_weights_is_grace_on_any_views(monkeypatch, block_size):
+    # A constant hardness b gives w = b / mean b = 1 however the cosines vary: the weighted
+    # negative sum is then GRACE's, values and gradients, dense and in row blocks.
+    monkeypatch.setattr(ProGCLLoss, "_hardness_of", lambda self, s: s.fill_(0.7))
+    h1, h2 = views()
+    loss = ProGCLLoss(0.5, mixture=fitted_mixture(), block_size=block_size)
+    w = loss.negative_weights(h1, h2)
+    torch.testing.assert_close(w, 1.0 - torch.eye(23, dtype=w.dtype))
+    assert_matches(loss, InfoNCELoss(0.5), h1, h2)
 
 
 def test_progcl_weight_rows_average_to_one():
@@ -434,6 +448,8 @@ def test_repr():
         "HardInfoNCELoss(tau=0.5, tau_plus=0.1, beta=1.0, block_size=8)"
     )
     assert "mode='mix'" in repr(ProGCLLoss(mode="mix")) and "BetaMixture" in repr(ProGCLLoss())
+    assert "mix_eps" not in repr(ProGCLLoss(mode="mix"))  # the default is not spelled out
+    assert "num_mix=1000, mix_eps=1e-06" in repr(ProGCLLoss(mode="mix", mix_eps=1e-6))
 
 
 @pytest.mark.parametrize("block_size", [None, 5])

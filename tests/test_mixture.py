@@ -80,7 +80,10 @@ def test_state_dict_round_trip_and_buffers():
         assert torch.equal(getattr(fresh, name), getattr(m, name))
     assert fresh.fitted
     fresh.reset_parameters()
-    assert not fresh.fitted and fresh.alpha.tolist() == [1.0, 2.0]
+    assert not fresh.fitted
+    initial = BetaMixture()
+    for name in ("alpha", "beta", "weight"):  # every fitted parameter, not only alpha
+        assert torch.equal(getattr(fresh, name), getattr(initial, name)), name
 
 
 def test_all_equal_values_stay_finite():
@@ -131,3 +134,6 @@ def test_repr():
     assert repr(BetaMixture()) == (
         "BetaMixture(alpha=[1, 2], beta=[2, 1], weight=[0.95, 0.05], fitted=False)"
     )
+    assert repr(BetaMixture(min_beta_high=1.01, max_iter=20)).endswith(
+        "fitted=False, max_iter=20, min_beta_high=1.01)"
+    )  # the reference code's guard is visible in logs

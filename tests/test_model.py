@@ -79,6 +79,14 @@ def test_named_activations(name):
     enc = GCNEncoder(12, 8, activation=name)
     assert enc(x, edge_index).shape == (40, 8)
     assert f"activation={name})" in repr(enc)
+    expected = {
+        "relu": F.relu, "prelu": lambda t: torch.where(t < 0, 0.25 * t, t),  # initial slope
+        "rrelu": lambda t: F.leaky_relu(t, RRELU_EVAL_SLOPE), "elu": F.elu,
+        "leaky_relu": lambda t: F.leaky_relu(t, 0.01), "tanh": torch.tanh,
+        "identity": lambda t: t,
+    }[name]  # fmt: skip
+    t = torch.linspace(-3, 3, 25)
+    torch.testing.assert_close(make_activation(name)(t), expected(t))
 
 
 def test_prelu_one_learnable_slope_per_layer_reset():
@@ -146,6 +154,11 @@ def test_encoder_reprs():
         "MLPEncoder(1433, 128, num_layers=3, activation=prelu)"
     )
     assert "activation=tanh" in repr(GCNEncoder(4, 2, activation=torch.tanh))
+    gat = GCNEncoder(4, 2, conv=GATConv, conv_kwargs={"heads": 2, "concat": False})
+    assert "conv=GATConv, conv_kwargs={'heads': 2, 'concat': False}," in repr(gat)
+    assert ", sparse_features=False," in repr(GCNEncoder(4, 2, sparse_features=False))
+    model = GRACEModel(GCNEncoder(4, 2), 2, 2, recompute_views=True)
+    assert repr(model).endswith("  recompute_views=True,\n)")
 
 
 @pytest.mark.parametrize(
@@ -292,6 +305,22 @@ def test_adaptive_augmenters_inside_model_fit_once(monkeypatch):
     for _ in range(3):
         model.views(x, edge_index)
     assert len(calls) == 1
+
+
+def test_resetting_the_model_or_a_compose_forgets_augmenter_fits():
+    x, edge_index = graph(seed=2)
+    model = make_model(
+        augment1=[AdaptiveEdgeDrop(0.3, "degree"), AdaptiveFeatureMask(0.2, "degree")],
+        augment2=[AdaptiveFeatureMask(0.3, "degree"), AdaptiveEdgeDrop(0.4, "degree")],
+    )
+    members = [*model.augment1.augmenters, *model.augment2.augmenters]
+    model.views(x, edge_index)
+    assert all(m.drop_prob is not None for m in members)
+    model.augment1.reset_parameters()
+    assert [m.drop_prob is None for m in members] == [True, True, False, False]
+    model.views(x, edge_index)
+    model.reset_parameters()
+    assert all(m.drop_prob is None for m in members)
 
 
 def test_model_moves_with_to_and_keeps_working():

@@ -422,3 +422,34 @@ def test_progress_bar_shows_the_false_negative_component():
     fn = 1 - loss.mixture.true_negative_index
     assert f"w_FN={loss.mixture.weight[fn].item():.3f}" in text
     assert f"beta_FN={loss.mixture.beta[fn].item():.2f}" in text
+
+
+@pytest.mark.parametrize(
+    "method, loss_cls, attrs",
+    [
+        ("grace", "InfoNCELoss", {}),
+        ("gca", "InfoNCELoss", {}),
+        ("dcl", "DebiasedInfoNCELoss", {"tau_plus": 0.1}),
+        ("hcl", "HardInfoNCELoss", {"tau_plus": 0.1, "beta": 1.0}),
+        ("progcl-weight", "ProGCLLoss", {"mode": "weight", "schedule": "frozen"}),
+        ("progcl-mix", "ProGCLLoss", {"mode": "mix", "num_mix": 1000}),
+    ],
+)
+def test_each_method_builds_its_loss_and_augmenters(method, loss_cls, attrs):
+    from pyg_progcl.augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, EdgeDrop, FeatureMask
+    from pyg_progcl.train import build_augmentations, build_loss
+
+    overrides = {"schedule": "frozen", "min_beta_high": 1.01} if method == "progcl-weight" else {}
+    config = get_preset("Amazon-Photo", method, **overrides)
+    loss = build_loss(config)
+    assert type(loss).__name__ == loss_cls and loss.tau == config.tau == 0.2
+    assert {k: getattr(loss, k) for k in attrs} == attrs
+    if method == "progcl-weight":
+        assert loss.mixture.min_beta_high == 1.01
+    adaptive = method in ("gca", "progcl-weight", "progcl-mix")  # GCA's evc augmentation
+    for aug, (pe, pf) in zip(build_augmentations(config), [(0.6, 0.2), (0.3, 0.3)]):
+        edge, feature = aug.augmenters
+        kinds = (AdaptiveEdgeDrop, AdaptiveFeatureMask) if adaptive else (EdgeDrop, FeatureMask)
+        assert type(edge) is kinds[0] and type(feature) is kinds[1]
+        assert (edge.p, feature.p) == (pe, pf)
+        assert not adaptive or edge.centrality == feature.centrality == "evc"

@@ -359,6 +359,8 @@ class ProGCLLoss(ContrastiveLoss):
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}
         if self.mode == "mix":
             opts["num_mix"] = self.num_mix
+            if self.mix_eps != 1e-8:
+                opts["mix_eps"] = self.mix_eps
         if self.schedule != "online":
             opts["schedule"] = self.schedule
         return opts
