@@ -335,10 +335,10 @@ def get_preset(
     unknown = set(changes) - {f.name for f in fields(TrainConfig)}
     if unknown:
         raise ValueError(f"unknown config keys: {sorted(unknown)}")
-    # The layer that sets `epochs` last decides: without its own warm-up, the warm-up keeps
-    # the fraction of the layers below (the preset, then `config`).
+    # The layer that sets `epochs` last decides: unless it or a layer above sets the warm-up,
+    # the warm-up keeps its fraction in the layers below (the preset, then `config`).
     top, below = (overrides, {**values, **config}) if "epochs" in overrides else (config, values)
-    if "epochs" in top and "warmup_epochs" not in top:
+    if "epochs" in top and "warmup_epochs" not in {**top, **overrides}:
         epochs, base = check_int("epochs", top["epochs"]), check_int("epochs", below["epochs"])
         warmup = check_int("warmup_epochs", below["warmup_epochs"], minimum=0)
         changes["warmup_epochs"] = round(warmup * epochs / base)

@@ -80,6 +80,8 @@ def test_overrides_and_warmup_scaling():
     assert get_preset("Photo", "progcl-weight", config={"epochs": 500}).warmup_epochs == 80
     both = {"epochs": 500, "warmup_epochs": 9}
     assert get_preset("Photo", "progcl-weight", config=both).warmup_epochs == 9
+    explicit = get_preset("Photo", "progcl-weight", config={"epochs": 500}, warmup_epochs=7)
+    assert explicit.warmup_epochs == 7  # an override above the config's epochs wins
 
 
 def test_progcl_needs_epochs_after_its_warmup():
