@@ -154,11 +154,9 @@ def _is_writable(path: Path) -> bool:
 
 def _source_files(src: Path) -> list[tuple[str, int, int]]:
     """``(relative path, size, modification second)`` of the raw files under ``src``."""
-    return sorted(
-        (str(p.relative_to(src)), p.stat().st_size, int(p.stat().st_mtime))
-        for p in src.rglob("*")
-        if p.is_file() and "processed" not in p.relative_to(src).parts
-    )
+    files = [p for p in src.rglob("*") if p.is_file()]
+    stats = [(p, p.stat()) for p in files if "processed" not in p.relative_to(src).parts]
+    return sorted((str(p.relative_to(src)), st.st_size, int(st.st_mtime)) for p, st in stats)
 
 
 def _copy_file(src: str, dst: str) -> None:

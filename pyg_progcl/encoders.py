@@ -281,7 +281,6 @@ class GCNEncoder(_StackEncoder):
         self._edge_weight_arg = _edge_weight_keyword(conv)
         self._sparse_arg = sparse
         self.sparse = conv in SPARSE_CONVS if sparse is None else bool(sparse)
-        self._sparse_features_arg = bool(sparse_features)
         self.sparse_features = bool(sparse_features) and conv in LINEAR_FIRST_CONVS
         self._build_layers(lambda a, b: conv(a, b, **self.conv_kwargs))
 
@@ -321,7 +320,9 @@ class GCNEncoder(_StackEncoder):
             text += f", conv_kwargs={self.conv_kwargs!r}"
         if self._sparse_arg is not None:
             text += f", sparse={self.sparse}"
-        return text + ("" if self._sparse_features_arg else ", sparse_features=False")
+        if self.conv in LINEAR_FIRST_CONVS and not self.sparse_features:  # where it has effect
+            text += ", sparse_features=False"
+        return text
 
 
 class MLPEncoder(_StackEncoder):

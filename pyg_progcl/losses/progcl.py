@@ -22,6 +22,9 @@ from .similarity import (
     sample_negative_similarities,
 )
 
+#: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
+MIX_EPS = 1e-8
+
 #: When :meth:`ProGCLLoss.fit` fits the mixture, and which similarities ``b`` comes from.
 SCHEDULES = ("online", "fit-once", "frozen")
 
@@ -93,7 +96,7 @@ class ProGCLLoss(ContrastiveLoss):
         num_samples: int = 50_000,
         num_mix: int = 1000,
         fit_iters: int = 10,
-        mix_eps: float = 1e-8,
+        mix_eps: float = MIX_EPS,
         mixture: BetaMixture | None = None,
         schedule: str = "online",
         **kwargs,
@@ -359,7 +362,7 @@ class ProGCLLoss(ContrastiveLoss):
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}
         if self.mode == "mix":
             opts["num_mix"] = self.num_mix
-            if self.mix_eps != 1e-8:
+            if self.mix_eps != MIX_EPS:
                 opts["mix_eps"] = self.mix_eps
         if self.schedule != "online":
             opts["schedule"] = self.schedule
