@@ -12,6 +12,8 @@ graph through the real PyG / OGB loaders. The data root may be
 PyG writes ``processed/`` next to ``raw/``; when the dataset folder is not
 writable (no write bit, or a read-only mount) it is first copied to a writable
 cache (``$PYG_PROGCL_CACHE``, else ``~/.cache/pyg_progcl/copies``).
+Loaders of one dataset folder take turns (a file lock in that cache), so runs
+started side by side never read a ``processed/`` file another one is writing.
 
 Features are row-normalised (``T.NormalizeFeatures``) as in the GRACE / GCA /
 ProGCL code, except for WikiCS (normalisation destroys its signal, see the GCA
@@ -32,6 +34,7 @@ from typing import Optional, Union
 
 import torch
 import torch_geometric.transforms as T
+from filelock import FileLock
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
@@ -169,9 +172,8 @@ def _copy_file(src: str, dst: str) -> None:
 def _writable_copy(src: Path) -> Path:
     """Copies the dataset folder ``src`` (without ``processed/``) to the cache.
 
-    The copy is made in a temporary folder and renamed into place, so that
-    concurrent loaders never see a half-written copy; an existing copy with the
-    same files (names, sizes and modification times to the second) is reused,
+    The copy is made in a temporary folder and renamed into place, so that an
+    interrupted copy is never used; an existing copy with the same files (names, sizes and modification times to the second) is reused,
     keeping its ``processed/``; otherwise it is replaced, ``processed/`` included.
     """
     digest = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:12]
@@ -195,14 +197,24 @@ def _writable_copy(src: Path) -> Path:
         for dirpath, _, _ in os.walk(tmp):
             mode = os.stat(dirpath).st_mode
             os.chmod(dirpath, mode | stat.S_IWUSR | stat.S_IRUSR | stat.S_IXUSR)
-        try:
-            os.rename(tmp / src.name, dst)
-        except OSError:
-            if not dst.exists():  # not a lost race with another process
-                raise
+        os.rename(tmp / src.name, dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dst
+
+
+def _lock(info: DatasetInfo, root: Path) -> FileLock:
+    """A lock, held while one process locates (copies) and loads (processes) a dataset.
+
+    Without it, two processes that load a dataset for the first time both let
+    PyG write ``processed/``, and one may read the other's half-written file.
+    The lock file lives in the cache, not in the data root (which may be
+    read-only); the operating system releases it when a process dies.
+    """
+    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
+    path = _cache_dir() / "locks" / f"{info.folder}-{digest}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path))
 
 
 def _locate(info: DatasetInfo, root: Path) -> Path:
@@ -326,7 +338,8 @@ def load_dataset(
         root = Path(root).expanduser()
         if not root.is_dir():
             raise FileNotFoundError(f"data root {str(root)!r} does not exist or is not a folder")
-        data = _LOADERS[info.kind](info, _locate(info, root))
+        with _lock(info, root):
+            data = _LOADERS[info.kind](info, _locate(info, root))
     if info.normalize if normalize is None else normalize:
         data = T.NormalizeFeatures()(data)
     return data

@@ -214,3 +214,31 @@ def test_cache_copy_is_refreshed_when_a_source_file_changes(tmp_path, _isolated_
     dst = _writable_copy(src)
     assert (dst / "raw" / "labels.txt").read_text() == "2 1 0"
     assert not (dst / "processed").exists()  # PyG reprocesses the new files
+
+
+def test_loaders_of_one_dataset_take_turns(tmp_path, _isolated_cache):
+    """A second process waits while another holds the dataset's lock (without the lock,
+    runs started side by side read each other's half-written ``processed/`` files)."""
+    import subprocess
+    import sys
+    import time
+
+    from pyg_progcl.datasets import DATASETS, _lock
+
+    _write_wikics(tmp_path / "warm")
+    _write_wikics(tmp_path / "root")
+    script = (  # the first load imports and processes, so the second alone can wait
+        "import sys\nfrom pyg_progcl.datasets import load_dataset\n"
+        "load_dataset('WikiCS', sys.argv[1] + '/warm')\nprint('loading', flush=True)\n"
+        "print(load_dataset('WikiCS', sys.argv[1] + '/root').num_nodes, flush=True)\n"
+    )
+    with _lock(DATASETS["WikiCS"], tmp_path / "root"):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout.readline().strip() == "loading"
+        time.sleep(3.0)
+        assert proc.poll() is None, "the second loader did not wait for the lock"
+        assert not (tmp_path / "root" / "WikiCS" / "processed").exists()
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == "30"
