@@ -9,9 +9,19 @@ import torch
 from torch import Tensor
 
 
+def _number(name: str, value, form: str) -> float:
+    """``float(value)``, or a ``ValueError`` naming ``name`` and ``form`` (None, a string)."""
+    try:
+        if isinstance(value, (str, bytes, bool)):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be {form} (got {value!r})") from None
+
+
 def check_probability(name: str, value: float, *, upper_open: bool = False) -> float:
     """Checks ``value`` lies in ``[0, 1]`` (or ``[0, 1)`` with ``upper_open``)."""
-    value = float(value)
+    value = _number(name, value, "a probability")
     ok = 0.0 <= value < 1.0 if upper_open else 0.0 <= value <= 1.0
     if not ok or math.isnan(value):
         form = "[0, 1)" if upper_open else "[0, 1]"
@@ -21,7 +31,7 @@ def check_probability(name: str, value: float, *, upper_open: bool = False) -> f
 
 def check_positive(name: str, value: float) -> float:
     """Checks ``value`` is a finite number > 0."""
-    value = float(value)
+    value = _number(name, value, "a finite number > 0")
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"`{name}` must be a finite number > 0 (got {value})")
     return value
@@ -29,7 +39,7 @@ def check_positive(name: str, value: float) -> float:
 
 def check_nonnegative(name: str, value: float) -> float:
     """Checks ``value`` is a finite number >= 0."""
-    value = float(value)
+    value = _number(name, value, "a finite number >= 0")
     if not (value >= 0 and math.isfinite(value)):
         raise ValueError(f"`{name}` must be a finite number >= 0 (got {value})")
     return value
@@ -37,7 +47,8 @@ def check_nonnegative(name: str, value: float) -> float:
 
 def check_int(name: str, value, minimum: int = 1) -> int:
     """Checks ``value`` is an integer >= ``minimum``."""
-    if isinstance(value, bool) or int(value) != value or value < minimum:
+    number = None if isinstance(value, bool) else _number(name, value, f"an integer >= {minimum}")
+    if number is None or not number.is_integer() or number < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum} (got {value!r})")
     return int(value)
 

@@ -37,6 +37,7 @@ def _csr_adjacency_t(
         return None
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
+    edge_weight = edge_weight.to(x.dtype)  # as GCNConv's edge-list path does
     with warnings.catch_warnings():  # torch's one-time "CSR support is in beta" notices
         warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)")
         adj = to_torch_csr_tensor(edge_index.flip(0), edge_weight, size=(x.size(0), x.size(0)))

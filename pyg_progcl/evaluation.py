@@ -309,7 +309,7 @@ def grace_protocol(
         n_folds = min(int(folds), len(tr))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            warnings.filterwarnings("ignore", message="Label not .* present")
+            warnings.filterwarnings("ignore", message="Label .* present")  # tiny splits
             if n_folds >= 2:
                 clf = GridSearchCV(clf, grid, cv=n_folds).fit(X[tr], onehot[tr])
                 chosen.append(float(clf.best_params_["estimator__C"]))

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_int, check_positive, check_probability
+from ._checks import check_int, check_nonnegative, check_positive, check_probability
 
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
@@ -78,13 +78,15 @@ class BetaMixture(torch.nn.Module):
         self.beta_init = tuple(float(b) for b in beta_init)
         self.weight_init = float(weight_init)
         self.max_iter = check_int("max_iter", max_iter, 1)
-        self.tol = float(tol)
+        self.tol = check_nonnegative("tol", tol)
         self.eps = check_positive("eps", eps)
         if self.eps >= 0.5:
             raise ValueError(f"`eps` must be in (0, 0.5) (got {eps})")
         self.min_variance = check_positive("min_variance", min_variance)
         self.min_weight = check_positive("min_weight", min_weight)
-        self.min_beta_high = None if min_beta_high is None else float(min_beta_high)
+        self.min_beta_high = (
+            None if min_beta_high is None else check_positive("min_beta_high", min_beta_high)
+        )
         self.register_buffer("alpha", torch.empty(2))
         self.register_buffer("beta", torch.empty(2))
         self.register_buffer("weight", torch.empty(2))

@@ -450,6 +450,12 @@ def test_reprs():
         ),
         (lambda: edge_drop_probabilities(ring(4), torch.ones(4), 0.3, threshold=0), "`threshold`"),
         (lambda: feature_drop_probabilities(torch.ones(4, 2), torch.ones(3), 0.3), "`centrality`"),
+        (lambda: edge_drop_probabilities(-ring(4), torch.ones(4), 0.3), "`edge_index`"),
+        (lambda: EdgeDrop(True), "`p`"),
+        (lambda: EdgeDrop(0.3)(None, ring(4).t()), "`edge_index`"),
+        (lambda: EdgeDrop(0.3)(None, ring(4).float()), "`edge_index`"),
+        (lambda: EdgeDrop(0.3)(None, ring(4), torch.ones(3)), "`edge_weight`"),
+        (lambda: FeatureMask(0.3)(torch.ones(4, 2), ring(4), torch.ones(3)), "`edge_weight`"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(build, name):
@@ -514,3 +520,31 @@ def test_adaptive_feature_mask_caches_on_equal_csr_features(monkeypatch):
         torch.manual_seed(0)
         assert torch.equal(aug(csr, edge_index)[0].to_dense(), dense)
     assert len(fits) == 2
+
+
+@pytest.mark.filterwarnings("ignore:Sparse (CSR tensor support|invariant checks)")
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: EdgeDrop(0.9),
+        lambda: AdaptiveEdgeDrop(0.9),
+        lambda: AdaptiveFeatureMask(0.3, "degree"),
+    ],
+)
+def test_edge_augmenters_refuse_a_graph_stored_as_adj_t(make):
+    # After T.ToSparseTensor the edges live in adj_t: dropping nothing would be silent.
+    data = T.ToSparseTensor()(Data(x=sparse_features(8, 4, density=0.5), edge_index=ring(8)))
+    with pytest.raises(ValueError, match="adj_t"):
+        make()(data)
+    assert FeatureMask(0.3)(data).adj_t is data.adj_t  # features alone need no edges
+
+
+def test_feature_probabilities_of_half_precision_features_equal_float32_ones():
+    # Column weights sum centralities over nodes: in float16 they overflow (65504).
+    edge_index = random_graph(400, 0.25)
+    x = sparse_features(400, 30, density=0.5)
+    c = node_centrality(edge_index, 400, "degree")
+    expected = feature_drop_probabilities(x, c, 0.3)
+    assert float(expected.max() - expected.min()) > 0.1
+    for dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(feature_drop_probabilities(x.to(dtype), c, 0.3), expected)

@@ -75,20 +75,46 @@ def test_probe_leaves_the_global_rng_alone_and_is_deterministic():
 
 
 def test_probe_picks_test_accuracy_at_best_validation():
-    # With validation = test nodes, the reported accuracy is the best test accuracy over
-    # the checkpoints (epochs 20, 40, ...); each checkpoint's accuracy is what a probe
-    # without validation reports after that many epochs (same seed, same trajectory).
-    z, y = clusters(n=300, num_classes=3, dim=64, spread=6.0)  # noisy: accuracy moves
-    tr, _, te = random_split(300, 0.05, 0.0, seed=0)
+    # Each checkpoint's validation and test accuracies are what a probe without validation
+    # reports after that many epochs (same seed, same trajectory). The probe must report
+    # the test accuracy of the first checkpoint of best *validation* accuracy: here neither
+    # the best test accuracy (which would leak the test labels) nor the last one.
+    z, y = clusters(n=300, num_classes=3, dim=64, spread=12.0)  # noisy: accuracy moves
+    tr, va, te = random_split(300, 0.05, 0.2, seed=0)
     none = torch.empty(0, dtype=torch.long)
-    per_checkpoint = [
-        logistic_regression_probe(z, y, tr, none, te, epochs=k, lr=0.05)["accuracy"]
-        for k in range(20, 101, 20)
-    ]
-    assert len(set(per_checkpoint)) > 1, "test needs an accuracy that changes over training"
-    best = logistic_regression_probe(z, y, tr, te, te, epochs=100, lr=0.05, eval_every=20)
-    assert best["accuracy"] == pytest.approx(max(per_checkpoint))
-    assert best["best_epoch"] == 20 * (1 + per_checkpoint.index(max(per_checkpoint)))
+    epochs = range(10, 101, 10)
+    val, test = (
+        [
+            logistic_regression_probe(z, y, tr, none, idx, epochs=k, lr=0.05)["accuracy"]
+            for k in epochs
+        ]
+        for idx in (va, te)
+    )
+    i = val.index(max(val))
+    assert test[i] < max(test) and test[i] != test[-1], "the split must tell the rules apart"
+    best = logistic_regression_probe(z, y, tr, va, te, epochs=100, lr=0.05, eval_every=10)
+    assert best["accuracy"] == pytest.approx(test[i]) and best["best_epoch"] == epochs[i]
+    assert best["val_accuracy"] == pytest.approx(val[i])
+
+
+def test_protocols_use_the_papers_split_sizes(monkeypatch):
+    import pyg_progcl.evaluation as evaluation
+
+    sizes = []
+    split = evaluation.random_split
+
+    def recording_split(*args):
+        out = split(*args)
+        sizes.append(tuple(len(part) for part in out))
+        return out
+
+    monkeypatch.setattr(evaluation, "random_split", recording_split)
+    z, y = clusters(n=600, spread=2.0)
+    gca_protocol(z, y, seed=0, epochs=20)
+    assert sizes == [(60, 60, 480)]  # GCA / ProGCL: 10 / 10 / 80
+    sizes.clear()
+    grace_protocol(z, y, seed=0, c_grid=[1.0])
+    assert sizes == [(60, 0, 540)] * 3  # GRACE: 10 / 90, three repeats
 
 
 def test_gca_protocol_reports_fractions():
@@ -111,9 +137,10 @@ def test_grace_protocol_normalises_embeddings_and_cross_validates():
     scale = torch.rand(len(y), 1, generator=torch.Generator().manual_seed(0)) * 100 + 0.01
     again = grace_protocol(z * scale, y, seed=0, c_grid=[0.01, 1.0, 100.0])
     assert again["accuracy"] == pytest.approx(out["accuracy"])
-    # Only 10% of the nodes train: 90% are tested.
-    tiny = grace_protocol(z[:40], y[:40], seed=0)  # 4 train nodes, too few to cross-validate
-    assert 0.0 <= tiny["accuracy"] <= 1.0
+    # 4 training nodes: 4 folds; 1 training node: too few to cross-validate, C = 1.
+    assert len(grace_protocol(z[:40], y[:40], seed=0)["C"]) == 3
+    tiny = grace_protocol(z[:15], y[:15], seed=0)
+    assert tiny["C"] == [1.0] * 3 and 0.0 <= tiny["accuracy"] <= 1.0
 
 
 def test_evaluate_dispatches_protocols_and_public_splits():

@@ -9,6 +9,7 @@ from pyg_progcl.losses import (
     HardInfoNCELoss,
     InfoNCELoss,
     ProGCLLoss,
+    sample_negative_similarities,
 )
 from pyg_progcl.mixture import BetaMixture
 
@@ -146,17 +147,22 @@ def test_progcl_mix_backward_reuses_the_selection(monkeypatch):
     assert len(calls) == 2 * 4  # two directions of 4 blocks, forward only
 
 
-def test_progcl_mix_uses_hardest_negatives():
-    # K = N - 1 mixes every negative; the loss then exceeds GRACE's by the mixed terms.
+@pytest.mark.parametrize("block_size", [None, 5])
+def test_progcl_mix_follows_the_formula_at_any_scale_of_b(monkeypatch, block_size):
+    # θ_mix = (b_a θ_a + b_π θ_π) / (b_a + b_π + ε) with ε absolute, as the spec writes it,
+    # whatever the scale of b: no rescaling switches on below a threshold.
     h1, h2 = views(n=12)
     m = fitted_mixture()
-    grace = ref.grace(h1, h2, 0.4)
-    torch.manual_seed(0)
-    mixed = ProGCLLoss(0.4, mode="mix", num_mix=11, mixture=m)(h1, h2)
-    assert mixed > grace
-    torch.manual_seed(0)
-    again = ProGCLLoss(0.4, mode="mix", num_mix=11, mixture=m, block_size=5)(h1, h2)
-    assert torch.isfinite(again) and again > grace
+    hardness, ref_hardness = ProGCLLoss._hardness_of_logits, ref.hardness
+    for scale in [1.0, 1e-6, 1e-8, 1e-12, 1e-19, 1e-21, 1e-30]:
+
+        def scaled(self, logits, out=None, s=scale):
+            return hardness(self, logits, out) * s
+
+        monkeypatch.setattr(ProGCLLoss, "_hardness_of_logits", scaled)
+        monkeypatch.setattr(ref, "hardness", lambda *a, s=scale: ref_hardness(*a) * s)
+        loss = ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=m, block_size=block_size)
+        assert_matches(loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m)), h1, h2)
 
 
 @pytest.mark.parametrize(
@@ -246,6 +252,15 @@ def test_progcl_weight_with_uniform_weights_is_grace_on_any_views(monkeypatch, b
     assert_matches(loss, InfoNCELoss(0.5), h1, h2)
 
 
+def test_progcl_weights_before_the_first_fit_are_graces():
+    h1, h2 = views(n=8)
+    loss = ProGCLLoss(0.5)  # not fitted: the loss is GRACE's, and so are its weights
+    assert not loss.fitted
+    w = loss.negative_weights(h1, h2)
+    torch.testing.assert_close(w, 1.0 - torch.eye(8, dtype=w.dtype))
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2), rtol=1e-12, atol=0)
+
+
 def test_progcl_weight_rows_average_to_one():
     h1, h2 = views(n=30)
     m = fitted_mixture()
@@ -271,16 +286,25 @@ def test_progcl_uses_current_similarities_and_mixture():
 
 
 def test_progcl_fit_warm_starts_and_is_no_grad():
+    import copy
+
     h1, h2 = views(n=60)
     loss = ProGCLLoss(0.5, num_samples=5000)
-    loss.fit(h1, h2)
+    loss.fit(h1, h2, torch.Generator().manual_seed(0))
     assert loss.fitted and loss.mixture.num_fits == 1
     assert loss.mixture.n_iter_ <= 10
-    before = loss.mixture.alpha.clone()
-    loss.fit(h1, h2)
+    first = copy.deepcopy(loss.mixture)
+    loss.fit(h1, h2, torch.Generator().manual_seed(1))
     assert loss.mixture.num_fits == 2
-    assert not torch.equal(before, loss.mixture.alpha)  # continued from the previous fit
-    assert h1.grad is None
+    # The second fit is EM from the first fit's parameters, not from the initial ones.
+    theta = sample_negative_similarities(h1, h2, 5000, torch.Generator().manual_seed(1))
+    warm = first.fit((theta + 1) / 2, max_iter=10)
+    cold = BetaMixture().fit((theta + 1) / 2, max_iter=10)
+    fitted, warm, cold = (torch.cat(params(m)) for m in (loss.mixture, warm, cold))
+    torch.testing.assert_close(fitted, warm)
+    assert not torch.allclose(fitted, cold, rtol=1e-3)  # ten EM steps end elsewhere
+    # Fitting on views that carry gradients records no graph in the mixture's state.
+    assert not any(t.requires_grad for t in (loss.mixture.alpha, loss.mixture.weight))
 
 
 @pytest.mark.parametrize("n, num_samples", [(300, 5000), (300, 100_000), (20, 500)])
@@ -403,7 +427,8 @@ def test_half_precision_inputs_are_upcast():
     ],
 )
 @pytest.mark.parametrize(
-    "loss", [InfoNCELoss(), DebiasedInfoNCELoss(), HardInfoNCELoss(), ProGCLLoss()]
+    "loss",
+    [InfoNCELoss(), DebiasedInfoNCELoss(), HardInfoNCELoss(), ProGCLLoss()],
 )
 def test_bad_views_raise(h1, h2, match, loss):
     with pytest.raises(ValueError, match=match):
@@ -413,6 +438,13 @@ def test_bad_views_raise(h1, h2, match, loss):
 def test_bad_views_raise_in_fit():
     with pytest.raises(ValueError, match="h2"):
         ProGCLLoss().fit(torch.randn(4, 3), torch.randn(3, 3))
+
+
+def test_bad_views_raise_after_a_frozen_fit():
+    loss = ProGCLLoss(schedule="frozen").fit(*views(grad=False))
+    for bad in ([[1.0, 2.0]], None):
+        with pytest.raises(ValueError, match="torch.Tensor"):
+            loss(bad, bad)
 
 
 @pytest.mark.parametrize(
@@ -425,6 +457,11 @@ def test_bad_views_raise_in_fit():
         (lambda: DebiasedInfoNCELoss(tau_plus=-0.1), "tau_plus"),
         (lambda: HardInfoNCELoss(beta=-1), "beta"),
         (lambda: ProGCLLoss(num_samples=0), "num_samples"),
+        (lambda: ProGCLLoss(num_samples=1), "num_samples"),  # a mixture needs two values
+        (lambda: ProGCLLoss(num_mix=float("nan")), "num_mix"),
+        (lambda: ProGCLLoss(num_mix="3"), "num_mix"),
+        (lambda: InfoNCELoss(tau=None), "tau"),
+        (lambda: InfoNCELoss(block_size=float("inf")), "block_size"),
         (lambda: ProGCLLoss(num_mix=0), "num_mix"),
         (lambda: ProGCLLoss(mode="both"), "mode"),
         (lambda: ProGCLLoss(fit_iters=0), "fit_iters"),

@@ -100,6 +100,16 @@ def test_vanishing_component_keeps_parameters_finite():
     assert torch.isfinite(m.log_odds_false_negative(torch.rand(10))).all()
 
 
+def test_component_without_responsibility_keeps_its_parameters():
+    # Beta(200, 1) gives values in [0.05, 0.3] a density below e^-230: its responsibilities
+    # underflow, so the M-step has nothing to match and keeps the component as it was.
+    x = torch.linspace(0.05, 0.3, 1000)
+    m = BetaMixture(alpha_init=(1.0, 200.0), beta_init=(2.0, 1.0)).fit(x, max_iter=3)
+    assert (float(m.alpha[1]), float(m.beta[1])) == (200.0, 1.0)
+    assert float(m.weight[1]) == pytest.approx(1e-6, rel=1e-3)  # floored at min_weight
+    assert float(m.alpha[0]) != 1.0 and torch.isfinite(m.alpha).all()  # the other one moves
+
+
 @pytest.mark.parametrize(
     "x, match",
     [
@@ -123,6 +133,9 @@ def test_bad_values_raise(x, match):
         ({"weight_init": 1.5}, "weight_init"),
         ({"max_iter": 0}, "max_iter"),
         ({"eps": 0.6}, "eps"),
+        ({"tol": float("nan")}, "tol"),
+        ({"min_beta_high": float("nan")}, "min_beta_high"),
+        ({"min_beta_high": 0.0}, "min_beta_high"),
     ],
 )
 def test_bad_arguments_raise(kwargs, name):

@@ -383,6 +383,29 @@ def test_sparse_propagation_equals_edge_index_path(conv):
     torch.testing.assert_close(fast(x, raw), plain(x, raw))
 
 
+def test_sparse_propagation_casts_edge_weights_to_the_features_dtype():
+    # PyG's GCNConv takes float32 weights with float64 features; so must the CSR path.
+    x, edge_index = graph()
+    w = torch.rand(edge_index.size(1))
+    torch.manual_seed(0)
+    plain = GCNEncoder(12, 8, sparse=False).double()
+    torch.manual_seed(0)
+    fast = GCNEncoder(12, 8).double()
+    out = fast(x.double(), edge_index, w)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, plain(x.double(), edge_index, w))
+
+
+def test_features_of_the_wrong_width_are_a_clear_error():
+    x, edge_index = graph()
+    model = GRACEModel(GCNEncoder(12, 8), hidden_channels=8, proj_channels=8)
+    for bad in (x[:, :7], x[:, 0]):
+        with pytest.raises(ValueError, match=r"`x` must have shape \[num_nodes, 12\]"):
+            model.views(bad, edge_index)
+        with pytest.raises(ValueError, match="in_channels"):
+            model(bad, edge_index)
+
+
 def test_recomputed_views_equal_kept_views_in_value_and_gradient(monkeypatch):
     import pyg_progcl.model as model_module
 

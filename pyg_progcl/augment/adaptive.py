@@ -112,6 +112,9 @@ class _Adaptive(Augmenter):
     def _extra_repr_args(self) -> str:
         return ""
 
+    def _uses_edges(self) -> bool:
+        return True  # centralities, for edges and features alike
+
 
 class AdaptiveEdgeDrop(_Adaptive):
     r"""GCA's centrality-adaptive edge dropping (Zhu et al., 2021):

@@ -13,7 +13,7 @@ from torch_geometric.data.data import BaseData
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import dropout_edge
 
-from .._checks import check_probability
+from .._checks import check_edge_index, check_probability
 from .functional import mask_feature, num_nodes_of
 
 GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
@@ -49,6 +49,12 @@ class Augmenter(torch.nn.Module, BaseTransform):
         edge_weight: Optional[Tensor] = None,
     ) -> GraphTensors:
         r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
+        check_edge_index(edge_index)
+        if edge_weight is not None and edge_weight.shape[:1] != edge_index.shape[1:]:
+            raise ValueError(
+                f"`edge_weight` must have one entry per edge, shape [num_edges] = "
+                f"[{edge_index.size(1)}] (got {list(edge_weight.shape)})"
+            )
         if not self.is_active():
             return x, edge_index, edge_weight
         return self._augment_tensors(x, edge_index, edge_weight)
@@ -74,6 +80,11 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
     def _augment_data(self, data: Data) -> Data:
         """Augments a copy of the data (the input's attributes are replaced, not modified)."""
+        if data.edge_index is None and "adj_t" in data and self._uses_edges():
+            raise ValueError(
+                f"{self.__class__.__name__} needs `data.edge_index`, but this graph is stored "
+                "as `adj_t` (T.ToSparseTensor): augment before converting it"
+            )
         if data.x is not None:
             data.x = self._augment_features(data.x, data.edge_index, data.num_nodes)
         if data.edge_index is not None:
@@ -81,6 +92,10 @@ class Augmenter(torch.nn.Module, BaseTransform):
             if keep is not None:
                 data = data.edge_subgraph(keep)
         return data
+
+    def _uses_edges(self) -> bool:
+        """Whether the augmenter reads the edges (drops them, or weighs nodes by them)."""
+        return type(self)._edge_keep_mask is not Augmenter._edge_keep_mask
 
     def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
         return x

@@ -73,8 +73,12 @@ def edge_drop_probabilities(
     check_edge_index(edge_index)
     if not (isinstance(centrality, Tensor) and centrality.dim() == 1):
         raise ValueError("`centrality` must be a tensor of shape [num_nodes]")
-    if edge_index.numel() and int(edge_index.max()) >= centrality.numel():
-        raise ValueError("`centrality` must have one entry per node of `edge_index`")
+    if edge_index.numel():
+        low, high = (int(v) for v in torch.aminmax(edge_index))
+        if low < 0:
+            raise ValueError(f"`edge_index` must hold node indices >= 0 (got {low})")
+        if high >= centrality.numel():
+            raise ValueError("`centrality` must have one entry per node of `edge_index`")
     scores = _log_scores(centrality.to(edge_index.device))[edge_index[1]]
     return _scores_to_probabilities(scores, p, threshold)
 
@@ -120,7 +124,8 @@ def feature_drop_probabilities(
         raise ValueError(f"`centrality` must be a tensor of shape [num_nodes] = [{x.size(0)}]")
     if dense is None:
         dense = is_dense(x)
-    dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    # Summed in at least float32: half-precision sums overflow (float16 at 65504).
+    dtype = torch.promote_types(x.dtype, torch.float32) if x.is_floating_point() else torch.float32
     centrality = centrality.to(x.device, dtype)
     if x.layout == torch.sparse_csr:  # Σ_i usage_ij c_i over the stored entries
         usage = (x.values().abs() if dense else (x.values() != 0)).to(dtype)

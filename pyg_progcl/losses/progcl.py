@@ -103,7 +103,7 @@ class ProGCLLoss(ContrastiveLoss):
     ):
         super().__init__(tau, **kwargs)
         self.mode = check_choice("mode", mode, {"weight", "mix"})
-        self.num_samples = check_int("num_samples", num_samples, 1)
+        self.num_samples = check_int("num_samples", num_samples, 2)
         self.num_mix = check_int("num_mix", num_mix, 1)
         self.fit_iters = check_int("fit_iters", fit_iters, 1)
         self.mix_eps = check_positive("mix_eps", mix_eps)
@@ -156,6 +156,7 @@ class ProGCLLoss(ContrastiveLoss):
         return self
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
+        check_views(h1, h2)
         self._check_frozen_nodes(h1)
         return super().forward(h1, h2)
 
@@ -178,12 +179,16 @@ class ProGCLLoss(ContrastiveLoss):
     def negative_weights(self, h1: Tensor, h2: Tensor) -> Tensor:
         """Dense ``[N, N]`` weights ``w_ik`` of the anchors ``u_i = h1[i]`` (diagonal 0).
 
-        For inspection on small graphs; the loss itself never forms this matrix. With
+        For inspection on small graphs; the loss itself never forms this matrix. Before
+        the loss is :attr:`fitted` they are GRACE's (every ``w_ik = 1``). With
         ``schedule='frozen'`` (once fitted) these are the weights of the fit's views,
         whatever ``h1``, ``h2`` hold (they must have the fit's ``N``).
         """
         check_views(h1, h2)
         self._check_frozen_nodes(h1)
+        if not self.fitted:
+            n = h1.size(0)
+            return 1.0 - torch.eye(n, dtype=h1.dtype, device=h1.device)
         u, v = normalize_views(h1, h2)
         block = next(dense_blocks(u, v, self.tau))
         log_b, log_mean_b, _ = self._log_hardness(block)
@@ -345,18 +350,16 @@ class ProGCLLoss(ContrastiveLoss):
     @torch.no_grad()
     def _select(self, block: NegativeBlock) -> tuple[Tensor, Tensor, Tensor]:
         """The block's ``num_mix`` hardest negatives per anchor (ascending columns), their
-        ``b`` (rescaled per anchor where tiny: ``b`` is scale-free, so ε stays negligible)
-        and a random pairing π of their positions."""
+        ``b`` and a random pairing π of their positions.
+
+        ``b`` is used as it is, as in the spec's formula: where both ``b`` of a pair lie far
+        below ε, ``θ_mix`` tends to 0 (a constant term without gradient), continuously.
+        """
         k = min(self.num_mix, block.count)
         log_b = self._log_hardness(block)[0]
         log_b = log_b.T if block.transposed else log_b
         idx = _largest(log_b, k)
-        log_top = log_b.gather(1, idx)
-        log_max = log_top.amax(dim=1, keepdim=True)
-        b_top = torch.exp(log_top)
-        tiny = torch.exp(log_max) < 1e-20
-        b_top = torch.where(tiny, torch.exp(log_top - log_max), b_top)
-        return idx, b_top, torch.randperm(k, device=idx.device)
+        return idx, torch.exp(log_b.gather(1, idx)), torch.randperm(k, device=idx.device)
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}
