@@ -417,6 +417,9 @@ def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path, capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "drop --tau, --method (the checkpoint's is progcl-weight)" in err
+    with pytest.raises(SystemExit):
+        main([*argv, "--encoder", "mlp"])  # one encoder was trained: the checkpoint's
+    assert "drop --encoder (the checkpoint's is gcn)" in capsys.readouterr().err
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", help="data root (as for `train`)")
     parser.add_argument("--method", choices=METHODS, help="loss (default: progcl-weight)")
     parser.add_argument(
-        "--encoder", dest="encoders", choices=("gcn", "mlp", "both"), default="both",
+        "--encoder", dest="encoders", choices=("gcn", "mlp", "both"), default=None,
         help="message passing, the MLP control, or both (default)",
     )  # fmt: skip
     parser.add_argument(
@@ -98,6 +98,7 @@ def _check_no_overrides(args, config) -> None:
     ignored = ["--" + k.replace("_", "-") for k in vars(args) if k in fields]
     ignored += ["--config"] if args.config else []
     ignored += ["--epochs"] if args.train_epochs else []
+    ignored += [f"--encoder (the checkpoint's is {config.encoder})"] if args.encoders else []
     if args.dataset and canonical_name(args.dataset) != config.dataset:
         ignored.append(f"--dataset (the checkpoint's is {config.dataset})")
     if args.method and args.method != config.method:
@@ -141,7 +142,7 @@ def _from_preset(args, kwargs):
     args.epochs = args.train_epochs or None
     config = config_from_args(args)
     data = load_dataset(config.dataset, args.root)
-    encoders = ("gcn", "mlp") if args.encoders == "both" else (args.encoders,)
+    encoders = ("gcn", "mlp") if args.encoders in (None, "both") else (args.encoders,)
     trained = args.train_epochs > 0
     reports = compare_encoders(
         data, config, encoders=encoders, train=trained, every=args.every if trained else 0,
