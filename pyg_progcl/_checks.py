@@ -106,3 +106,15 @@ def check_features(x: Tensor) -> Tensor:
         shape = list(x.shape) if isinstance(x, Tensor) else type(x)
         raise ValueError(f"`x` must be a tensor of shape [num_nodes, num_features] (got {shape})")
     return x
+
+
+def check_input_width(x: Tensor, encoder) -> None:
+    """Checks ``x`` is ``[num_nodes, encoder.in_channels]`` where the encoder states a width
+    (PyG's lazy modules state -1)."""
+    width = getattr(encoder, "in_channels", None)
+    known = isinstance(x, Tensor) and isinstance(width, int) and width > 0
+    if known and (x.dim() != 2 or x.size(1) != width):
+        raise ValueError(
+            f"`x` must have shape [num_nodes, {width}] (the encoder's in_channels) "
+            f"(got {list(x.shape)})"
+        )

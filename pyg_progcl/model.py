@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
-from ._checks import check_int
+from ._checks import check_input_width, check_int
 from .augment import Augmenter, Compose
 from .encoders import SparseFeatureCache
 
@@ -155,13 +155,7 @@ class GRACEModel(torch.nn.Module):
         mostly-zero features sparse (``encoder.sparse_features``), else ``x`` itself. The
         views' feature masks then drop entries instead of copying a dense matrix
         (Coauthor-CS: 0.5 GB and, at one thread, 0.85 s per view)."""
-        width = getattr(self.encoder, "in_channels", None)  # PyG's lazy modules: -1
-        known = isinstance(x, Tensor) and isinstance(width, int) and width > 0
-        if known and (x.dim() != 2 or x.size(1) != width):
-            raise ValueError(
-                f"`x` must have shape [num_nodes, {width}] (the encoder's in_channels) "
-                f"(got {list(x.shape)})"
-            )
+        check_input_width(x, self.encoder)
         return self._sparse_x(x) if getattr(self.encoder, "sparse_features", False) else x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):

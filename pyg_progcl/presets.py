@@ -177,6 +177,11 @@ class TrainConfig:
             from .minibatch.sampling import check_num_neighbors
 
             self.num_neighbors = check_num_neighbors(self.num_neighbors)
+            if len(self.num_neighbors) != self.num_layers:
+                raise ValueError(
+                    f"`num_neighbors` must have one entry per layer (num_layers="
+                    f"{self.num_layers}), got {self.num_neighbors}"
+                )
         check_choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "frozen" and self.batch_size is not None:
             raise ValueError(
@@ -285,7 +290,7 @@ DATASET_PRESETS: dict[str, dict[str, Any]] = {
     "ogbn-products": dict(
         _PROGCL_COMMON, lr=1e-3, weight_decay=0.0, hidden=256, proj=256, activation="prelu",
         pe1=0.2, pe2=0.3, pf1=0.1, pf2=0.1, tau=0.5, epochs=50, warmup_epochs=25,
-        split="public", eval_every=10, batch_size=4096, num_neighbors=[10, 10],
+        split="public", eval_every=10, batch_size=4096,  # 10 neighbours per layer
     ),
 }  # fmt: skip
 

@@ -94,12 +94,27 @@ def test_loader_choice_follows_pyg_sampling_support(graph, monkeypatch):
         ({"num_neighbors": [-2]}, "num_neighbors"),
         ({"batch_size": 0}, "batch_size"),
         ({"backend": "dgl"}, "backend"),
+        ({"input_nodes": torch.tensor([0, 1, 1, 2])}, "repeat"),  # node 1 scored twice
+        ({"input_nodes": torch.tensor([-1, 3])}, "input_nodes"),
+        ({"input_nodes": torch.tensor([599, 600])}, "input_nodes"),
+        ({"input_nodes": torch.tensor([0.0, 1.0])}, "input_nodes"),
+        ({"input_nodes": [1, 2, 3]}, "input_nodes"),
+        ({"input_nodes": torch.ones(150, dtype=torch.bool)}, "input_nodes"),
     ],
 )
-def test_bad_loader_arguments_raise(graph, kwargs, match):
-    args = {"num_neighbors": [5], "batch_size": 8, **kwargs}
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_bad_loader_arguments_raise(graph, kwargs, match, backend):
+    args = {"num_neighbors": [5], "batch_size": 8, "backend": backend, **kwargs}
     with pytest.raises(ValueError, match=match):
         neighbor_loader(graph, **args)
+
+
+def test_seed_candidates_as_ids_or_mask(graph):
+    mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    mask[[5, 9, 40]] = True
+    for nodes in (mask, torch.tensor([5, 9, 40]), torch.tensor([5, 9, 40], dtype=torch.int32)):
+        loader = NeighborSubgraphLoader(graph, [3], batch_size=8, input_nodes=nodes)
+        assert next(iter(loader)).input_id.tolist() == [5, 9, 40]
 
 
 # ----------------------------------------------------------------------------- inference
@@ -121,6 +136,51 @@ def test_embed_minibatch_is_exact(graph, encoder_kwargs):
     model.train()
     embed_minibatch(model, graph, 200)
     assert model.training
+
+
+def test_embed_minibatch_is_exact_for_improved_gcn_and_multi_hop_convs(graph):
+    # GCNConv(improved=True): self-loops of weight 2 on every path (the CSR forward, the
+    # edge list, the layer-wise inference); TAGConv reaches K = 3 hops per layer.
+    from torch_geometric.nn import TAGConv
+
+    loops = torch.arange(0, graph.num_nodes, 7)
+    messy = graph.clone()  # self-loops: the encoder keeps the edge list
+    messy.edge_index = torch.cat([graph.edge_index, torch.stack([loops, loops])], 1)
+    for kwargs in ({"conv_kwargs": {"improved": True}}, {"conv": TAGConv}):
+        for data in (graph, messy):
+            torch.manual_seed(0)
+            model = make_model(graph, hidden=16, augment=False, **kwargs).eval()
+            full = model(data.x, data.edge_index)
+            z = embed_minibatch(model, data, batch_size=100)
+            torch.testing.assert_close(z, full, rtol=1e-5, atol=1e-6)
+
+
+def test_improved_gcn_paths_equal_the_dense_formula():
+    # Â = A + 2I, D̂ its degrees: H = D̂^-1/2 Â D̂^-1/2 X W (a 3-node path, one layer).
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    x = torch.tensor([[1.0], [2.0], [3.0]])
+    a_hat = torch.zeros(3, 3)
+    a_hat[edge_index[1], edge_index[0]] = 1.0
+    a_hat += 2 * torch.eye(3)
+    d = a_hat.sum(1).rsqrt()
+    for sparse in (True, False):
+        enc = GCNEncoder(1, 1, num_layers=1, activation="identity", sparse=sparse,
+                         conv_kwargs={"improved": True})  # fmt: skip
+        conv = enc.layers[0]
+        torch.nn.init.ones_(conv.lin.weight)
+        torch.nn.init.zeros_(conv.bias)
+        expected = d[:, None] * a_hat * d[None, :] @ x
+        torch.testing.assert_close(enc(x, edge_index), expected)
+
+
+def test_embed_minibatch_needs_features_of_the_encoders_width(graph):
+    model = make_model(graph, hidden=16, augment=False)
+    with pytest.raises(ValueError, match="in_channels"):
+        embed_minibatch(model, graph.clone().update({"x": graph.x[:, :7]}), 100)
+    no_x = graph.clone()
+    del no_x.x
+    with pytest.raises(ValueError, match="`x`"):
+        embed_minibatch(model, no_x, 100)
 
 
 def test_embed_minibatch_mlp_and_generic_encoders(graph):
@@ -165,6 +225,18 @@ def test_adaptive_augmenters_use_the_full_graphs_probabilities(graph):
     assert dropped_cols.any()
 
 
+def test_without_n_id_adaptive_members_fit_the_unaugmented_subgraph(graph):
+    # A loader that records no n_id: the feature mask is fitted on the subgraph as it came,
+    # not on what the edge drop before it left (as Compose does on the full graph).
+    batch = next(iter(NeighborSubgraphLoader(graph, [5, 5], 64)))
+    expected = AdaptiveFeatureMask(0.3, "degree").fit(batch.x, batch.edge_index).drop_prob
+    feature_mask = AdaptiveFeatureMask(0.3, "degree")
+    augment = SubgraphAugmenter(Compose(AdaptiveEdgeDrop(0.7, "degree"), feature_mask), graph)
+    feature_mask.reset_parameters()  # forget the full graph's fit
+    augment(batch.x, batch.edge_index)
+    torch.testing.assert_close(feature_mask.drop_prob, expected)
+
+
 # ----------------------------------------------------------------------------- training
 
 
@@ -200,6 +272,12 @@ def test_minibatch_progcl_refits_once_per_epoch_after_warmup(graph, monkeypatch)
     assert loss_fn.fitted
     assert sizes == [150, 150, 150]  # epochs 3, 4, 5; on one batch of seeds each
     assert all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_minibatch_refuses_the_frozen_schedule(graph):
+    # Frozen weights belong to the nodes of the fit; every batch holds other nodes.
+    with pytest.raises(ValueError, match="frozen"):
+        _train(graph, ProGCLLoss(0.5, schedule="frozen"), epochs=1)
 
 
 def test_minibatch_with_sampled_negatives_skips_too_small_batches(graph):

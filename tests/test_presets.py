@@ -119,3 +119,10 @@ def test_from_dict_rejects_unknown_keys_and_validates():
         TrainConfig.from_dict({**values, "lrr": 1})
     with pytest.raises(ValueError, match="tau_plus"):
         TrainConfig.from_dict({**values, "tau_plus": 1.0})
+
+
+def test_num_neighbors_has_one_entry_per_layer():
+    with pytest.raises(ValueError, match="one entry per layer"):
+        get_preset("synthetic", "grace", batch_size=64, num_neighbors=[10, 10], num_layers=3)
+    # ogbn-products samples 10 neighbours per layer, however many layers.
+    assert get_preset("ogbn-products", "grace", num_layers=3).num_neighbors is None

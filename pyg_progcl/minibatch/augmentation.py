@@ -54,8 +54,15 @@ class SubgraphAugmenter:
     def __call__(
         self, x: Tensor, edge_index: Tensor, n_id: Optional[Tensor] = None
     ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
-        """Augments a subgraph whose node ``j`` is global node ``n_id[j]``."""
+        """Augments a subgraph whose node ``j`` is global node ``n_id[j]``.
+
+        Without ``n_id`` (a loader that does not record it) adaptive members are fitted
+        on the un-augmented subgraph, as :class:`Compose` fits them on its input.
+        """
         edge_weight = None
+        if n_id is None:
+            for aug in self.members:
+                aug._prepare(x, edge_index, x.size(0))
         for i, aug in enumerate(self.members):
             if i in self.node_drop_prob and n_id is not None:
                 table = self.node_drop_prob[i]

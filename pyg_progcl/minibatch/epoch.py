@@ -69,6 +69,11 @@ def minibatch_epoch(
     Returns:
         The epoch's mean loss over its seeds.
     """
+    if getattr(loss_fn, "schedule", None) == "frozen":
+        raise ValueError(
+            "`schedule='frozen'` keeps the views of the nodes it was fitted on; batches hold "
+            "other nodes, so train it on the full graph"
+        )
     if device is None:
         device = next(model.parameters()).device
     model.train()

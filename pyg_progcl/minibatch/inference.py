@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_int
+from .._checks import check_input_width, check_int
 from ..encoders import GCNEncoder, MLPEncoder
 from .sampling import InEdges, neighbor_loader, seed_count
 
@@ -28,6 +28,16 @@ def _layerwise_supported(encoder) -> bool:
     )
 
 
+def _reach(encoder) -> Optional[int]:
+    """Hops an encoder's output depends on: each layer's ``K`` for multi-hop convolutions
+    (TAGConv, SGConv, ...), else 1 per layer; ``None`` if the encoder does not say."""
+    layers = getattr(encoder, "layers", None) or getattr(encoder, "convs", None)
+    if layers is not None:
+        return sum(int(getattr(conv, "K", 1)) for conv in layers)
+    num_layers = getattr(encoder, "num_layers", None)
+    return None if num_layers is None else int(num_layers)
+
+
 def _layer_graph(
     conv, edge_index: Tensor, num_nodes: int, dtype
 ) -> tuple[Tensor, Optional[Tensor]]:
@@ -37,8 +47,11 @@ def _layer_graph(
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     if isinstance(conv, GCNConv) and conv.normalize:
+        # Explicit unit weights: without them PyG gives added self-loops weight 1 even with
+        # ``improved=True`` (2), unlike GCNConv's own sparse path.
+        ones = torch.ones(edge_index.size(1), dtype=dtype)
         return gcn_norm(
-            edge_index, None, num_nodes, conv.improved, conv.add_self_loops, conv.flow, dtype
+            edge_index, ones, num_nodes, conv.improved, conv.add_self_loops, conv.flow, dtype
         )
     return edge_index, None
 
@@ -108,7 +121,8 @@ def embed_minibatch(
     it runs layer by layer over batches of target nodes and their in-neighbours (GCN's
     normalisation uses the full graph's degrees), one pass per layer; other encoders are
     run on full ``L + 1``-hop neighbourhoods (``-1`` per hop; the extra hop gives the
-    outermost nodes their true degrees), with ``L = encoder.num_layers``. With an explicit
+    outermost nodes their true degrees), with ``L`` the hops the layers reach (a layer's
+    ``K`` for multi-hop convolutions such as TAGConv, else 1). With an explicit
     ``num_neighbors`` the embeddings come from sampled neighbourhoods (approximate,
     cheaper), seeds' rows of each batch.
 
@@ -130,15 +144,18 @@ def embed_minibatch(
     model.eval()
     try:
         encoder = getattr(model, "encoder", model)
+        if not isinstance(data.get("x"), Tensor):
+            raise ValueError("`data` needs node features `x` to embed")
+        check_input_width(data.x, encoder)
         if num_neighbors is None and _layerwise_supported(encoder):
             return _layerwise(encoder, data.x, data.edge_index, batch_size, device)
         if num_neighbors is None:
-            layers = getattr(encoder, "num_layers", None)
-            if layers is None:
+            hops = _reach(encoder)
+            if hops is None:
                 raise ValueError(
-                    "pass `num_neighbors` for an encoder without a `num_layers` attribute"
+                    "pass `num_neighbors` for an encoder without `layers` or `num_layers`"
                 )
-            num_neighbors = [-1] * (int(layers) + 1)
+            num_neighbors = [-1] * (hops + 1)
         loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False)
         out = None
         for batch in loader:

@@ -20,6 +20,34 @@ def pyg_can_sample() -> bool:
     return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
 
 
+def check_input_nodes(input_nodes, num_nodes: int) -> Tensor:
+    """Seed candidates as distinct ``long`` node ids in ``[0, num_nodes)``, from ids or a
+    boolean mask of length ``num_nodes`` (a repeated seed would be one node scored twice)."""
+    if not isinstance(input_nodes, Tensor):
+        raise ValueError(
+            f"`input_nodes` must be a tensor of node ids or a boolean mask (got "
+            f"{type(input_nodes).__name__})"
+        )
+    if input_nodes.dtype == torch.bool:
+        if input_nodes.shape != (num_nodes,):
+            raise ValueError(
+                f"a boolean `input_nodes` mask must have shape [num_nodes] = [{num_nodes}] "
+                f"(got {list(input_nodes.shape)})"
+            )
+        return input_nodes.nonzero().view(-1).cpu()
+    if input_nodes.is_floating_point() or input_nodes.is_complex() or input_nodes.dim() != 1:
+        raise ValueError(
+            f"`input_nodes` must be a 1-D integer tensor of node ids (got {input_nodes.dtype}, "
+            f"shape {list(input_nodes.shape)})"
+        )
+    ids = input_nodes.cpu().long()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        raise ValueError(f"`input_nodes` must hold node ids in [0, {num_nodes})")
+    if torch.unique(ids).numel() != ids.numel():
+        raise ValueError("`input_nodes` must not repeat a node")
+    return ids
+
+
 def check_num_neighbors(num_neighbors: Sequence[int]) -> list[int]:
     """Checks a per-hop fan-out list: integers ``>= 1``, or ``-1`` for all neighbours."""
     if isinstance(num_neighbors, (int, str)) or not len(num_neighbors):
@@ -96,11 +124,9 @@ class NeighborSubgraphLoader:
         self.batch_size = check_int("batch_size", batch_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         n = data.num_nodes
-        if input_nodes is None:
-            input_nodes = torch.arange(n)
-        elif input_nodes.dtype == torch.bool:
-            input_nodes = input_nodes.nonzero().view(-1)
-        self.input_nodes = input_nodes.cpu().long()
+        self.input_nodes = (
+            torch.arange(n) if input_nodes is None else check_input_nodes(input_nodes, n)
+        )
         self._edges = InEdges(data.edge_index, n)
         self._local = torch.full((n,), -1, dtype=torch.long)
 
@@ -178,6 +204,8 @@ def neighbor_loader(
     num_neighbors = check_num_neighbors(num_neighbors)
     batch_size = check_int("batch_size", batch_size)
     check_choice("backend", backend, {"auto", "pyg", "torch"})
+    if input_nodes is not None:
+        input_nodes = check_input_nodes(input_nodes, data.num_nodes)
     if backend == "pyg" or (backend == "auto" and pyg_can_sample()):
         from torch_geometric.loader import NeighborLoader
 
