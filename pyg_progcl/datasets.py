@@ -173,8 +173,9 @@ def _writable_copy(src: Path) -> Path:
     """Copies the dataset folder ``src`` (without ``processed/``) to the cache.
 
     The copy is made in a temporary folder and renamed into place, so that an
-    interrupted copy is never used; an existing copy with the same files (names, sizes and modification times to the second) is reused,
-    keeping its ``processed/``; otherwise it is replaced, ``processed/`` included.
+    interrupted copy is never used; an existing copy with the same files (names,
+    sizes and modification times to the second) is reused, keeping its
+    ``processed/``; otherwise it is replaced, ``processed/`` included.
     """
     digest = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:12]
     parent = _cache_dir() / digest

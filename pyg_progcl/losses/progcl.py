@@ -353,7 +353,8 @@ class ProGCLLoss(ContrastiveLoss):
         ``b`` and a random pairing π of their positions.
 
         ``b`` is used as it is, as in the spec's formula: where both ``b`` of a pair lie far
-        below ε, ``θ_mix`` tends to 0 (a constant term without gradient), continuously.
+        below ε, ``θ_mix`` and its gradient tend to 0, continuously (no rescaling switches
+        on at some threshold).
         """
         k = min(self.num_mix, block.count)
         log_b = self._log_hardness(block)[0]
