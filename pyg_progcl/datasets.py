@@ -22,6 +22,7 @@ code) and ogbn-arxiv (dense real-valued word2vec features).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -204,18 +205,22 @@ def _writable_copy(src: Path) -> Path:
     return dst
 
 
-def _lock(info: DatasetInfo, root: Path) -> FileLock:
+def _lock(info: DatasetInfo, root: Path) -> Union[FileLock, contextlib.nullcontext]:
     """A lock, held while one process locates (copies) and loads (processes) a dataset.
 
     Without it, two processes that load a dataset for the first time both let
     PyG write ``processed/``, and one may read the other's half-written file.
     The lock file lives in the cache, not in the data root (which may be
-    read-only); the operating system releases it when a process dies.
+    read-only); the operating system releases it when a process dies. Where the
+    cache cannot be written, loading goes on unlocked (a writable root needs no cache).
     """
     digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
     path = _cache_dir() / "locks" / f"{info.folder}-{digest}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return contextlib.nullcontext()
+    return FileLock(str(path)) if _is_writable(path.parent) else contextlib.nullcontext()
 
 
 def _locate(info: DatasetInfo, root: Path) -> Path:

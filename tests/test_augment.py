@@ -548,3 +548,10 @@ def test_feature_probabilities_of_half_precision_features_equal_float32_ones():
     assert float(expected.max() - expected.min()) > 0.1
     for dtype in (torch.float16, torch.bfloat16):
         torch.testing.assert_close(feature_drop_probabilities(x.to(dtype), c, 0.3), expected)
+
+
+def test_inactive_augmenters_pass_any_graph_through():
+    # In eval mode (or with p = 0) nothing is read: a sparse adjacency passes unchanged.
+    adj = torch.sparse_coo_tensor(ring(4), torch.ones(8), (4, 4), check_invariants=True)
+    for aug in (EdgeDrop(0.5).eval(), AdaptiveEdgeDrop(0.5).eval(), EdgeDrop(0.0)):
+        assert aug(None, adj)[1] is adj

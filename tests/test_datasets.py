@@ -242,3 +242,11 @@ def test_loaders_of_one_dataset_take_turns(tmp_path, _isolated_cache):
         assert not (tmp_path / "root" / "WikiCS" / "processed").exists()
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and out.strip() == "30"
+
+
+def test_a_writable_root_loads_when_the_cache_cannot_be_written(tmp_path, monkeypatch):
+    # The lock lives in the cache; a writable root needs no cache, so it loads unlocked.
+    _write_wikics(tmp_path / "root")
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("PYG_PROGCL_CACHE", str(tmp_path / "not-a-folder"))
+    assert load_dataset("WikiCS", tmp_path / "root").num_nodes == 30

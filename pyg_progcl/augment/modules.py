@@ -49,14 +49,14 @@ class Augmenter(torch.nn.Module, BaseTransform):
         edge_weight: Optional[Tensor] = None,
     ) -> GraphTensors:
         r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
+        if not self.is_active():  # passes anything through, e.g. a sparse adjacency
+            return x, edge_index, edge_weight
         check_edge_index(edge_index)
         if edge_weight is not None and edge_weight.shape[:1] != edge_index.shape[1:]:
             raise ValueError(
                 f"`edge_weight` must have one entry per edge, shape [num_edges] = "
                 f"[{edge_index.size(1)}] (got {list(edge_weight.shape)})"
             )
-        if not self.is_active():
-            return x, edge_index, edge_weight
         return self._augment_tensors(x, edge_index, edge_weight)
 
     def transform(self, data: Data) -> Data:
