@@ -47,8 +47,8 @@ def check_nonnegative(name: str, value: float) -> float:
 
 def check_int(name: str, value, minimum: int = 1) -> int:
     """Checks ``value`` is an integer >= ``minimum``."""
-    number = None if isinstance(value, bool) else _number(name, value, f"an integer >= {minimum}")
-    if number is None or not number.is_integer() or number < minimum:
+    number = _number(name, value, f"an integer >= {minimum}")
+    if not number.is_integer() or number < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum} (got {value!r})")
     return int(value)
 

@@ -156,6 +156,11 @@ def _is_writable(path: Path) -> bool:
     return True
 
 
+def _digest(path: Path) -> str:
+    """A short name for ``path`` in the cache (a hash of its resolved form)."""
+    return hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+
+
 def _source_files(src: Path) -> list[tuple[str, int, int]]:
     """``(relative path, size, modification second)`` of the raw files under ``src``."""
     files = [p for p in src.rglob("*") if p.is_file()]
@@ -178,8 +183,7 @@ def _writable_copy(src: Path) -> Path:
     sizes and modification times to the second) is reused, keeping its
     ``processed/``; otherwise it is replaced, ``processed/`` included.
     """
-    digest = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:12]
-    parent = _cache_dir() / digest
+    parent = _cache_dir() / _digest(src)
     dst = parent / src.name
     wanted = _source_files(src)
     if dst.exists():
@@ -214,8 +218,7 @@ def _lock(info: DatasetInfo, root: Path) -> Union[FileLock, contextlib.nullconte
     read-only); the operating system releases it when a process dies. Where the
     cache cannot be written, loading goes on unlocked (a writable root needs no cache).
     """
-    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
-    path = _cache_dir() / "locks" / f"{info.folder}-{digest}.lock"
+    path = _cache_dir() / "locks" / f"{info.folder}-{_digest(root)}.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -233,8 +236,7 @@ def _locate(info: DatasetInfo, root: Path) -> Path:
         if candidate.is_dir():
             return _writable_copy(candidate) if not _is_writable(candidate) else candidate
     if not _is_writable(root):
-        digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
-        return _cache_dir() / digest / info.folder
+        return _cache_dir() / _digest(root) / info.folder
     return root / info.folder
 
 

@@ -280,7 +280,6 @@ class GCNEncoder(_StackEncoder):
         self.conv = conv
         self.conv_kwargs = dict(conv_kwargs or {})
         self._edge_weight_arg = _edge_weight_keyword(conv)
-        self._unit_weights = issubclass(conv, GCNConv) and bool(self.conv_kwargs.get("improved"))
         self._sparse_arg = sparse
         self.sparse = conv in SPARSE_CONVS if sparse is None else bool(sparse)
         self.sparse_features = bool(sparse_features) and conv in LINEAR_FIRST_CONVS
@@ -303,6 +302,11 @@ class GCNEncoder(_StackEncoder):
             raise ValueError(
                 f"`edge_weight` was given but {self.conv.__name__} does not accept edge weights"
             )
+        improved = issubclass(self.conv, GCNConv) and self.conv_kwargs.get("improved")
+        if edge_weight is None and improved and not is_sparse(edge_index):
+            # GCNConv(improved=True) adds self-loops of weight 2 only to weighted edge lists
+            # (PyG 2.8): unit weights make every path give A + 2I.
+            edge_weight = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
         adj = None
         if self.sparse and not is_sparse(edge_index):
             adj = _csr_adjacency_t(edge_index, edge_weight, x)
@@ -312,10 +316,6 @@ class GCNEncoder(_StackEncoder):
             edge_index = adj
         elif edge_weight is not None:
             kwargs[self._edge_weight_arg] = edge_weight
-        elif self._unit_weights and not is_sparse(edge_index):
-            # GCNConv(improved=True) adds self-loops of weight 2 only to weighted edge lists
-            # (PyG 2.8); unit weights make the edge list agree with the sparse path.
-            kwargs["edge_weight"] = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
         for layer, act in zip(self.layers, self.activations):
             x = act(layer(x, edge_index, **kwargs))
         return x

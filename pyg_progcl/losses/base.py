@@ -61,14 +61,19 @@ class ContrastiveLoss(torch.nn.Module):
         blocks in backward); a loss may bind state to the call here."""
         return self.log_negatives
 
-    def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """Scalar loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``."""
+    def check_inputs(self, h1: Tensor, h2: Tensor) -> None:
+        """Checks the views and what the loss's options need of them (subclasses add
+        their own checks); :meth:`forward` calls it first."""
         check_views(h1, h2)
         if self.num_negatives is not None and self.num_negatives >= h1.size(0):
             raise ValueError(
                 f"`num_negatives` must be < the number of nodes N={h1.size(0)} "
                 f"(got {self.num_negatives})"
             )
+
+    def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
+        """Scalar loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``."""
+        self.check_inputs(h1, h2)
         return contrastive_loss(
             h1,
             h2,

@@ -155,10 +155,9 @@ class ProGCLLoss(ContrastiveLoss):
             self.frozen_u, self.frozen_v = (t.detach().clone() for t in normalize_views(h1, h2))
         return self
 
-    def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
-        check_views(h1, h2)
+    def check_inputs(self, h1: Tensor, h2: Tensor) -> None:
+        super().check_inputs(h1, h2)
         self._check_frozen_nodes(h1)
-        return super().forward(h1, h2)
 
     def _check_frozen_nodes(self, h1: Tensor) -> None:
         if self.frozen_u is not None and h1.size(0) != self.frozen_u.size(0):
