@@ -9,10 +9,10 @@ the seeds both ran and on how many of them the method did better. Seed ``s``
 fixes the evaluation split of both runs, so the per-seed difference removes the
 split-to-split spread that dominates a 5-seed standard deviation. A run whose file
 has a ``variant`` field (an experiment outside the presets), or whose config names a fit
-schedule other than ``'online'`` or mixture options (``min_beta_high``,
-``mixture_weight_init``), is a setting of its own. Runs of one row must share every
-other config field except :data:`NOT_A_SETTING` (else an error names the fields), and
-a row is paired with the baseline only where both were evaluated alike
+schedule other than ``'online'``, mixture options (``min_beta_high``,
+``mixture_weight_init``) or ``shared_weights``, is a setting of its own. Runs of one row
+must share every other config field except :data:`NOT_A_SETTING` (else an error names
+the fields), and a row is paired with the baseline only where both were evaluated alike
 (:data:`EVALUATION`).
 
 Example::
@@ -46,12 +46,18 @@ SCHEDULE_LABELS = {
 MIXTURE_LABELS = {"min_beta_high": "β ≥ {:g}", "mixture_weight_init": "initial w = {:g}"}
 
 
+#: How a run's label names ``shared_weights`` (the reference code's second direction).
+SHARED_LABEL = "second direction weighted by the first's matrix"
+
+
 def _label(run: dict) -> str:
     """``method``, or ``method (variant)`` for a variant, a non-default fit schedule or
     non-default mixture options (joined by ``, ``)."""
     config = run["config"]
     parts = [run.get("variant") or SCHEDULE_LABELS.get(config.get("schedule"))]
     parts += [f.format(config[k]) for k, f in MIXTURE_LABELS.items() if config.get(k) is not None]
+    if config.get("shared_weights"):
+        parts.append(SHARED_LABEL)
     parts = [p for p in parts if p]
     return run["method"] + (f" ({', '.join(parts)})" if parts else "")
 

@@ -53,6 +53,13 @@ def check_int(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_bool(name: str, value) -> bool:
+    """Checks ``value`` is ``True`` or ``False``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False (got {value!r})")
+    return value
+
+
 def check_choice(name: str, value: str, choices) -> str:
     """Checks ``value`` is one of ``choices``."""
     if value not in choices:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Optional, Union
 
 from ._checks import (
+    check_bool,
     check_choice,
     check_int,
     check_nonnegative,
@@ -98,6 +99,9 @@ class TrainConfig:
             component (``None``: none). The reference code clamps it at 1.01 in every EM
             iteration, so that component's density stays finite at cosine 1
             (:class:`~pyg_progcl.BetaMixture`'s ``min_beta_high``).
+        shared_weights: ProGCL with ``schedule='frozen'``: weight the second direction's
+            anchors by the first direction's matrix, index by index, as the reference code
+            does (see :class:`~pyg_progcl.ProGCLLoss`).
         mixture_weight_init: ProGCL: initial weight of the mixture's high-similarity
             component (``None``: the reference code's default, 0.05; its Amazon-Photo
             parameter file says 0.15, a value its script reads only from the command line).
@@ -142,6 +146,7 @@ class TrainConfig:
     num_samples: Optional[int] = None
     schedule: str = "online"
     min_beta_high: Optional[float] = None
+    shared_weights: bool = False
     mixture_weight_init: Optional[float] = None
     num_mix: int = 1000
     block_size: Optional[int] = None
@@ -187,6 +192,12 @@ class TrainConfig:
             raise ValueError(
                 "`schedule='frozen'` keeps per-node views of the whole graph and needs "
                 f"full-graph training (`batch_size=None`, got {self.batch_size})"
+            )
+        self.shared_weights = check_bool("shared_weights", self.shared_weights)
+        if self.shared_weights and self.schedule != "frozen":
+            raise ValueError(
+                "`shared_weights` reuses the reference code's frozen weight matrix and needs "
+                f"`schedule='frozen'` (got {self.schedule!r})"
             )
         if self.min_beta_high is not None:
             self.min_beta_high = check_positive("min_beta_high", self.min_beta_high)

@@ -85,15 +85,16 @@ def progcl_weights(h1, h2, mixture_params):
     return b / b.mean(1, keepdim=True)
 
 
-def _hardness_sources(h1, h2, fit_views):
+def _hardness_sources(h1, h2, fit_views, shared=False):
     """Per direction (anchors u, then v), the cosines ``b`` is computed from: those of the
-    current views, or of the views ``(f1, f2)`` of the fit (the frozen schedule)."""
+    current views, or of the views ``(f1, f2)`` of the fit (the frozen schedule); with
+    ``shared`` (the reference code) both directions use the first direction's matrix."""
     f1, f2 = (h1, h2) if fit_views is None else fit_views
-    return iter([_cos(f1, f2), _cos(f2, f1)])
+    return iter([_cos(f1, f2), _cos(f1, f2) if shared else _cos(f2, f1)])
 
 
-def progcl_weight(h1, h2, tau, mixture_params, fit_views=None):
-    sources = _hardness_sources(h1, h2, fit_views)
+def progcl_weight(h1, h2, tau, mixture_params, fit_views=None, shared=False):
+    sources = _hardness_sources(h1, h2, fit_views, shared)
 
     def ng(inter, intra, pos):
         b = hardness(_off_diag(next(sources)), *mixture_params)
@@ -104,9 +105,9 @@ def progcl_weight(h1, h2, tau, mixture_params, fit_views=None):
     return _reduce(h1, h2, tau, ng)
 
 
-def progcl_mix_one(h1, h2, tau, mixture_params, eps=1e-8, fit_views=None):
+def progcl_mix_one(h1, h2, tau, mixture_params, eps=1e-8, fit_views=None, shared=False):
     """ProGCL-mix with K = 1: the hardest negative mixed with itself."""
-    sources = _hardness_sources(h1, h2, fit_views)
+    sources = _hardness_sources(h1, h2, fit_views, shared)
 
     def ng(inter, intra, pos):
         theta = _off_diag(inter)

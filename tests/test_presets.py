@@ -104,6 +104,8 @@ def test_progcl_needs_epochs_after_its_warmup():
         (dict(method="progcl-weight", min_beta_high=0.0), "min_beta_high"),
         (dict(method="progcl-weight", mixture_weight_init=1.0), "mixture_weight_init"),
         (dict(method="progcl-weight", mixture_weight_init=0.0), "mixture_weight_init"),
+        (dict(method="progcl-weight", shared_weights=True), "shared_weights.*frozen"),
+        (dict(method="progcl-weight", schedule="frozen", shared_weights=1), "shared_weights"),
         (dict(learning_rate=0.1), "unknown config keys"),
     ],
 )

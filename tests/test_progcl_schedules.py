@@ -63,6 +63,58 @@ def test_frozen_mix_takes_the_hardest_negatives_of_the_fit(block_size):
     )
 
 
+def _shared_reference(m, fit, tau=0.4, mix=False):
+    fn = ref.progcl_mix_one if mix else ref.progcl_weight
+    return lambda a, b: fn(a, b, tau, params(m), fit_views=fit, shared=True)
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_shared_weights_match_reference(block_size):
+    """The reference code weights anchor v_i's negatives by row i of the first direction's
+    matrix, b(θ(u_i, v_k)), not by b(θ(v_i, u_k)); both modes, dense and row blocks."""
+    f1, f2 = fit_views()
+    h1, h2 = views()
+    loss = frozen_loss(f1, f2, block_size=block_size, shared_weights=True)
+    m = loss.mixture
+    assert_matches(loss, _shared_reference(m, (f1, f2)), h1, h2)
+    own = ref.progcl_weight(h1, h2, 0.4, params(m), fit_views=(f1, f2))
+    assert abs(float(loss(h1, h2).detach() - own.detach())) > 1e-4  # it is another loss
+    mix = frozen_loss(f1, f2, mode="mix", num_mix=1, block_size=block_size, shared_weights=True)
+    assert_matches(mix, _shared_reference(m, (f1, f2), mix=True), h1, h2)
+
+
+def test_shared_weights_match_reference_on_the_log_space_and_sampled_paths():
+    f1, f2 = fit_views()
+    h1, h2 = views()
+    m = fitted_mixture()
+    tiny = ProGCLLoss(0.02, mixture=m, schedule="frozen", shared_weights=True, block_size=7)
+    assert_matches(tiny.fit(f1, f2), _shared_reference(m, (f1, f2), tau=0.02), h1, h2)
+    dense_tiny = ProGCLLoss(0.02, mixture=m, schedule="frozen", shared_weights=True)
+    assert_matches(dense_tiny.fit(f1, f2), _shared_reference(m, (f1, f2), tau=0.02), h1, h2)
+    sampled = frozen_loss(f1, f2, mixture=m, num_negatives=22, block_size=5, shared_weights=True)
+    assert_matches(sampled, _shared_reference(m, (f1, f2)), h1, h2)
+
+
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_shared_weights_equal_own_weights_when_the_fit_matrix_is_symmetric(block_size):
+    f1, _ = fit_views()  # fitted on one view twice: θ(u_i, v_k) = θ(v_i, u_k)
+    h1, h2 = views()
+    own = frozen_loss(f1, f1, block_size=block_size)
+    shared = frozen_loss(f1, f1, block_size=block_size, shared_weights=True)
+    torch.testing.assert_close(shared(h1, h2), own(h1, h2), rtol=1e-12, atol=1e-12)
+
+
+def test_shared_weights_need_the_frozen_schedule():
+    with pytest.raises(ValueError, match="shared_weights.*frozen"):
+        ProGCLLoss(shared_weights=True)
+    with pytest.raises(ValueError, match="`shared_weights` must be True or False"):
+        ProGCLLoss(schedule="frozen", shared_weights="yes")
+    loss = ProGCLLoss(schedule="frozen", shared_weights=True)
+    assert "shared_weights=True" in repr(loss) and loss.exp_sums() is not None  # GRACE's
+    loss.fit(*fit_views())
+    assert loss.exp_sums() is None  # one direction at a time once it weights
+
+
 @pytest.mark.parametrize("block_size", BLOCKS)
 def test_frozen_weights_held_between_steps(monkeypatch, block_size):
     f1, f2 = fit_views()

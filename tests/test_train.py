@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -183,6 +184,25 @@ def test_mixture_options_reach_the_mixture_from_config_and_command_line(
     assert status == 2 and "--min-beta-high" in err and len(err.strip().splitlines()) == 1
 
 
+def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
+    from pyg_progcl.train import build_loss
+    from pyg_progcl.train.cli import config_from_args
+
+    out = tmp_path / "shared.json"
+    argv = ["--schedule", "frozen", "--shared-weights", "true", "--output", str(out)]
+    status, _, err = run_main(capsys, "train", *TINY, *argv)
+    assert status == 0, err
+    saved = json.loads(out.read_text())["config"]
+    assert saved["shared_weights"] is True
+    args = argparse.Namespace(dataset=None, method=None, config=str(out))
+    loss = build_loss(config_from_args(args))
+    assert loss.shared_weights and loss.schedule == "frozen"
+    for bad, words in ((["--shared-weights", "maybe"], "--shared-weights"),
+                       (["--shared-weights", "true"], "shared_weights")):  # fmt: skip
+        status, _, err = run_main(capsys, "train", *TINY, *bad)
+        assert status == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_resume_refuses_another_config(small_graph, tmp_path):
     config = small_config(epochs=2, warmup_epochs=1, eval_every=0, probe_epochs=10)
     train_seed(config, small_graph, checkpoint_dir=tmp_path, progress=False)
@@ -198,8 +218,9 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
 
     config = small_config(epochs=10, warmup_epochs=6, eval_every=5, probe_epochs=30)
     variant = config.replace(
-        schedule="frozen", min_beta_high=1.01, mixture_weight_init=0.15, num_samples=1500
-    )
+        schedule="frozen", min_beta_high=1.01, mixture_weight_init=0.15, num_samples=1500,
+        shared_weights=True,
+    )  # fmt: skip
     _, loss_whole, whole = train_seed(variant, small_graph, seed=4, progress=False)
 
     def stop_at(stop):
@@ -236,8 +257,8 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
     assert branched["accuracy"] == whole["accuracy"]
     for p, q in zip(loss_whole.state_dict().values(), loss_branch.state_dict().values()):
         assert torch.equal(p, q)
-    changed = ("schedule", "min_beta_high", "mixture_weight_init", "num_samples")
-    note = {"epoch": 6, "from": dict(zip(changed, ("online", None, None, 2000)))}
+    changed = ("schedule", "min_beta_high", "mixture_weight_init", "num_samples", "shared_weights")
+    note = {"epoch": 6, "from": dict(zip(changed, ("online", None, None, 2000, False)))}
     assert branched["branched"] == [note]
     result = train(
         variant, small_graph, seeds=[4], checkpoint_dir=tmp_path / "branch_cli", resume=True,

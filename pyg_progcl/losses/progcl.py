@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive, check_views
+from .._checks import check_bool, check_choice, check_int, check_positive, check_views
 from ..mixture import BetaMixture
 from .base import ContrastiveLoss, _log_first_sum
 from .blockwise import KEEP_ELEMENTS, ExpSums
@@ -62,8 +63,9 @@ class ProGCLLoss(ContrastiveLoss):
       (Amazon-Photo: 234 MB) and recomputed block by block (one Gram product more per
       block) where not. The loss needs the same ``N`` nodes in the same order at every
       step (full-graph training). The reference code also floors :math:`\beta` of the
-      high-similarity component at 1.01 in its fit: pass
-      ``mixture=BetaMixture(min_beta_high=1.01)``.
+      high-similarity component at 1.01 in its fit (pass
+      ``mixture=BetaMixture(min_beta_high=1.01)``) and weights the second direction with
+      the first direction's matrix (``shared_weights=True``).
 
     With ``'online'``, negatives that become near-duplicates are classed as false
     negatives and lose their repulsion; on long runs this can let the encoder merge them
@@ -86,6 +88,12 @@ class ProGCLLoss(ContrastiveLoss):
         mixture: The :class:`BetaMixture` to use (default: the reference initialisation);
             one passed in already fitted is kept by ``'fit-once'`` and ``'frozen'``.
         schedule: ``'online'``, ``'fit-once'`` or ``'frozen'`` (see above).
+        shared_weights: With ``'frozen'``: weight the anchors of both views by the first
+            direction's matrix, index by index, as the reference code does: anchor
+            :math:`v_i`'s negatives :math:`u_k`, :math:`v_k` get
+            :math:`b(\theta(u_i, v_k))` instead of the pair's own
+            :math:`b(\theta(v_i, u_k))`. Its loss runs one direction at a time (no
+            one-pass row blocks).
         block_size, num_negatives: see :class:`ContrastiveLoss`.
     """
 
@@ -99,6 +107,7 @@ class ProGCLLoss(ContrastiveLoss):
         mix_eps: float = MIX_EPS,
         mixture: BetaMixture | None = None,
         schedule: str = "online",
+        shared_weights: bool = False,
         **kwargs,
     ):
         super().__init__(tau, **kwargs)
@@ -109,6 +118,12 @@ class ProGCLLoss(ContrastiveLoss):
         self.mix_eps = check_positive("mix_eps", mix_eps)
         self.mixture = BetaMixture() if mixture is None else mixture
         self.schedule = check_choice("schedule", schedule, SCHEDULES)
+        self.shared_weights = check_bool("shared_weights", shared_weights)
+        if shared_weights and schedule != "frozen":
+            raise ValueError(
+                "`shared_weights=True` reuses the frozen weight matrix of the reference code "
+                f"and needs schedule='frozen' (got {schedule!r})"
+            )
         # 'frozen': the unit-norm views of the fit (None before it; in the state_dict after)
         self.register_buffer("frozen_u", None)
         self.register_buffer("frozen_v", None)
@@ -212,20 +227,36 @@ class ProGCLLoss(ContrastiveLoss):
     def _block_log_hardness(self, block: NegativeBlock) -> tuple[Tensor, Tensor, Tensor]:
         """``(log b, Σ_k b over dim 1, Σ_k b over dim 0)`` of the block's stored inter-view
         matrix, detached; excluded entries hold ``-inf``. Computed once per block (once for
-        both dense directions: row sums serve one, column sums the other)."""
+        both dense directions: row sums serve one, column sums the other).
+
+        With ``shared_weights`` the pairs are those of view 0's anchors (``b(θ(u_i, v_k))``
+        for anchor ``i`` of either view), and the dense second direction reads the matrix
+        transposed."""
 
         def make() -> tuple[Tensor, Tensor, Tensor]:
             with torch.no_grad():
                 logits = block.native_inter
                 if self.frozen_u is not None:
                     u0, v0 = self._frozen_views(logits)
-                    logits = block.pairs.logits(u0, v0, self.tau)
+                    pairs = block.pairs
+                    if self.shared_weights:
+                        pairs = dataclasses.replace(pairs, view=0)
+                    logits = pairs.logits(u0, v0, self.tau)
                 b = self._hardness_of_logits(logits)
                 b.index_put_((block.rows(), block.excluded), b.new_zeros(()))
                 sums = b.sum(dim=1), b.sum(dim=0)
                 return b.log_(), *sums
 
-        return block.cached("log_hardness", make)
+        log_b, rows, cols = block.cached("log_hardness", make)
+        if self._reads_transposed(block):
+            return log_b.T, cols, rows
+        return log_b, rows, cols
+
+    def _reads_transposed(self, block: NegativeBlock) -> bool:
+        """Whether the block's ``b`` is the transpose of what its stored orientation holds:
+        the dense second direction with ``shared_weights`` (anchor ``v_i`` weighted by row
+        ``i`` of the first direction's matrix, which the shared cache holds)."""
+        return self.shared_weights and block.transposed and self.frozen_u is not None
 
     def _log_hardness(self, block: NegativeBlock) -> tuple[Tensor, Tensor, bool]:
         """``(log b, log mean_k b, shared)`` for the block's anchors (``log b`` in the stored
@@ -234,13 +265,14 @@ class ProGCLLoss(ContrastiveLoss):
         Weights are scale-free, so ``b`` stays exact in log space however small it is. An
         anchor whose ``b`` all underflowed (sum below ``2^24`` times the smallest normal
         float) gets uniform weights, i.e. GRACE's row; then ``shared`` is ``False`` and the
-        returned ``log b`` is a corrected copy.
+        returned ``log b`` is a corrected copy. (``shared``: the block's cached ``log b``,
+        whose products the dense directions may share; not so for a transposed read.)
         """
         log_b, *sums = self._block_log_hardness(block)
         sum_b = sums[1 - block.dim]
         small = sum_b < torch.finfo(sum_b.dtype).tiny * 2.0**24
         if not bool(small.any()):
-            return log_b, torch.log(sum_b / block.count), True
+            return log_b, torch.log(sum_b / block.count), not self._reads_transposed(block)
         anchors = small.unsqueeze(block.dim)
         log_b = torch.where(anchors, log_b.new_zeros(()), log_b)
         excluded = (block.rows(), block.excluded)
@@ -251,7 +283,7 @@ class ProGCLLoss(ContrastiveLoss):
     def exp_sums(self) -> ExpSums | None:
         if not self.fitted:
             return ExpSums((1.0,), _log_first_sum)
-        if self.mode == "mix":
+        if self.mode == "mix" or self.shared_weights:
             return None
         return ExpSums((1.0,), _log_weighted_sum, self._block_weights)
 
@@ -369,6 +401,8 @@ class ProGCLLoss(ContrastiveLoss):
                 opts["mix_eps"] = self.mix_eps
         if self.schedule != "online":
             opts["schedule"] = self.schedule
+        if self.shared_weights:
+            opts["shared_weights"] = True
         return opts
 
 

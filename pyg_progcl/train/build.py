@@ -85,8 +85,9 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
         extra["mixture"] = BetaMixture(**mixture)
     mode = config.method.split("-", 1)[1]
     return ProGCLLoss(
-        mode=mode, num_mix=config.num_mix, schedule=config.schedule, **extra, **common
-    )
+        mode=mode, num_mix=config.num_mix, schedule=config.schedule,
+        shared_weights=config.shared_weights, **extra, **common,
+    )  # fmt: skip
 
 
 def seed_everything(seed: int) -> None:

@@ -24,7 +24,9 @@ _RESUME_FREE = {"eval_every", "diagnose_every"}
 #: Config fields that act only after the warm-up (ProGCL's fit schedule and mixture): a
 #: checkpoint written within the warm-up resumes under other values of them, so that
 #: variants branch from one shared warm-up (each from a copy of ``seed{s}_warmup.pt``).
-_AFTER_WARMUP = {"schedule", "min_beta_high", "mixture_weight_init", "num_samples"}
+_AFTER_WARMUP = {
+    "schedule", "min_beta_high", "mixture_weight_init", "num_samples", "shared_weights",
+}  # fmt: skip
 
 
 def rng_state() -> dict[str, Any]:

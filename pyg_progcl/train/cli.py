@@ -41,6 +41,8 @@ _FIELD_HELP = {
     "schedule": "ProGCL: online (refit every epoch), fit-once, or frozen (the papers' code)",
     "min_beta_high": "ProGCL: floor of the high-similarity component's beta (reference code: "
     "1.01; default none)",
+    "shared_weights": "ProGCL with --schedule frozen: weight the second direction by the first's "
+    "matrix, as the papers' code does (true / false; default false)",
     "mixture_weight_init": "ProGCL: initial weight of the high-similarity component (default 0.05)",
     "num_mix": "ProGCL-mix: negatives mixed per anchor",
     "block_size": "row block of the loss (none: automatic)",
@@ -68,9 +70,17 @@ def _optional(kind: type, what: str):
     return parse
 
 
+def _boolean(text: str) -> bool:
+    """An argparse type: ``true`` / ``false`` (also ``yes`` / ``no``, ``1`` / ``0``)."""
+    value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if text.lower() not in value:
+        raise argparse.ArgumentTypeError(f"expected true or false (got {text!r})")
+    return value[text.lower()]
+
+
 #: argparse types of the config fields, by annotation
 FIELD_TYPES = {
-    "float": float, "int": int, "str": str,
+    "float": float, "int": int, "str": str, "bool": _boolean,
     "Optional[int]": _optional(int, "an integer"),
     "Optional[float]": _optional(float, "a number"),
 }  # fmt: skip
