@@ -46,18 +46,17 @@ SCHEDULE_LABELS = {
 MIXTURE_LABELS = {"min_beta_high": "β ≥ {:g}", "mixture_weight_init": "initial w = {:g}"}
 
 
-#: How a run's label names ``shared_weights`` (the reference code's second direction).
-SHARED_LABEL = "second direction weighted by the first's matrix"
+#: How a run's label names the frozen schedule with ``shared_weights`` (the reference code).
+SHARED_LABEL = "reference schedule: the first direction's frozen weights for both"
 
 
 def _label(run: dict) -> str:
     """``method``, or ``method (variant)`` for a variant, a non-default fit schedule or
     non-default mixture options (joined by ``, ``)."""
     config = run["config"]
-    parts = [run.get("variant") or SCHEDULE_LABELS.get(config.get("schedule"))]
+    schedule = SHARED_LABEL if config.get("shared_weights") else None
+    parts = [run.get("variant") or schedule or SCHEDULE_LABELS.get(config.get("schedule"))]
     parts += [f.format(config[k]) for k, f in MIXTURE_LABELS.items() if config.get(k) is not None]
-    if config.get("shared_weights"):
-        parts.append(SHARED_LABEL)
     parts = [p for p in parts if p]
     return run["method"] + (f" ({', '.join(parts)})" if parts else "")
 

@@ -59,7 +59,14 @@ METHODS = {
     "progcl-mix": lambda tau, bs: ProGCLLoss(tau, "mix", block_size=bs),
     # the reference code's schedule: weights from the first fit's views (fitted at step 1)
     "progcl-frozen": lambda tau, bs: ProGCLLoss(tau, "weight", block_size=bs, schedule="frozen"),
+    # ... with the second direction weighted by the first's matrix (one direction at a time)
+    "progcl-shared": lambda tau, bs: ProGCLLoss(
+        tau, "weight", block_size=bs, schedule="frozen", shared_weights=True
+    ),
 }
+
+#: Rows run only when ``--methods`` names them (the reference code's variants).
+ON_REQUEST = ("progcl-frozen", "progcl-shared")
 
 
 def machine(device: str = "cpu") -> str:
@@ -255,7 +262,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--datasets", nargs="+", default=["Cora", "Amazon-Photo"])
     p.add_argument(
-        "--methods", nargs="+", default=[m for m in METHODS if m != "progcl-frozen"],
+        "--methods", nargs="+", default=[m for m in METHODS if m not in ON_REQUEST],
         choices=list(METHODS),
     )  # fmt: skip
     p.add_argument("--block-sizes", nargs="+", default=["auto"], help="'auto' and/or integers")

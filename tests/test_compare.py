@@ -97,10 +97,12 @@ def test_mixture_options_are_settings_of_their_own(compare, tmp_path):
     (tmp_path / "init.json").write_text(json.dumps(run))
     (loaded,) = compare.load_runs(tmp_path / "init.json")
     assert loaded["key"][1] == "progcl-weight (initial w = 0.15)"
-    run["config"].update(schedule="frozen", mixture_weight_init=None, shared_weights=True)
+    run["config"].update(
+        schedule="frozen", min_beta_high=1.01, mixture_weight_init=None, shared_weights=True
+    )
     (tmp_path / "shared.json").write_text(json.dumps(run))
     (loaded,) = compare.load_runs(tmp_path / "shared.json")
-    assert loaded["key"][1] == f"progcl-weight ({frozen}, {compare.SHARED_LABEL})"
+    assert loaded["key"][1] == f"progcl-weight ({compare.SHARED_LABEL}, β ≥ 1.01)"
 
 
 def test_a_progcl_baseline_is_refused(compare, tmp_path, capsys):

@@ -203,6 +203,46 @@ def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
         assert status == 2 and words in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_checkpoints_of_older_versions_resume(small_graph, tmp_path):
+    """A config field added since the checkpoint was written takes its default, as it did
+    in the run that wrote it (``shared_weights`` is the first whose default is not None)."""
+    config = small_config(epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=10)
+    _, _, whole = train_seed(config, small_graph, progress=False)
+
+    def stop_at_5(epoch, info):
+        if epoch == 5:
+            raise _InterruptError
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(_InterruptError):
+        train_seed(
+            config, small_graph, checkpoint_dir=ckpt, checkpoint_every=4, progress=False,
+            callback=stop_at_5,
+        )  # fmt: skip
+    payload = torch.load(ckpt / "seed0.pt", weights_only=True)
+    assert payload["epoch"] == 4  # past the warm-up: no other config may resume it
+    del payload["config"]["shared_weights"]
+    torch.save(payload, ckpt / "seed0.pt")
+    _, _, resumed = train_seed(
+        config, small_graph, checkpoint_dir=ckpt, resume=True, progress=False
+    )
+    assert resumed["losses"] == whole["losses"] and "branched" not in resumed
+
+
+def test_unreadable_checkpoints_are_one_line_errors(capsys, tmp_path):
+    cases = {
+        "garbage": (lambda p: p.write_bytes(b"\x00not a checkpoint" * 10), "not a readable"),
+        "tensor": (lambda p: torch.save(torch.ones(2), p), "a Tensor"),
+        "no_config": (lambda p: torch.save({"format": 1}, p), "no config"),
+    }
+    for name, (write, words) in cases.items():
+        (tmp_path / name).mkdir()
+        write(tmp_path / name / "seed0.pt")
+        argv = ["--checkpoint", str(tmp_path / name), "--resume"]
+        status, _, err = run_main(capsys, "train", *TINY, *argv)
+        assert status == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_resume_refuses_another_config(small_graph, tmp_path):
     config = small_config(epochs=2, warmup_epochs=1, eval_every=0, probe_epochs=10)
     train_seed(config, small_graph, checkpoint_dir=tmp_path, progress=False)

@@ -5,6 +5,7 @@ to stop after the running epoch."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -104,20 +105,36 @@ def stop_requests(enabled: bool):
 
 
 def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    """The checkpoint at ``path`` if ``config`` may resume from it, else a ``ValueError``.
+
+    Fields that the checkpoint's config lacks (written before they existed) take their
+    defaults, as they did in the run that wrote it.
+    """
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError:
+        raise
+    except Exception as exc:  # truncated, foreign or not a torch file
+        kind = type(exc).__name__  # (torch's messages run over several lines)
+        raise ValueError(f"{path} is not a readable pyg_progcl checkpoint ({kind})") from None
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path} is not a pyg_progcl checkpoint (a {type(payload).__name__})")
     if payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (format {payload.get('format')})")
-    saved, current = payload["config"], config.to_dict()
-    diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
-    in_warmup = payload["epoch"] <= saved.get("warmup_epochs", 0)
+    if not isinstance(payload.get("config"), dict):
+        raise ValueError(f"{path} is not a pyg_progcl checkpoint (no config)")
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    saved, current = {**defaults, **payload["config"]}, config.to_dict()
+    diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
+    in_warmup = payload["epoch"] <= saved["warmup_epochs"]
     if diff and not (in_warmup and set(diff) <= _AFTER_WARMUP):
-        detail = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
+        detail = ", ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in diff)
         raise ValueError(
             f"cannot resume from {path}: it was written with another config ({detail}); "
             "use another checkpoint folder or drop --resume (within the warm-up, only "
             f"{', '.join(sorted(_AFTER_WARMUP))} may differ)"
         )
-    payload["branched_from"] = {k: saved.get(k) for k in diff}
+    payload["branched_from"] = {k: saved[k] for k in diff}
     return payload
 
 

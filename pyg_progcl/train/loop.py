@@ -106,9 +106,9 @@ def train_seed(
         resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
             there is one (it must have the same config, except that one written within
             the warm-up may differ in the fields that act only after it: schedule,
-            mixture options, ``num_samples``; to branch, copy ``seed{seed}_warmup.pt``
-            into a new folder as ``seed{seed}.pt``). The result equals an uninterrupted
-            run's.
+            mixture options, ``num_samples``, ``shared_weights``; to branch, copy
+            ``seed{seed}_warmup.pt`` into a new folder as ``seed{seed}.pt``). The result
+            equals an uninterrupted run's.
         progress: Show a tqdm progress bar and evaluation lines.
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
