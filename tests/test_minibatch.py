@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_train import _InterruptError, stop_at
 from torch_geometric.nn import SAGEConv
 
 import pyg_progcl.minibatch as mb
@@ -363,18 +364,11 @@ def test_trainer_minibatch_resume_equals_uninterrupted(graph, tmp_path):
     )  # fmt: skip
     _, _, rec_a = train_seed(config, graph, seed=1, progress=False)
 
-    class StopError(Exception):
-        pass
-
-    def stop_at_5(epoch, info):
-        if epoch == 5:
-            raise StopError
-
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(StopError):
+    with pytest.raises(_InterruptError):
         train_seed(
             config, graph, seed=1, checkpoint_dir=ckpt, checkpoint_every=2, progress=False,
-            callback=stop_at_5,
+            callback=stop_at(5),
         )  # fmt: skip
     _, _, rec_b = train_seed(
         config, graph, seed=1, checkpoint_dir=ckpt, checkpoint_every=2, resume=True,

@@ -83,6 +83,16 @@ class _InterruptError(Exception):
     pass
 
 
+def stop_at(stop: int):
+    """A training callback that interrupts the run after epoch ``stop`` (and its checkpoint)."""
+
+    def callback(epoch, info):
+        if epoch == stop:
+            raise _InterruptError
+
+    return callback
+
+
 @pytest.mark.parametrize("schedule,fits_by_6", [("online", 2), ("frozen", 1)])
 def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6):
     config = small_config(
@@ -90,15 +100,11 @@ def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6)
     )
     model_a, loss_a, rec_a = train_seed(config, small_graph, seed=3, progress=False)
 
-    def stop_at_8(epoch, info):
-        if epoch == 8:
-            raise _InterruptError
-
     ckpt = tmp_path / "ckpt"
     with pytest.raises(_InterruptError):
         train_seed(
             config, small_graph, seed=3, checkpoint_dir=ckpt, checkpoint_every=3,
-            progress=False, callback=stop_at_8,
+            progress=False, callback=stop_at(8),
         )  # fmt: skip
     saved = torch.load(ckpt / "seed3.pt", weights_only=True)
     assert saved["epoch"] == 6 and saved["loss"]["mixture.num_fits"] == fits_by_6  # epochs 5, 6
@@ -209,15 +215,11 @@ def test_checkpoints_of_older_versions_resume(small_graph, tmp_path):
     config = small_config(epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=10)
     _, _, whole = train_seed(config, small_graph, progress=False)
 
-    def stop_at_5(epoch, info):
-        if epoch == 5:
-            raise _InterruptError
-
     ckpt = tmp_path / "ckpt"
     with pytest.raises(_InterruptError):
         train_seed(
             config, small_graph, checkpoint_dir=ckpt, checkpoint_every=4, progress=False,
-            callback=stop_at_5,
+            callback=stop_at(5),
         )  # fmt: skip
     payload = torch.load(ckpt / "seed0.pt", weights_only=True)
     assert payload["epoch"] == 4  # past the warm-up: no other config may resume it
@@ -262,13 +264,6 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
         shared_weights=True,
     )  # fmt: skip
     _, loss_whole, whole = train_seed(variant, small_graph, seed=4, progress=False)
-
-    def stop_at(stop):
-        def callback(epoch, info):
-            if epoch == stop:
-                raise _InterruptError
-
-        return callback
 
     shared = tmp_path / "shared"
     with pytest.raises(_InterruptError):  # the default variant, past its warm-up
