@@ -110,9 +110,25 @@ def test_shared_weights_need_the_frozen_schedule():
     with pytest.raises(ValueError, match="`shared_weights` must be True or False"):
         ProGCLLoss(schedule="frozen", shared_weights="yes")
     loss = ProGCLLoss(schedule="frozen", shared_weights=True)
-    assert "shared_weights=True" in repr(loss) and loss.exp_sums() is not None  # GRACE's
-    loss.fit(*fit_views())
-    assert loss.exp_sums() is None  # one direction at a time once it weights
+    assert "shared_weights=True" in repr(loss) and loss.exp_sums().weight is None  # GRACE's
+
+
+@pytest.mark.parametrize("block_size,keep", [(None, True), (7, True), (7, False)])
+def test_shared_weights_run_on_the_one_pass_engine(monkeypatch, block_size, keep):
+    """Both directions from one pass: the column sums (v anchors) take a second matrix
+    (kept for backward, or recomputed where the kept matrices would exceed the budget)."""
+    import pyg_progcl.losses.blockwise as blockwise
+
+    if not keep:
+        monkeypatch.setattr(blockwise, "KEEP_ELEMENTS", 0)
+        monkeypatch.setattr(progcl, "KEEP_ELEMENTS", 0)
+    calls = []
+    engine = blockwise.blockwise_loss
+    monkeypatch.setattr(blockwise, "blockwise_loss", lambda *a: calls.append(a) or engine(*a))
+    f1, f2 = fit_views()
+    loss = frozen_loss(f1, f2, block_size=block_size, shared_weights=True)
+    assert_matches(loss, _shared_reference(loss.mixture, (f1, f2)), *views())
+    assert len(calls) == 1 and calls[0][3].column_weight is not None
 
 
 @pytest.mark.parametrize("block_size", BLOCKS)

@@ -50,11 +50,15 @@ class ExpSums:
         weight: ``weight(logits, out, rows)``: detached ``[B, N]`` weights of the block of
             shifted inter-view logits ``u[rows]·vᵀ``, written to ``out`` if given (the
             excluded entries are zeroed by the caller); ``None``: all weights are 1.
+        column_weight: Like ``weight``, the weights of the column sums (the ``v``
+            anchors), where they differ from the row sums' (``[i, k]``: anchor ``v_k``'s
+            weight of the negatives ``u_i``, ``v_i``); single-scale losses only.
     """
 
     scales: tuple[float, ...]
     combine: Combine
     weight: Optional[Callable[[Tensor, Optional[Tensor], slice], Tensor]] = None
+    column_weight: Optional[Callable[[Tensor, Optional[Tensor], slice], Tensor]] = None
 
     def fits(self, tau: float) -> bool:
         """Whether every ``e^{s·logit}`` is a normal float32 (shifted logits are ≥ -2/τ)."""
@@ -120,7 +124,7 @@ class _Blocks:
         tau: float,
         spec: ExpSums,
         work: _Workspace,
-        w: Optional[Tensor] = None,
+        weights: Optional[tuple] = None,
         uv_exp: Optional[Tensor] = None,
         fresh_uv: bool = False,
         fresh_w: bool = False,
@@ -137,11 +141,22 @@ class _Blocks:
             self.uv = self._masked(torch.addmm(shift, us, v.T, out=out))
         self.uu = self._masked(torch.addmm(shift, us, u.T, out=work.take("uu", len(rows))))
         self.vv = self._masked(torch.addmm(shift, vs, v.T, out=work.take("vv", len(rows))))
-        self.w = w
-        if w is None and spec.weight is not None:
-            out = work.fresh(len(rows)) if fresh_w else work.take("w", len(rows))
-            w = spec.weight(self.uv, out, slice(start, stop))
-            self.w = w.index_put_(self.diag, u.new_zeros(()))
+        self.w, self.w2 = weights or (None, None)
+        if weights is None:
+            self.w = self._weights(spec.weight, "w", start, stop, fresh_w)
+            self.w2 = self._weights(spec.column_weight, "w2", start, stop, fresh_w)
+
+    def _weights(self, weight, role: str, start: int, stop: int, fresh: bool):
+        if weight is None:
+            return None
+        out = self.work.fresh(stop - start) if fresh else self.work.take(role, stop - start)
+        w = weight(self.uv, out, slice(start, stop))
+        return w.index_put_(self.diag, w.new_zeros(()))
+
+    @property
+    def weights(self) -> tuple:
+        """``(w, w2)``: the row sums' and (``None``: the same) the column sums' weights."""
+        return self.w, self.w2
 
     def _masked(self, logits: Tensor) -> Tensor:
         return logits.index_put_(self.diag, logits.new_tensor(float("-inf")))
@@ -150,7 +165,8 @@ class _Blocks:
         """``w·e^{s·logit}`` of the three blocks for each scale ``s`` (the last scale
         overwrites the logits), and with ``sums`` their ``[scales, B]`` row sums (``uv``,
         ``uu``: the ``u`` anchors) and ``[scales, N]`` column sums (``uv``, ``vv``: the ``v``
-        anchors); one chain of passes per cache-sized row chunk."""
+        anchors); one chain of passes per cache-sized row chunk. With column weights
+        ``w2`` the ``uv`` block's exponentials stay unweighted (each sum weights its own)."""
         mats = (self.uv, self.uu, self.vv)
         last = len(scales) - 1
         rows = self.uv.size(0)
@@ -171,6 +187,15 @@ class _Blocks:
                     elif j != last:
                         e.copy_(logits[rows])
                     e.exp_()
+                    if self.w2 is not None and k != 1:
+                        if k == 2:
+                            e.mul_(self.w2[rows])
+                        elif sums:  # the uv block: unweighted, each sum weights its own
+                            su[j, rows] += torch.mul(e, self.w[rows]).sum(1)
+                            sv[j] += torch.mul(e, self.w2[rows]).sum(0)
+                        if sums and k == 2:
+                            sv[j] += e.sum(0)
+                        continue
                     if self.w is not None:
                         e.mul_(self.w[rows])
                     if sums and k < 2:
@@ -188,10 +213,11 @@ class _Blockwise(torch.autograd.Function):
         su, sv = u.new_zeros(num, n), u.new_zeros(num, n)
         wu, wv = u.new_zeros(n), u.new_zeros(n)
         kept, weights, uv_exps = [], [], []
-        weighted = spec.weight is not None
+        weighted = (spec.weight is not None) + (spec.column_weight is not None)
         blocked = block_size < n
-        keep_weights = blocked and weighted and n * n <= KEEP_ELEMENTS
-        keep_uv = blocked and len(spec.scales) == 1 and (1 + weighted) * n * n <= KEEP_ELEMENTS
+        keep_weights = blocked and weighted and weighted * n * n <= KEEP_ELEMENTS
+        single = len(spec.scales) == 1 and spec.column_weight is None  # kept: w·e^{uv}
+        keep_uv = blocked and single and (1 + weighted) * n * n <= KEEP_ELEMENTS
         work = _Workspace(u, pool)
         for start in range(0, n, block_size):
             stop = min(start + block_size, n)
@@ -200,18 +226,20 @@ class _Blockwise(torch.autograd.Function):
             )
             if blocks.w is not None:
                 wu[start:stop] = blocks.w.sum(1)
-                wv += blocks.w.sum(0)
+                wv += (blocks.w if blocks.w2 is None else blocks.w2).sum(0)
                 if keep_weights:
-                    weights.append(blocks.w)
+                    weights.append(blocks.weights)
             exps, su[:, start:stop], block_sv = blocks.exps(spec.scales, sums=True)
             sv += block_sv
             if keep_uv:
                 uv_exps.append(exps[0][0])
             if block_size >= n:  # one block: keep it for backward instead of recomputing
                 kept = exps
-        if kept:  # one block: its exponentials stay for backward, its weights do not
+                if blocks.w2 is not None:  # unweighted uv exponentials: both weights stay
+                    weights.append(blocks.weights)
+        if kept and not weights:  # one block: its exponentials stay, its weights do not
             work.release("w")
-        else:
+        elif not kept:
             work.release()
         tiny = torch.finfo(u.dtype).tiny * 2.0**24
         if spec.weight is not None and bool((torch.minimum(wu, wv) < tiny).any()):
@@ -239,14 +267,16 @@ class _Blockwise(torch.autograd.Function):
         work = _Workspace(u, ctx.work.pool)
         for index, start in enumerate(range(0, n, ctx.block_size)):
             stop = min(start + ctx.block_size, n)
-            w = ctx.weights[index] if ctx.weights else None
+            w = ctx.weights[index] if ctx.weights else None  # (w, w2)
             uv_exp = ctx.uv_exps[index] if ctx.uv_exps else None
             for held in (ctx.weights, ctx.uv_exps):  # release the kept matrices block by block
                 if held:
                     held[index] = None
             blocks = None if ctx.kept else _Blocks(u, v, start, stop, tau, spec, work, w, uv_exp)
             exps = ctx.kept or blocks.exps(spec.scales)
-            g_uv, g_uu, g_vv = _logit_grads(exps, spec.scales, g_su[:, start:stop], g_sv)
+            col = w if ctx.kept else blocks.weights  # the uv weights, where unweighted
+            col = col if col is not None and col[1] is not None else None
+            g_uv, g_uu, g_vv = _logit_grads(exps, spec.scales, g_su[:, start:stop], g_sv, col)
             if stop - start == n:  # one block: the intra-view grads act through a symmetric matrix
                 sym = work.take("sym", n)
                 du += g_uv @ v + torch.add(g_uu, g_uu.T, out=sym) @ u
@@ -256,24 +286,33 @@ class _Blockwise(torch.autograd.Function):
                 du += g_uu.T @ u[start:stop]
                 dv += (g_uv.T @ u[start:stop]).add_(g_vv.T @ v[start:stop])
                 dv[start:stop] += g_vv @ v
-            work.pool.give((w, uv_exp))
+            if not ctx.kept:
+                work.pool.give((*(w or ()), uv_exp))
         work.release()
         ctx.work.release()  # (one block: the forward's matrices)
         ctx.kept, ctx.weights, ctx.uv_exps = [], [], []
         return du, dv, None, None, None, None
 
 
-def _logit_grads(exps, scales, g_su: Tensor, g_sv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _logit_grads(
+    exps, scales, g_su: Tensor, g_sv: Tensor, uv_weights: Optional[tuple] = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """``∂J/∂(x·y)`` of the three blocks, ``Σ_j s_j w e^{s_j·logit} ∂J/∂S_j`` (in place of the
     first scale's exponentials), where a ``uv`` entry feeds a row sum (its ``u`` anchor)
-    and a column sum (its ``v`` anchor)."""
+    and a column sum (its ``v`` anchor); ``uv_weights = (w, w2)`` weight the two for
+    unweighted ``uv`` exponentials (column weights)."""
     g_su = g_su * g_su.new_tensor(scales).unsqueeze(1)
     g_sv = g_sv * g_sv.new_tensor(scales).unsqueeze(1)
     out = exps[0]
     for rows in row_chunks(out[0]):
         for j, (e_uv, e_uu, e_vv) in enumerate(exps):
             gu, gv = g_su[j, rows].unsqueeze(1), g_sv[j].unsqueeze(0)
-            terms = (e_uv[rows].mul_(gu + gv), e_uu[rows].mul_(gu), e_vv[rows].mul_(gv))
+            g = (
+                gu + gv
+                if uv_weights is None
+                else uv_weights[0][rows] * gu + uv_weights[1][rows] * gv
+            )
+            terms = (e_uv[rows].mul_(g), e_uu[rows].mul_(gu), e_vv[rows].mul_(gv))
             if j:
                 for acc, term in zip(out, terms):
                     acc[rows] += term

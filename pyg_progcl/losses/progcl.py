@@ -92,10 +92,9 @@ class ProGCLLoss(ContrastiveLoss):
             direction's matrix, index by index, as the reference code does: anchor
             :math:`v_i`'s negatives :math:`u_k`, :math:`v_k` get
             :math:`b(\theta(u_i, v_k))` instead of the pair's own
-            :math:`b(\theta(v_i, u_k))`. Its loss runs one direction at a time (no
-            one-pass row blocks): measured 1.90x GRACE's step on Cora and 2.33x on
-            Amazon-Photo, against 0.98x / 1.02x without it (benchmarks/results/
-            speed_shared.md); at 200 epochs it changed no accuracy measurably.
+            :math:`b(\theta(v_i, u_k))`. The one-pass row blocks then weight their
+            column sums with a second matrix; at 200 epochs it changed no accuracy
+            measurably.
         block_size, num_negatives: see :class:`ContrastiveLoss`.
     """
 
@@ -285,24 +284,30 @@ class ProGCLLoss(ContrastiveLoss):
     def exp_sums(self) -> ExpSums | None:
         if not self.fitted:
             return ExpSums((1.0,), _log_first_sum)
-        if self.mode == "mix" or self.shared_weights:
+        if self.mode == "mix":
             return None
+        if self.shared_weights:  # the v anchors' rows of the first direction's matrix
+            columns = functools.partial(self._block_weights, view=1)
+            return ExpSums((1.0,), _log_weighted_sum, self._block_weights, columns)
         return ExpSums((1.0,), _log_weighted_sum, self._block_weights)
 
     def _frozen_views(self, like: Tensor) -> tuple[Tensor, Tensor]:
         return self.frozen_u.to(like), self.frozen_v.to(like)
 
-    def _block_weights(self, logits: Tensor, out: Tensor | None, rows: slice) -> Tensor:
+    def _block_weights(
+        self, logits: Tensor, out: Tensor | None, rows: slice, view: int = 0
+    ) -> Tensor:
         """``b`` of the inter-view block ``u[rows]·vᵀ``: from its current shifted
         ``logits``, or with ``'frozen'`` from the stored views' (held between steps while
-        all held blocks fit ``KEEP_ELEMENTS``; the caller may overwrite what it gets)."""
+        all held blocks fit ``KEEP_ELEMENTS``; the caller may overwrite what it gets).
+        ``view=1`` (``shared_weights``' column sums): ``b`` of the stored ``v[rows]·uᵀ``."""
         if self.frozen_u is None:
             return self._hardness_of_logits(logits, out)
-        key = (rows.start, rows.stop, logits.dtype, logits.device)
+        key = (rows.start, rows.stop, view, logits.dtype, logits.device)
         held = self._frozen_weights
         if key in held:
             return held[key].clone() if out is None else out.copy_(held[key])
-        logits = Pairs(rows=rows).logits(*self._frozen_views(logits), self.tau, out)
+        logits = Pairs(view, rows).logits(*self._frozen_views(logits), self.tau, out)
         b = self._hardness_of_logits(logits, out)
         if sum(t.numel() for t in held.values()) + b.numel() <= KEEP_ELEMENTS:
             held[key] = b.clone()
