@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -70,8 +69,7 @@ EVALUATION = ("protocol", "split", "probe_epochs")
 
 def _setting(config: dict) -> dict:
     """The config with defaults for fields older files lack, less :data:`NOT_A_SETTING`."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    full = {**defaults, **config}
+    full = {**TrainConfig.defaults(), **config}
     return {k: v for k, v in full.items() if k not in NOT_A_SETTING}
 
 

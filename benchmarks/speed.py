@@ -59,7 +59,7 @@ METHODS = {
     "progcl-mix": lambda tau, bs: ProGCLLoss(tau, "mix", block_size=bs),
     # the reference code's schedule: weights from the first fit's views (fitted at step 1)
     "progcl-frozen": lambda tau, bs: ProGCLLoss(tau, "weight", block_size=bs, schedule="frozen"),
-    # ... with the second direction weighted by the first's matrix (one direction at a time)
+    # ... with the second direction weighted by the first's matrix (shared_weights)
     "progcl-shared": lambda tau, bs: ProGCLLoss(
         tau, "weight", block_size=bs, schedule="frozen", shared_weights=True
     ),

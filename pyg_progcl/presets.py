@@ -39,7 +39,6 @@ from dataclasses import dataclass, fields
 from typing import Any, Optional, Union
 
 from ._checks import (
-    check_bool,
     check_choice,
     check_int,
     check_nonnegative,
@@ -48,7 +47,7 @@ from ._checks import (
 )
 from .datasets import canonical_name
 from .encoders import ACTIVATIONS
-from .losses.progcl import SCHEDULES
+from .losses.progcl import SCHEDULES, check_shared_weights
 
 __all__ = [
     "AUGMENTATIONS",
@@ -193,12 +192,7 @@ class TrainConfig:
                 "`schedule='frozen'` keeps per-node views of the whole graph and needs "
                 f"full-graph training (`batch_size=None`, got {self.batch_size})"
             )
-        self.shared_weights = check_bool("shared_weights", self.shared_weights)
-        if self.shared_weights and self.schedule != "frozen":
-            raise ValueError(
-                "`shared_weights` reuses the reference code's frozen weight matrix and needs "
-                f"`schedule='frozen'` (got {self.schedule!r})"
-            )
+        check_shared_weights(self.shared_weights, self.schedule)
         if self.min_beta_high is not None:
             self.min_beta_high = check_positive("min_beta_high", self.min_beta_high)
         if self.mixture_weight_init is not None:
@@ -216,6 +210,11 @@ class TrainConfig:
         check_nonnegative("beta", self.beta)
         check_choice("protocol", self.protocol, ("gca", "grace"))
         check_choice("split", self.split, ("random", "public"))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every field's default (what a config written before a field existed had)."""
+        return {f.name: f.default for f in fields(cls)}
 
     def to_dict(self) -> dict[str, Any]:
         """All fields as a plain (JSON-serialisable) dict."""

@@ -143,10 +143,10 @@ class _Blocks:
         self.vv = self._masked(torch.addmm(shift, vs, v.T, out=work.take("vv", len(rows))))
         self.w, self.w2 = weights or (None, None)
         if weights is None:
-            self.w = self._weights(spec.weight, "w", start, stop, fresh_w)
-            self.w2 = self._weights(spec.column_weight, "w2", start, stop, fresh_w)
+            self.w = self._weight_matrix(spec.weight, "w", start, stop, fresh_w)
+            self.w2 = self._weight_matrix(spec.column_weight, "w2", start, stop, fresh_w)
 
-    def _weights(self, weight, role: str, start: int, stop: int, fresh: bool):
+    def _weight_matrix(self, weight, role: str, start: int, stop: int, fresh: bool):
         if weight is None:
             return None
         out = self.work.fresh(stop - start) if fresh else self.work.take(role, stop - start)
@@ -168,6 +168,7 @@ class _Blocks:
         anchors); one chain of passes per cache-sized row chunk. With column weights
         ``w2`` the ``uv`` block's exponentials stay unweighted (each sum weights its own)."""
         mats = (self.uv, self.uu, self.vv)
+        w_rows, w_cols = self.w, self.w if self.w2 is None else self.w2
         last = len(scales) - 1
         rows = self.uv.size(0)
         exps = [
@@ -187,17 +188,14 @@ class _Blocks:
                     elif j != last:
                         e.copy_(logits[rows])
                     e.exp_()
-                    if self.w2 is not None and k != 1:
-                        if k == 2:
-                            e.mul_(self.w2[rows])
-                        elif sums:  # the uv block: unweighted, each sum weights its own
-                            su[j, rows] += torch.mul(e, self.w[rows]).sum(1)
-                            sv[j] += torch.mul(e, self.w2[rows]).sum(0)
-                        if sums and k == 2:
-                            sv[j] += e.sum(0)
+                    if k == 0 and self.w2 is not None:  # uv unweighted: each sum weights it
+                        if sums:
+                            su[j, rows] += torch.mul(e, w_rows[rows]).sum(1)
+                            sv[j] += torch.mul(e, w_cols[rows]).sum(0)
                         continue
-                    if self.w is not None:
-                        e.mul_(self.w[rows])
+                    weight = w_cols if k == 2 else w_rows
+                    if weight is not None:
+                        e.mul_(weight[rows])
                     if sums and k < 2:
                         su[j, rows] += e.sum(1)
                     if sums and k != 1:
@@ -274,9 +272,12 @@ class _Blockwise(torch.autograd.Function):
                     held[index] = None
             blocks = None if ctx.kept else _Blocks(u, v, start, stop, tau, spec, work, w, uv_exp)
             exps = ctx.kept or blocks.exps(spec.scales)
-            col = w if ctx.kept else blocks.weights  # the uv weights, where unweighted
-            col = col if col is not None and col[1] is not None else None
-            g_uv, g_uu, g_vv = _logit_grads(exps, spec.scales, g_su[:, start:stop], g_sv, col)
+            uv_weights = None  # (w, w2) where the uv exponentials are unweighted
+            if spec.column_weight is not None:
+                uv_weights = w if ctx.kept else blocks.weights
+            g_uv, g_uu, g_vv = _logit_grads(
+                exps, spec.scales, g_su[:, start:stop], g_sv, uv_weights
+            )
             if stop - start == n:  # one block: the intra-view grads act through a symmetric matrix
                 sym = work.take("sym", n)
                 du += g_uv @ v + torch.add(g_uu, g_uu.T, out=sym) @ u
@@ -286,7 +287,7 @@ class _Blockwise(torch.autograd.Function):
                 du += g_uu.T @ u[start:stop]
                 dv += (g_uv.T @ u[start:stop]).add_(g_vv.T @ v[start:stop])
                 dv[start:stop] += g_vv @ v
-            if not ctx.kept:
+            if not ctx.kept:  # (one block: its matrices go back with ctx.work below)
                 work.pool.give((*(w or ()), uv_exp))
         work.release()
         ctx.work.release()  # (one block: the forward's matrices)

@@ -30,6 +30,17 @@ MIX_EPS = 1e-8
 SCHEDULES = ("online", "fit-once", "frozen")
 
 
+def check_shared_weights(shared_weights, schedule: str) -> bool:
+    """Checks ``shared_weights`` is a bool, and ``True`` only with ``schedule='frozen'``."""
+    check_bool("shared_weights", shared_weights)
+    if shared_weights and schedule != "frozen":
+        raise ValueError(
+            "`shared_weights=True` reuses the frozen weight matrix of the reference code "
+            f"and needs schedule='frozen' (got {schedule!r})"
+        )
+    return shared_weights
+
+
 class ProGCLLoss(ContrastiveLoss):
     r"""ProGCL-weight and ProGCL-mix on GRACE's InfoNCE.
 
@@ -120,12 +131,7 @@ class ProGCLLoss(ContrastiveLoss):
         self.mix_eps = check_positive("mix_eps", mix_eps)
         self.mixture = BetaMixture() if mixture is None else mixture
         self.schedule = check_choice("schedule", schedule, SCHEDULES)
-        self.shared_weights = check_bool("shared_weights", shared_weights)
-        if shared_weights and schedule != "frozen":
-            raise ValueError(
-                "`shared_weights=True` reuses the frozen weight matrix of the reference code "
-                f"and needs schedule='frozen' (got {schedule!r})"
-            )
+        self.shared_weights = check_shared_weights(shared_weights, schedule)
         # 'frozen': the unit-norm views of the fit (None before it; in the state_dict after)
         self.register_buffer("frozen_u", None)
         self.register_buffer("frozen_v", None)
@@ -258,7 +264,7 @@ class ProGCLLoss(ContrastiveLoss):
         """Whether the block's ``b`` is the transpose of what its stored orientation holds:
         the dense second direction with ``shared_weights`` (anchor ``v_i`` weighted by row
         ``i`` of the first direction's matrix, which the shared cache holds)."""
-        return self.shared_weights and block.transposed and self.frozen_u is not None
+        return self.shared_weights and block.transposed
 
     def _log_hardness(self, block: NegativeBlock) -> tuple[Tensor, Tensor, bool]:
         """``(log b, log mean_k b, shared)`` for the block's anchors (``log b`` in the stored

@@ -5,7 +5,6 @@ to stop after the running epoch."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import random
 import signal
@@ -123,8 +122,7 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (format {payload.get('format')})")
     if not isinstance(payload.get("config"), dict):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (no config)")
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    saved, current = {**defaults, **payload["config"]}, config.to_dict()
+    saved, current = {**TrainConfig.defaults(), **payload["config"]}, config.to_dict()
     diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
     in_warmup = payload["epoch"] <= saved["warmup_epochs"]
     if diff and not (in_warmup and set(diff) <= _AFTER_WARMUP):
