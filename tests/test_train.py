@@ -305,6 +305,48 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
     assert sorted(p.name for p in grace.iterdir()) == ["seed0.pt"]
 
 
+def test_methods_of_one_warmup_branch_into_each_other_as_if_run_whole(small_graph, tmp_path):
+    import shutil
+
+    progcl = small_config(epochs=10, warmup_epochs=6, eval_every=5, probe_epochs=30)
+    gca, mix = progcl.replace(method="gca"), progcl.replace(method="progcl-mix")
+    _, _, gca_whole = train_seed(gca, small_graph, seed=4, progress=False)
+    _, _, mix_whole = train_seed(mix, small_graph, seed=4, progress=False)
+    runs = {name: tmp_path / name for name in ("progcl", "gca", "mix", "dcl", "late")}
+    train_seed(progcl, small_graph, seed=4, checkpoint_dir=runs["progcl"], progress=False)
+    for name in ("gca", "dcl"):
+        runs[name].mkdir()
+        shutil.copy(runs["progcl"] / "seed4_warmup.pt", runs[name] / "seed4.pt")
+    _, _, branched = train_seed(
+        gca, small_graph, seed=4, checkpoint_dir=runs["gca"], resume=True, progress=False
+    )
+    assert branched["losses"] == gca_whole["losses"]
+    assert branched["accuracy"] == gca_whole["accuracy"]
+    assert branched["branched"] == [{"epoch": 6, "from": {"method": "progcl-weight"}}]
+    with pytest.raises(ValueError, match="another config.*method"):  # DCL: another loss
+        train_seed(
+            progcl.replace(method="dcl"), small_graph, seed=4, checkpoint_dir=runs["dcl"],
+            resume=True, progress=False,
+        )  # fmt: skip
+    with pytest.raises(_InterruptError):  # GCA's own checkpoint at epoch 4, then ProGCL-mix
+        train_seed(
+            gca, small_graph, seed=4, checkpoint_dir=runs["mix"], checkpoint_every=4,
+            progress=False, callback=stop_at(5),
+        )  # fmt: skip
+    _, _, branched = train_seed(
+        mix, small_graph, seed=4, checkpoint_dir=runs["mix"], resume=True, progress=False
+    )
+    assert branched["losses"] == mix_whole["losses"]
+    assert branched["accuracy"] == mix_whole["accuracy"]
+    with pytest.raises(_InterruptError):  # past the warm-up the methods differ
+        train_seed(
+            gca, small_graph, seed=4, checkpoint_dir=runs["late"], checkpoint_every=8,
+            progress=False, callback=stop_at(9),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="another config.*method"):
+        train_seed(progcl, small_graph, seed=4, checkpoint_dir=runs["late"], resume=True)
+
+
 # ----------------------------------------------------------------------------- command line
 
 

@@ -27,6 +27,10 @@ _RESUME_FREE = {"eval_every", "diagnose_every"}
 _AFTER_WARMUP = {
     "schedule", "min_beta_high", "mixture_weight_init", "num_samples", "shared_weights",
 }  # fmt: skip
+#: Methods that train alike through the warm-up (the GRACE loss; GCA is GRACE on adaptive
+#: augmentation, a config field of its own): a checkpoint of one written within the warm-up
+#: also branches into another, e.g. GCA from ProGCL's warm-up, one trajectory for both.
+_WARMUP_METHODS = {"grace", "gca", "progcl-weight", "progcl-mix"}
 
 
 def rng_state() -> dict[str, Any]:
@@ -125,12 +129,16 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     saved, current = {**TrainConfig.defaults(), **payload["config"]}, config.to_dict()
     diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
     in_warmup = payload["epoch"] <= saved["warmup_epochs"]
-    if diff and not (in_warmup and set(diff) <= _AFTER_WARMUP):
+    branchable = set(_AFTER_WARMUP)
+    if {saved["method"], current["method"]} <= _WARMUP_METHODS:
+        branchable.add("method")
+    if diff and not (in_warmup and set(diff) <= branchable):
         detail = ", ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in diff)
         raise ValueError(
             f"cannot resume from {path}: it was written with another config ({detail}); "
             "use another checkpoint folder or drop --resume (within the warm-up, only "
-            f"{', '.join(sorted(_AFTER_WARMUP))} may differ)"
+            f"{', '.join(sorted(_AFTER_WARMUP))} and a method among "
+            f"{', '.join(sorted(_WARMUP_METHODS))} may differ)"
         )
     payload["branched_from"] = {k: saved[k] for k in diff}
     return payload
@@ -152,8 +160,8 @@ def checkpoint_payload(epoch, config, model, optimizer, loss_fn, record) -> dict
 
 def restore_checkpoint(path, config, model, optimizer, loss_fn) -> tuple[int, dict[str, Any]]:
     """Loads a checkpoint into the objects; returns ``(epoch, record)``. A branch from a
-    warm-up checkpoint (other after-warm-up fields) keeps its own, not yet fitted loss and
-    notes the branch in ``record["branched"]``."""
+    warm-up checkpoint (other after-warm-up fields, another warm-up method) keeps its own,
+    not yet fitted loss and notes the branch in ``record["branched"]``."""
     payload = load_checkpoint(path, config)
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
