@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -39,6 +38,7 @@ import torch  # noqa: E402
 
 from pyg_progcl.datasets import canonical_name, load_dataset  # noqa: E402
 from pyg_progcl.presets import METHODS, get_preset  # noqa: E402
+from pyg_progcl.train import machine as train_machine  # noqa: E402
 from pyg_progcl.train import train, versions  # noqa: E402
 
 DEFAULT_DATASETS = ["Cora", "CiteSeer", "Amazon-Photo", "Coauthor-CS"]
@@ -67,24 +67,7 @@ def published(dataset: str, method: str) -> Optional[tuple[float, float]]:
 
 def machine(device: str) -> dict[str, Any]:
     """A description of the machine the numbers come from."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    info = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "device": device,
-        "platform": platform.platform(),
-        **versions(),
-    }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
+    return {**train_machine(device), "platform": platform.platform(), **versions()}
 
 
 def cell_key(dataset: str, method: str, epochs: int, seeds: int, device: str) -> str:

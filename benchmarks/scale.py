@@ -40,7 +40,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -64,6 +63,7 @@ from pyg_progcl.losses import ProGCLLoss  # noqa: E402
 from pyg_progcl.losses import similarity as sim  # noqa: E402
 from pyg_progcl.presets import get_preset  # noqa: E402
 from pyg_progcl.train import build_loss, build_model, seed_everything  # noqa: E402
+from pyg_progcl.train import machine as train_machine  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES, ARXIV_FEATURES, ARXIV_CLASSES = 169_343, 1_166_243, 128, 40
 GIB = 2**30
@@ -86,22 +86,7 @@ TARGETS_GB = {"photo": 1.0, "physics": 3.0, "arxiv-exact": 8.0}
 
 
 def machine(device: str) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    info = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "device": device,
-    }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
+    return {**train_machine(device), "torch": torch.__version__}
 
 
 def _status_kib(field: str) -> float:

@@ -44,6 +44,9 @@ def test_end_to_end_beats_chance_and_writes_json(small_graph, tmp_path):
     assert loaded["dataset"] == "synthetic" and loaded["method"] == "progcl-weight"
     assert loaded["config"]["epochs"] == 30 and loaded["seeds"] == [0, 1]
     assert loaded["versions"]["torch"] == torch.__version__
+    machine = loaded["machine"]  # where the numbers come from
+    assert machine["cores"] == os.cpu_count() and machine["device"] == "cpu"
+    assert machine["cpu"] and machine["torch_threads"] == torch.get_num_threads()
     assert loaded["epoch_time_s"] > 0 and len(loaded["history"]["0"]) == 2  # epochs 15, 30
     accs = loaded["accuracies"]
     assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs)

@@ -26,7 +26,7 @@ seed's state and epoch), :mod:`.loop` (:func:`train_seed`, :func:`train`),
 from .build import build_augmentations, build_loss, build_model, seed_everything
 from .checkpoint import TrainingInterruptedError
 from .cli import add_arguments, config_from_args, main, run_cli
-from .loop import train, train_seed, versions, write_json
+from .loop import machine, train, train_seed, versions, write_json
 
 __all__ = [
     "TrainingInterruptedError",
@@ -35,6 +35,7 @@ __all__ = [
     "build_loss",
     "build_model",
     "config_from_args",
+    "machine",
     "main",
     "run_cli",
     "seed_everything",

@@ -74,6 +74,23 @@ def versions() -> dict[str, str]:
     }
 
 
+def machine(device: Union[str, torch.device] = "cpu") -> dict[str, Any]:
+    """The machine a result comes from: CPU model, cores, torch's CPU threads, the device
+    (and its GPU's name), for result files."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as fh:
+        cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
 def train_seed(
     config: TrainConfig,
     data: Data,
@@ -188,6 +205,7 @@ def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any
         "num_nodes": int(data.num_nodes),
         "num_edges": int(data.num_edges),
         "device": str(device),
+        "machine": machine(device),
         "versions": versions(),
     }
 
