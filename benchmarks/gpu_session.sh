@@ -2,7 +2,8 @@
 # One prepared GPU lease: CUDA correctness first, then the published protocols of the
 # targets the CPU cannot reach (Coauthor-CS at 1000 epochs, more Amazon-Photo seeds at
 # 2500), GRACE and ProGCL-weight as the papers' code runs it (one fit, frozen weights, the
-# β ≥ 1.01 floor) side by side, in priority order.
+# β ≥ 1.01 floor) side by side, and GCA branched from the latter's warm-up checkpoint (the
+# same trajectory up to there), in priority order.
 # Each result is kept as it finishes; a run that would outlast the budget is cut off and
 # logged as such.
 #
@@ -12,7 +13,7 @@
 # With the device tool: run(command="bash benchmarks/gpu_session.sh .gpu_data $OUT 540",
 # carry=[".gpu_data"], timeout_s=600). Everything comes back as OUT/results.tgz (JSON
 # results in the trainer's format, logs) plus OUT/summary.txt. A dry run without a GPU:
-#   DEVICE=cpu CELLS="Cora 0" EXTRA="--epochs 2" bash benchmarks/gpu_session.sh DATA OUT 120
+#   DEVICE=cpu CELLS="Amazon-Photo 0" EXTRA="--epochs 5" bash benchmarks/gpu_session.sh DATA OUT 300
 set -u
 cd "$(dirname "$0")/.."
 
@@ -32,12 +33,13 @@ WORK=$(mktemp -d)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PYG_PROGCL_CACHE=$WORK/cache
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
-# (dataset, seed): CS first (no CPU result at all), then Photo seeds beyond the CPU's 0-1
+# (dataset, seed): CS first (no CPU result at the published epochs), then Photo seeds (the
+# CPU has 0-4: a rerun checks device agreement); each cell GRACE, the reference, then GCA
 CELLS=${CELLS:-"Coauthor-CS 0,Amazon-Photo 2,Coauthor-CS 1,Amazon-Photo 3,Coauthor-CS 2,Amazon-Photo 4"}
 mkdir -p "$OUT"
 
 left() { echo $((START + BUDGET - $(date +%s))); }
-pack() { tar czf "$OUT/results.tgz" -C "$WORK" --exclude=cache . 2>/dev/null; }
+pack() { tar czf "$OUT/results.tgz" -C "$WORK" --exclude=cache --exclude=ckpt . 2>/dev/null; }
 log() { echo "$*" | tee -a "$WORK/summary.txt"; }
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -54,11 +56,19 @@ pack
 IFS=, read -ra cells <<<"$CELLS"
 for cell in "${cells[@]}"; do
     set -- $cell
-    for method in grace reference; do
+    for method in grace reference gca; do
         [ "$(left)" -lt 30 ] && { log "budget spent: stopped before $cell $method"; break 2; }
-        args="--method grace"
-        [ $method = reference ] && args="--method progcl-weight --schedule frozen --min-beta-high 1.01"
         name="${1}_${method}_seed$2"
+        ckpt="$WORK/ckpt/$name"
+        case $method in
+        grace) args="--method grace" ;;
+        reference) args="--method progcl-weight --schedule frozen --min-beta-high 1.01 --checkpoint $ckpt" ;;
+        gca)  # GCA branched from the reference's warm-up (the same trajectory up to there)
+            warmup="$WORK/ckpt/${1}_reference_seed$2/seed${2}_warmup.pt"
+            [ -f "$warmup" ] || { log "$name: skipped, no warm-up checkpoint"; continue; }
+            mkdir -p "$ckpt" && cp "$warmup" "$ckpt/seed$2.pt"
+            args="--method gca --checkpoint $ckpt --resume" ;;
+        esac
         tic=$(date +%s)
         timeout $(left) $PY -m pyg_progcl train --dataset "$1" $args --seeds 1 --seed "$2" \
             --device "$DEVICE" --root "$DATA" --quiet --output "$WORK/$name.json" ${EXTRA:-} \
