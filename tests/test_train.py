@@ -15,6 +15,7 @@ import torch_geometric.transforms as T
 from pyg_progcl.__main__ import main
 from pyg_progcl.datasets import synthetic_graph
 from pyg_progcl.presets import get_preset
+from pyg_progcl.train import machine as pyg_machine
 from pyg_progcl.train import train, train_seed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +48,7 @@ def test_end_to_end_beats_chance_and_writes_json(small_graph, tmp_path):
     machine = loaded["machine"]  # where the numbers come from
     assert machine["cores"] == os.cpu_count() and machine["device"] == "cpu"
     assert machine["cpu"] and machine["torch_threads"] == torch.get_num_threads()
+    assert pyg_machine("auto")["device"] == "auto"  # as benchmarks name it (not resolved)
     assert loaded["epoch_time_s"] > 0 and len(loaded["history"]["0"]) == 2  # epochs 15, 30
     accs = loaded["accuracies"]
     assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs)

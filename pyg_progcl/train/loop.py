@@ -86,7 +86,7 @@ def machine(device: Union[str, torch.device] = "cpu") -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
     }
-    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+    if str(device).startswith("cuda") and torch.cuda.is_available():  # ("auto" stays as named)
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
 
