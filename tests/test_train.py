@@ -352,6 +352,42 @@ def test_methods_of_one_warmup_branch_into_each_other_as_if_run_whole(small_grap
         train_seed(progcl, small_graph, seed=4, checkpoint_dir=runs["late"], resume=True)
 
 
+def test_runs_extend_and_grace_trained_checkpoints_branch_into_a_longer_warmup(
+    small_graph, tmp_path
+):
+    """A finished run continues to more epochs as if run whole; a GCA checkpoint at epoch 8
+    starts a ProGCL run whose warm-up lasts 8 epochs (GCA trains as that warm-up does)."""
+    progcl = small_config(epochs=10, warmup_epochs=4, eval_every=5, probe_epochs=30)
+    _, loss_whole, whole = train_seed(progcl, small_graph, seed=2, progress=False)
+    short = tmp_path / "short"
+    train_seed(progcl.replace(epochs=6), small_graph, seed=2, checkpoint_dir=short)
+    _, loss_long, extended = train_seed(
+        progcl, small_graph, seed=2, checkpoint_dir=short, resume=True, progress=False
+    )
+    assert extended["losses"] == whole["losses"] and extended["accuracy"] == whole["accuracy"]
+    for p, q in zip(loss_whole.state_dict().values(), loss_long.state_dict().values()):
+        assert torch.equal(p, q)  # the mixture fitted at epochs 5, 6 was restored
+    assert extended["branched"] == [{"epoch": 6, "from": {"epochs": 6}}]
+    with pytest.raises(ValueError, match=r"epoch 10\).*another config.*epochs: 10 -> 8"):
+        train_seed(progcl.replace(epochs=8), small_graph, seed=2, checkpoint_dir=short, resume=True)
+
+    late = progcl.replace(warmup_epochs=8)
+    _, _, late_whole = train_seed(late, small_graph, seed=2, progress=False)
+    gca = tmp_path / "gca"
+    gca_config = progcl.replace(method="gca", epochs=8)  # its warmup_epochs, 4, acts on nothing
+    train_seed(gca_config, small_graph, seed=2, checkpoint_dir=gca, progress=False)
+    with pytest.raises(ValueError, match="another config.*warmup_epochs: 4 -> 6"):
+        train_seed(progcl.replace(warmup_epochs=6), small_graph, seed=2, checkpoint_dir=gca,
+                   resume=True)  # fmt: skip
+    _, _, branched = train_seed(
+        late, small_graph, seed=2, checkpoint_dir=gca, resume=True, progress=False
+    )
+    assert branched["losses"] == late_whole["losses"]
+    assert branched["accuracy"] == late_whole["accuracy"]
+    note = {"method": "gca", "epochs": 8, "warmup_epochs": 4}
+    assert branched["branched"] == [{"epoch": 8, "from": note}]
+
+
 # ----------------------------------------------------------------------------- command line
 
 

@@ -31,6 +31,28 @@ _AFTER_WARMUP = {
 #: augmentation, a config field of its own): a checkpoint of one written within the warm-up
 #: also branches into another, e.g. GCA from ProGCL's warm-up, one trajectory for both.
 _WARMUP_METHODS = {"grace", "gca", "progcl-weight", "progcl-mix"}
+#: Methods trained with GRACE's loss at every epoch (their ``warmup_epochs`` acts on nothing).
+_GRACE_METHODS = {"grace", "gca"}
+
+
+def _grace_through(config: dict[str, Any], epoch: int) -> bool:
+    """Whether ``config`` trains epochs ``1..epoch`` with GRACE's loss (GRACE, GCA; a
+    ProGCL method within its warm-up)."""
+    if config["method"] in _GRACE_METHODS:
+        return True
+    return config["method"] in _WARMUP_METHODS and epoch <= config["warmup_epochs"]
+
+
+def resumable_diff(saved: dict[str, Any], current: dict[str, Any], epoch: int) -> list[str]:
+    """The config fields that forbid ``current`` to resume a checkpoint of ``saved``
+    written at ``epoch`` (empty: it may). ``epochs`` may differ (a run is extended or
+    shortened to no fewer epochs than done; nothing else depends on it); while both
+    train with GRACE's loss up to ``epoch``, so may ``warmup_epochs``, the method among
+    :data:`_WARMUP_METHODS` and the fields of :data:`_AFTER_WARMUP`."""
+    free = set(_RESUME_FREE) | ({"epochs"} if epoch <= current["epochs"] else set())
+    if _grace_through(saved, epoch) and _grace_through(current, epoch):
+        free |= _AFTER_WARMUP | {"method", "warmup_epochs"}
+    return [k for k in current if k not in free and saved[k] != current[k]]
 
 
 def rng_state() -> dict[str, Any]:
@@ -127,19 +149,17 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     if not isinstance(payload.get("config"), dict):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (no config)")
     saved, current = {**TrainConfig.defaults(), **payload["config"]}, config.to_dict()
-    diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
-    in_warmup = payload["epoch"] <= saved["warmup_epochs"]
-    branchable = set(_AFTER_WARMUP)
-    if {saved["method"], current["method"]} <= _WARMUP_METHODS:
-        branchable.add("method")
-    if diff and not (in_warmup and set(diff) <= branchable):
-        detail = ", ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in diff)
+    refused = resumable_diff(saved, current, payload["epoch"])
+    if refused:
+        detail = ", ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in refused)
         raise ValueError(
-            f"cannot resume from {path}: it was written with another config ({detail}); "
-            "use another checkpoint folder or drop --resume (within the warm-up, only "
-            f"{', '.join(sorted(_AFTER_WARMUP))} and a method among "
-            f"{', '.join(sorted(_WARMUP_METHODS))} may differ)"
+            f"cannot resume from {path} (epoch {payload['epoch']}): it was written with "
+            f"another config ({detail}); use another checkpoint folder or drop --resume "
+            "(`epochs` may differ if not below the checkpoint's epoch; within the warm-up, "
+            f"only warmup_epochs, {', '.join(sorted(_AFTER_WARMUP))} and a method among "
+            f"{', '.join(sorted(_WARMUP_METHODS))} may differ besides)"
         )
+    diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
     payload["branched_from"] = {k: saved[k] for k in diff}
     return payload
 
@@ -161,14 +181,15 @@ def checkpoint_payload(epoch, config, model, optimizer, loss_fn, record) -> dict
 def restore_checkpoint(path, config, model, optimizer, loss_fn) -> tuple[int, dict[str, Any]]:
     """Loads a checkpoint into the objects; returns ``(epoch, record)``. A branch from a
     warm-up checkpoint (other after-warm-up fields, another warm-up method) keeps its own,
-    not yet fitted loss and notes the branch in ``record["branched"]``."""
+    not yet fitted loss; every resumed config difference (a branch, other ``epochs``) is
+    noted in ``record["branched"]``."""
     payload = load_checkpoint(path, config)
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
     record, branched_from = payload["record"], payload["branched_from"]
     if branched_from:
         record.setdefault("branched", []).append({"epoch": payload["epoch"], "from": branched_from})
-    else:
+    if not set(branched_from) & (_AFTER_WARMUP | {"method"}):
         loss_fn.load_state_dict(payload["loss"])
     set_rng_state(payload["rng"])
     return payload["epoch"], record

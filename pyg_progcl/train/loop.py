@@ -121,11 +121,14 @@ def train_seed(
             checkpointed, and raises :class:`TrainingInterruptedError`.
         checkpoint_every: Checkpoint interval in epochs.
         resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
-            there is one (it must have the same config, except that one written within
-            the warm-up may differ in the fields that act only after it: schedule,
-            mixture options, ``num_samples``, ``shared_weights``; to branch, copy
-            ``seed{seed}_warmup.pt`` into a new folder as ``seed{seed}.pt``). The result
-            equals an uninterrupted run's.
+            there is one (it must have the same config, except ``epochs``, not below the
+            checkpoint's epoch, so that a run is extended; and while both configs
+            train with GRACE's loss up to it (GRACE, GCA, ProGCL in its warm-up), the
+            method among those, ``warmup_epochs`` and the fields that act only after
+            the warm-up: schedule, mixture options, ``num_samples``,
+            ``shared_weights``; to branch, copy ``seed{seed}_warmup.pt`` or a GCA
+            checkpoint into a new folder as ``seed{seed}.pt``). The result equals an
+            uninterrupted run's.
         progress: Show a tqdm progress bar and evaluation lines.
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
