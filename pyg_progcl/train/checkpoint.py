@@ -43,16 +43,17 @@ def _grace_through(config: dict[str, Any], epoch: int) -> bool:
     return config["method"] in _WARMUP_METHODS and epoch <= config["warmup_epochs"]
 
 
-def resumable_diff(saved: dict[str, Any], current: dict[str, Any], epoch: int) -> list[str]:
-    """The config fields that forbid ``current`` to resume a checkpoint of ``saved``
-    written at ``epoch`` (empty: it may). ``epochs`` may differ (a run is extended or
-    shortened to no fewer epochs than done; nothing else depends on it); while both
-    train with GRACE's loss up to ``epoch``, so may ``warmup_epochs``, the method among
-    :data:`_WARMUP_METHODS` and the fields of :data:`_AFTER_WARMUP`."""
-    free = set(_RESUME_FREE) | ({"epochs"} if epoch <= current["epochs"] else set())
+def resumable_fields(saved: dict[str, Any], current: dict[str, Any], epoch: int) -> set[str]:
+    """The config fields besides :data:`_RESUME_FREE` in which ``current`` may differ from
+    ``saved`` and still resume its checkpoint written at ``epoch``: ``epochs`` if not below
+    ``epoch`` (a run is extended or shortened to no fewer epochs than done; nothing else
+    depends on it); and while both train with GRACE's loss up to ``epoch``, also
+    ``warmup_epochs``, the method (among :data:`_WARMUP_METHODS`) and the fields of
+    :data:`_AFTER_WARMUP`."""
+    free = {"epochs"} if epoch <= current["epochs"] else set()
     if _grace_through(saved, epoch) and _grace_through(current, epoch):
         free |= _AFTER_WARMUP | {"method", "warmup_epochs"}
-    return [k for k in current if k not in free and saved[k] != current[k]]
+    return free
 
 
 def rng_state() -> dict[str, Any]:
@@ -149,9 +150,10 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     if not isinstance(payload.get("config"), dict):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (no config)")
     saved, current = {**TrainConfig.defaults(), **payload["config"]}, config.to_dict()
-    refused = resumable_diff(saved, current, payload["epoch"])
+    diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
+    refused = set(diff) - resumable_fields(saved, current, payload["epoch"])
     if refused:
-        detail = ", ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in refused)
+        detail = ", ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in diff if k in refused)
         raise ValueError(
             f"cannot resume from {path} (epoch {payload['epoch']}): it was written with "
             f"another config ({detail}); use another checkpoint folder or drop --resume "
@@ -159,7 +161,6 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
             f"only warmup_epochs, {', '.join(sorted(_AFTER_WARMUP))} and a method among "
             f"{', '.join(sorted(_WARMUP_METHODS))} may differ besides)"
         )
-    diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
     payload["branched_from"] = {k: saved[k] for k in diff}
     return payload
 
