@@ -59,6 +59,10 @@ METHODS = {
     "progcl-mix": lambda tau, bs: ProGCLLoss(tau, "mix", block_size=bs),
     # the reference code's schedule: weights from the first fit's views (fitted at step 1)
     "progcl-frozen": lambda tau, bs: ProGCLLoss(tau, "weight", block_size=bs, schedule="frozen"),
+    # ... holding all its weights between steps (the default holds 512 MiB, then recomputes)
+    "progcl-frozen-held": lambda tau, bs: ProGCLLoss(
+        tau, "weight", block_size=bs, schedule="frozen", frozen_cache_mib=1e6
+    ),
     # ... with the second direction weighted by the first's matrix (shared_weights)
     "progcl-shared": lambda tau, bs: ProGCLLoss(
         tau, "weight", block_size=bs, schedule="frozen", shared_weights=True
@@ -66,7 +70,7 @@ METHODS = {
 }
 
 #: Rows run only when ``--methods`` names them (the reference code's variants).
-ON_REQUEST = ("progcl-frozen", "progcl-shared")
+ON_REQUEST = ("progcl-frozen", "progcl-frozen-held", "progcl-shared")
 
 
 def machine(device: str = "cpu") -> str:

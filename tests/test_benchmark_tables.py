@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,3 +46,24 @@ def test_speed_table_without_grace_says_so():
     grace = dict(row, method="grace", step_s=0.1, ratio_range=(1.0, 1.0))
     row["ratio_range"] = (1.9, 2.1)
     assert "| 2.00x (1.90–2.10) |" in speed._format_row(row, [grace, row])
+
+
+def test_fit_sampling_compares_both_samples_on_a_frozen_checkpoint(tmp_path):
+    fit_sampling = _script("fit_sampling")
+    g = torch.Generator().manual_seed(0)
+    u = torch.nn.functional.normalize(torch.randn(150, 8, generator=g), dim=1)
+    v = torch.nn.functional.normalize(u + 0.3 * torch.randn(150, 8, generator=g), dim=1)
+    theta = fit_sampling.reference_sample(u, v, g)
+    assert theta.numel() == 150 * 100  # every row × 100 columns, positives included
+    config = {"dataset": "Cora", "warmup_epochs": 100, "num_samples": 5000, "tau": 0.4,
+              "min_beta_high": 1.01, "mixture_weight_init": None}  # fmt: skip
+    mixture = fit_sampling.fit(theta, config, tol=0.0)
+    assert mixture.n_iter_ == 10 and mixture.beta[1 - mixture.true_negative_index] >= 1.01
+    anchors = torch.arange(7)
+    w = fit_sampling.weights(mixture, u, v, anchors, 0.4)
+    assert torch.all(w[anchors, anchors] == 0)
+    torch.testing.assert_close(w.sum(1) / 149, torch.ones(7))  # w = b / mean b
+    torch.save({"config": config, "loss": {"frozen_u": u, "frozen_v": v}}, tmp_path / "s.pt")
+    rows = fit_sampling.run(tmp_path / "s.pt", draws=2, num_anchors=20)
+    assert len(rows) == 5 and rows[0].startswith("| Cora, fit at epoch 101 | ours 0 |")
+    assert "| – | – |" in rows[0] and "Δw median: ours" in rows[-1]

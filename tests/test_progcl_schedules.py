@@ -7,8 +7,9 @@ import reference as ref
 import torch
 from test_losses import BLOCKS, assert_matches, fitted_mixture, params, views
 
-from pyg_progcl.losses import InfoNCELoss, ProGCLLoss, progcl
+from pyg_progcl.losses import InfoNCELoss, ProGCLLoss
 from pyg_progcl.presets import get_preset
+from pyg_progcl.train.build import build_loss
 
 
 def fit_views(seed=5, n=23, d=5):
@@ -121,18 +122,18 @@ def test_shared_weights_run_on_the_one_pass_engine(monkeypatch, block_size, keep
 
     if not keep:
         monkeypatch.setattr(blockwise, "KEEP_ELEMENTS", 0)
-        monkeypatch.setattr(progcl, "KEEP_ELEMENTS", 0)
     calls = []
     engine = blockwise.blockwise_loss
     monkeypatch.setattr(blockwise, "blockwise_loss", lambda *a: calls.append(a) or engine(*a))
     f1, f2 = fit_views()
-    loss = frozen_loss(f1, f2, block_size=block_size, shared_weights=True)
+    cache = {} if keep else {"frozen_cache_mib": 0}
+    loss = frozen_loss(f1, f2, block_size=block_size, shared_weights=True, **cache)
     assert_matches(loss, _shared_reference(loss.mixture, (f1, f2)), *views())
     assert len(calls) == 1 and calls[0][3].column_weight is not None
 
 
 @pytest.mark.parametrize("block_size", BLOCKS)
-def test_frozen_weights_held_between_steps(monkeypatch, block_size):
+def test_frozen_weights_held_between_steps(block_size):
     f1, f2 = fit_views()
     loss = frozen_loss(f1, f2, block_size=block_size)
     m = loss.mixture
@@ -150,11 +151,30 @@ def test_frozen_weights_held_between_steps(monkeypatch, block_size):
     assert_matches(loss, expected((g1, g2)), *views())
     loss.load_state_dict(frozen_loss(f1, f2, mixture=m).state_dict())
     assert_matches(loss, expected((f1, f2)), *views())
-    monkeypatch.setattr(progcl, "KEEP_ELEMENTS", 0)  # over budget: recomputed every step
-    small = frozen_loss(f1, f2, mixture=m, block_size=block_size)
-    for seed in range(2):
+    small = frozen_loss(f1, f2, mixture=m, block_size=block_size, frozen_cache_mib=0)
+    for seed in range(2):  # over budget: recomputed every step
         assert_matches(small, expected((f1, f2)), *views(seed=seed))
     assert not small._frozen_weights
+
+
+def test_frozen_cache_holds_what_fits_and_computes_the_rest():
+    """A cache of four of the five 5-row blocks (float64): those four are held, the last
+    is recomputed at every step, and the values are the reference's either way."""
+    f1, f2 = fit_views()
+    mib = 4 * 5 * 23 * 8 / 2**20
+    loss = frozen_loss(f1, f2, block_size=5, frozen_cache_mib=mib)
+    assert f"frozen_cache_mib={mib}" in repr(loss)
+    m = loss.mixture
+    for seed in range(2):
+        assert_matches(
+            loss,
+            lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=(f1, f2)),
+            *views(seed=seed),
+        )
+    held = loss._frozen_weights
+    assert sorted(k[:2] for k in held) == [(0, 5), (5, 10), (10, 15), (15, 20)]
+    with pytest.raises(ValueError, match="`frozen_cache_mib` must be a finite number >= 0"):
+        ProGCLLoss(schedule="frozen", frozen_cache_mib=-1)
 
 
 def test_frozen_weights_follow_the_views_to_another_dtype():
@@ -243,3 +263,7 @@ def test_bad_schedule_is_a_clear_error():
         get_preset("synthetic", "progcl-weight", schedule="weekly")
     with pytest.raises(ValueError, match=r"schedule='frozen'.*batch_size"):
         get_preset("synthetic", "progcl-weight", schedule="frozen", batch_size=64)
+    with pytest.raises(ValueError, match=r"`frozen_cache_mib` sizes .* \(got schedule='online'\)"):
+        get_preset("synthetic", "progcl-weight", frozen_cache_mib=2048)
+    config = get_preset("synthetic", "progcl-weight", schedule="frozen", frozen_cache_mib=2048)
+    assert build_loss(config).frozen_cache_mib == 2048

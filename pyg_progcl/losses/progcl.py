@@ -9,10 +9,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_choice, check_int, check_positive, check_views
+from .._checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_nonnegative,
+    check_positive,
+    check_views,
+)
 from ..mixture import BetaMixture
 from .base import ContrastiveLoss, _log_first_sum
-from .blockwise import KEEP_ELEMENTS, ExpSums
+from .blockwise import ExpSums
 from .similarity import (
     LogNegatives,
     NegativeBlock,
@@ -25,6 +32,10 @@ from .similarity import (
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
+
+#: MiB of frozen weights :class:`ProGCLLoss` holds between steps by default (what does not
+#: fit is recomputed block by block at every step).
+FROZEN_CACHE_MIB = 512.0
 
 #: When :meth:`ProGCLLoss.fit` fits the mixture, and which similarities ``b`` comes from.
 SCHEDULES = ("online", "fit-once", "frozen")
@@ -70,9 +81,8 @@ class ProGCLLoss(ContrastiveLoss):
       freezes the two normalised views it was given; :math:`b` comes from *their*
       similarities at every later step, so the weights are those of the fit epoch. Only
       the ``2·N·d`` stored floats are state (``state_dict``); the ``N×N`` weights they
-      give are held between steps where they fit :data:`~.blockwise.KEEP_ELEMENTS`
-      (Amazon-Photo: 234 MB) and recomputed block by block (one Gram product more per
-      block) where not. The loss needs the same ``N`` nodes in the same order at every
+      give are held between steps up to ``frozen_cache_mib`` (Amazon-Photo: 234 MB in
+      float32) and recomputed block by block (one Gram product more per block) beyond. The loss needs the same ``N`` nodes in the same order at every
       step (full-graph training). The reference code also floors :math:`\beta` of the
       high-similarity component at 1.01 in its fit (pass
       ``mixture=BetaMixture(min_beta_high=1.01)``) and weights the second direction with
@@ -107,6 +117,12 @@ class ProGCLLoss(ContrastiveLoss):
             column sums with a second matrix (measured: a step 1.06x / 1.16x GRACE's on
             Cora / Amazon-Photo, against 1.01x / 1.07x without it); at 200 epochs it
             changed no accuracy measurably.
+        frozen_cache_mib: With ``'frozen'``: MiB of weight blocks held between steps
+            (``4·N²`` bytes hold all in float32, twice that with ``shared_weights``;
+            Coauthor-CS: 1282 MiB). It trades memory for time and changes no value: each
+            block beyond it costs a Gram product and the hardness at every step
+            (Coauthor-CS, one CPU thread: a training step 1.29x GRACE's at the default,
+            1.12x holding all, +0.8 GB).
         block_size, num_negatives: see :class:`ContrastiveLoss`.
     """
 
@@ -121,6 +137,7 @@ class ProGCLLoss(ContrastiveLoss):
         mixture: BetaMixture | None = None,
         schedule: str = "online",
         shared_weights: bool = False,
+        frozen_cache_mib: float = FROZEN_CACHE_MIB,
         **kwargs,
     ):
         super().__init__(tau, **kwargs)
@@ -132,6 +149,7 @@ class ProGCLLoss(ContrastiveLoss):
         self.mixture = BetaMixture() if mixture is None else mixture
         self.schedule = check_choice("schedule", schedule, SCHEDULES)
         self.shared_weights = check_shared_weights(shared_weights, schedule)
+        self.frozen_cache_mib = check_nonnegative("frozen_cache_mib", frozen_cache_mib)
         # 'frozen': the unit-norm views of the fit (None before it; in the state_dict after)
         self.register_buffer("frozen_u", None)
         self.register_buffer("frozen_v", None)
@@ -306,7 +324,7 @@ class ProGCLLoss(ContrastiveLoss):
     ) -> Tensor:
         """``b`` of the inter-view block ``u[rows]·vᵀ``: from its current shifted
         ``logits``, or with ``'frozen'`` from the stored views' (held between steps while
-        all held blocks fit ``KEEP_ELEMENTS``; the caller may overwrite what it gets).
+        all held blocks fit ``frozen_cache_mib``; the caller may overwrite what it gets).
         ``view=1`` (``shared_weights``' column sums): ``b`` of the stored ``v[rows]·uᵀ``."""
         if self.frozen_u is None:
             return self._hardness_of_logits(logits, out)
@@ -316,7 +334,8 @@ class ProGCLLoss(ContrastiveLoss):
             return held[key].clone() if out is None else out.copy_(held[key])
         logits = Pairs(view, rows).logits(*self._frozen_views(logits), self.tau, out)
         b = self._hardness_of_logits(logits, out)
-        if sum(t.numel() for t in held.values()) + b.numel() <= KEEP_ELEMENTS:
+        held_bytes = sum(t.nbytes for t in held.values()) + b.nbytes
+        if held_bytes <= self.frozen_cache_mib * 2**20:
             held[key] = b.clone()
         return b
 
@@ -417,6 +436,8 @@ class ProGCLLoss(ContrastiveLoss):
             opts["schedule"] = self.schedule
         if self.shared_weights:
             opts["shared_weights"] = True
+        if self.frozen_cache_mib != FROZEN_CACHE_MIB:
+            opts["frozen_cache_mib"] = self.frozen_cache_mib
         return opts
 
 

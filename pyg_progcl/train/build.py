@@ -79,6 +79,8 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
     if config.method == "hcl":
         return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
     extra = {} if config.num_samples is None else {"num_samples": config.num_samples}
+    if config.frozen_cache_mib is not None:
+        extra["frozen_cache_mib"] = config.frozen_cache_mib
     mixture = {"min_beta_high": config.min_beta_high, "weight_init": config.mixture_weight_init}
     mixture = {k: v for k, v in mixture.items() if v is not None}
     if mixture:

@@ -19,8 +19,8 @@ from ..presets import TrainConfig
 
 CHECKPOINT_FORMAT = 1
 #: Config fields that may differ between a checkpoint and the resumed run
-#: (they change what is logged, not what is trained).
-_RESUME_FREE = {"eval_every", "diagnose_every"}
+#: (they change what is logged or how fast, not what is trained).
+_RESUME_FREE = {"eval_every", "diagnose_every", "frozen_cache_mib"}
 #: Config fields that act only after the warm-up (ProGCL's fit schedule and mixture): a
 #: checkpoint written within the warm-up resumes under other values of them, so that
 #: variants branch from one shared warm-up (each from a copy of ``seed{s}_warmup.pt``).
