@@ -62,7 +62,7 @@ for cell in "${cells[@]}"; do
         ckpt="$WORK/ckpt/$name"
         case $method in
         grace) args="--method grace" ;;
-        reference) args="--method progcl-weight --schedule frozen --min-beta-high 1.01 --checkpoint $ckpt" ;;
+        reference) args="--method progcl-weight --schedule frozen --min-beta-high 1.01 --frozen-cache-mib 16384 --checkpoint $ckpt" ;;  # all weights held
         gca)  # GCA branched from the reference's warm-up (the same trajectory up to there)
             warmup="$WORK/ckpt/${1}_reference_seed$2/seed${2}_warmup.pt"
             [ -f "$warmup" ] || { log "$name: skipped, no warm-up checkpoint"; continue; }
