@@ -82,8 +82,9 @@ class ProGCLLoss(ContrastiveLoss):
       similarities at every later step, so the weights are those of the fit epoch. Only
       the ``2·N·d`` stored floats are state (``state_dict``); the ``N×N`` weights they
       give are held between steps up to ``frozen_cache_mib`` (Amazon-Photo: 234 MB in
-      float32) and recomputed block by block (one Gram product more per block) beyond. The loss needs the same ``N`` nodes in the same order at every
-      step (full-graph training). The reference code also floors :math:`\beta` of the
+      float32) and recomputed block by block (one Gram product more per block) beyond.
+      The loss needs the same ``N`` nodes in the same order at every step (full-graph
+      training). The reference code also floors :math:`\beta` of the
       high-similarity component at 1.01 in its fit (pass
       ``mixture=BetaMixture(min_beta_high=1.01)``) and weights the second direction with
       the first direction's matrix (``shared_weights=True``).
