@@ -23,6 +23,8 @@ import torch
 
 from pyg_progcl import BetaMixture, ProGCLLoss
 from pyg_progcl.losses.similarity import sample_negative_similarities
+from pyg_progcl.presets import TrainConfig
+from pyg_progcl.train.build import build_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)
@@ -37,11 +39,15 @@ def reference_sample(u: torch.Tensor, v: torch.Tensor, g: torch.Generator) -> to
 
 
 def fit(theta: torch.Tensor, config: dict, tol: float) -> BetaMixture:
-    options = {"min_beta_high": config["min_beta_high"], "tol": tol}
-    if config["mixture_weight_init"] is not None:
-        options["weight_init"] = config["mixture_weight_init"]
-    options = {k: v for k, v in options.items() if v is not None}
-    return BetaMixture(**options).fit((theta + 1) / 2, max_iter=10)
+    """The run's mixture (its options, as the trainer builds it) fitted with 10 EM
+    iterations from the initial values, stopping early only on a change below ``tol``."""
+    mixture = build_loss(_train_config(config)).mixture
+    mixture.tol = tol
+    return mixture.fit((theta + 1) / 2, max_iter=10)
+
+
+def _train_config(config: dict) -> TrainConfig:
+    return TrainConfig.from_dict({**TrainConfig.defaults(), **config})
 
 
 def weights(mixture: BetaMixture, u, v, anchors: torch.Tensor, tau: float) -> torch.Tensor:
@@ -61,10 +67,14 @@ def describe(m: BetaMixture) -> str:
     )
 
 
+def relative_change(w: torch.Tensor, other: torch.Tensor) -> float:
+    """``Σ|w - other| / Σ|w|``."""
+    return ((w - other).abs().sum() / w.abs().sum()).item()
+
+
 def compare(w: torch.Tensor, other: torch.Tensor) -> str:
-    rel = ((w - other).abs().sum() / w.abs().sum()).item()
     corr = torch.corrcoef(torch.stack([w.flatten(), other.flatten()]))[0, 1].item()
-    return f"{100 * rel:.2f} % | {corr:.5f}"
+    return f"{100 * relative_change(w, other):.2f} % | {corr:.5f}"
 
 
 def run(path: Path, draws: int, num_anchors: int) -> list[str]:
@@ -73,7 +83,7 @@ def run(path: Path, draws: int, num_anchors: int) -> list[str]:
     u, v = loss["frozen_u"].float(), loss["frozen_v"].float()
     g = torch.Generator().manual_seed(0)
     anchors = torch.randperm(u.size(0), generator=g)[:num_anchors]
-    num = config["num_samples"] or 50_000
+    num = build_loss(_train_config(config)).num_samples
     name = f"{config['dataset']}, fit at epoch {config['warmup_epochs'] + 1}"
     ours = [fit(sample_negative_similarities(u, v, num, g), config, 1e-7) for _ in range(draws)]
     refs = [fit(reference_sample(u, v, g), config, 0.0) for _ in range(draws)]
@@ -92,7 +102,7 @@ def run(path: Path, draws: int, num_anchors: int) -> list[str]:
 
 
 def _median(w: torch.Tensor, others: list[torch.Tensor]) -> str:
-    rel = [((w - o).abs().sum() / w.abs().sum()).item() for o in others]
+    rel = [relative_change(w, o) for o in others]
     return f"{100 * statistics.median(rel):.2f} %" if rel else "–"
 
 

@@ -55,8 +55,8 @@ def test_fit_sampling_compares_both_samples_on_a_frozen_checkpoint(tmp_path):
     v = torch.nn.functional.normalize(u + 0.3 * torch.randn(150, 8, generator=g), dim=1)
     theta = fit_sampling.reference_sample(u, v, g)
     assert theta.numel() == 150 * 100  # every row × 100 columns, positives included
-    config = {"dataset": "Cora", "warmup_epochs": 100, "num_samples": 5000, "tau": 0.4,
-              "min_beta_high": 1.01, "mixture_weight_init": None}  # fmt: skip
+    config = {"dataset": "Cora", "method": "progcl-weight", "warmup_epochs": 100, "tau": 0.4,
+              "num_samples": 5000, "min_beta_high": 1.01, "mixture_weight_init": None}  # fmt: skip
     mixture = fit_sampling.fit(theta, config, tol=0.0)
     assert mixture.n_iter_ == 10 and mixture.beta[1 - mixture.true_negative_index] >= 1.01
     anchors = torch.arange(7)
