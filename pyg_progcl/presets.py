@@ -163,6 +163,13 @@ class TrainConfig:
     diagnose_every: int = 0
 
     def __post_init__(self):
+        self._check_training()
+        self._check_sizes()
+        self._check_progcl()
+        self._check_model()
+
+    def _check_training(self):
+        """Dataset, method, optimiser, epochs and evaluation intervals."""
         self.dataset = canonical_name(self.dataset)
         check_choice("method", self.method, METHODS)
         check_positive("lr", self.lr)
@@ -178,6 +185,9 @@ class TrainConfig:
             setattr(self, key, check_int(key, getattr(self, key)))
         self.eval_every = check_int("eval_every", self.eval_every, minimum=0)
         self.diagnose_every = check_int("diagnose_every", self.diagnose_every, minimum=0)
+
+    def _check_sizes(self):
+        """Optional sample, block and mini-batch sizes."""
         for key in ("num_samples", "block_size", "num_negatives", "batch_size"):
             if getattr(self, key) is not None:
                 setattr(self, key, check_int(key, getattr(self, key)))
@@ -190,6 +200,9 @@ class TrainConfig:
                     f"`num_neighbors` must have one entry per layer (num_layers="
                     f"{self.num_layers}), got {self.num_neighbors}"
                 )
+
+    def _check_progcl(self):
+        """The fit schedule and the mixture's options."""
         check_choice("schedule", self.schedule, SCHEDULES)
         if self.schedule == "frozen" and self.batch_size is not None:
             raise ValueError(
@@ -211,6 +224,9 @@ class TrainConfig:
                 "mixture_weight_init", self.mixture_weight_init, upper_open=True
             )
             self.mixture_weight_init = check_positive("mixture_weight_init", value)
+
+    def _check_model(self):
+        """Encoder, augmentation, loss hyperparameters and the probe protocol."""
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("augmentation", self.augmentation, AUGMENTATIONS)
