@@ -14,7 +14,8 @@ with an equally tuned GRACE rather than with GRACE's published configuration:
    GRACE's preset and against GRACE's tuned cell with ``benchmarks/compare.py``.
 
 Each (method, cell, seed) is one ``python -m pyg_progcl train`` process with one torch
-thread, ``--jobs`` at a time; its JSON is kept, so a rerun skips what is done. Example::
+thread (``--device cuda``: on the GPU), ``--jobs`` at a time; its JSON is kept, so a rerun
+skips what is done. Example::
 
     python benchmarks/tune.py --dataset Cora --root ../shared/data \\
         --grid tau=0.3,0.4,0.5,0.6 lr=5e-4,1e-3 --tune-seeds 20 21 22 23 24 \\
@@ -84,6 +85,8 @@ def run_one(args, method: str, cell: dict[str, str], seed: int, variant: str | N
            "--quiet", "--output", str(path), *flags]  # fmt: skip
     if args.root:
         cmd += ["--root", args.root]
+    if args.device != "cpu":
+        cmd += ["--device", args.device]
     launch(cmd)
     if variant:  # a setting of its own for compare.py
         result = json.loads(path.read_text())
@@ -160,6 +163,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tune-seeds", type=int, nargs="+", required=True)
     parser.add_argument("--test-seeds", type=int, nargs="+", required=True)
     parser.add_argument("--jobs", type=int, default=2, help="trainer processes at a time")
+    parser.add_argument("--device", default="cpu", help="each trainer's --device (cpu, cuda)")
     parser.add_argument("--output-dir", type=Path, default=HERE / "results" / "tune")
     args = parser.parse_args(argv)
     args.output_dir = args.output_dir.resolve()
@@ -175,11 +179,12 @@ def main(argv=None) -> int:
     except (ValueError, AttributeError, KeyError) as exc:
         parser.error(str(exc))
     command = " ".join(sys.argv[1:] if argv is None else argv)
-    cpu = machine()
+    info = machine(args.device)
+    where = f"on {info['gpu']}" if "gpu" in info else f"on the {args.device.upper()}"
     out = [
         f"# Equal-budget tuning on {args.dataset}\n",
         f"`python benchmarks/tune.py {command}`\n",
-        f"Machine: {cpu['cpu']}, {cpu['cores']} cores; on the CPU, one torch thread per run, "
+        f"Machine: {info['cpu']}, {info['cores']} cores; {where}, one torch thread per run, "
         f"{args.jobs} runs at a time.\n",
     ]
     held_out(args, search(args, grid_cells, out), out)

@@ -28,10 +28,12 @@ def tune():
     return module
 
 
-def fake_trainer(calls: list):
+def fake_trainer(calls: list, devices: list | None = None):
     """Stands in for tune.py's trainer process: parses the command with the real CLI
     (so every flag tune.py passes must exist and reach the config) and writes a result
     whose accuracy depends on the method, tau and the seed."""
+
+    devices = [] if devices is None else devices
 
     def run(cmd):
         assert cmd[1:4] == ["-m", "pyg_progcl", "train"]
@@ -40,6 +42,7 @@ def fake_trainer(calls: list):
         args = parser.parse_args(cmd[4:])
         config = config_from_args(args)
         calls.append((config.method, config.tau, args.seed))
+        devices.append(getattr(args, "device", "cpu"))
         best_tau = 0.4 if config.method == "grace" else 0.6  # ProGCL prefers another tau
         acc = 0.8 - abs(config.tau - best_tau) + 0.001 * args.seed
         result = {"dataset": config.dataset, "method": config.method, "seeds": [args.seed],
@@ -86,3 +89,16 @@ def test_bad_grids_and_overlapping_seeds_are_refused(tune, capsys):
     with pytest.raises(SystemExit):
         tune.main(["--grid", "tau=0.5", "--tune-seeds", "0", "--test-seeds", "0"])
     assert "disjoint" in capsys.readouterr().err
+
+
+def test_device_reaches_every_trainer(tune, tmp_path, monkeypatch):
+    calls, devices = [], []
+    monkeypatch.setattr(tune, "launch", fake_trainer(calls, devices))
+    argv = ["--dataset", "synthetic", "--grid", "tau=0.4", "--tune-seeds", "0",
+            "--test-seeds", "5", "--device", "cuda", "--output-dir", str(tmp_path)]  # fmt: skip
+    assert tune.main(argv) == 0
+    assert len(devices) == len(calls) > 0 and set(devices) == {"cuda"}
+    assert "Machine: " in (tmp_path / "tune.md").read_text()
+    calls.clear(), devices.clear()
+    assert tune.main([*argv[:-4], "--output-dir", str(tmp_path / "cpu")]) == 0
+    assert set(devices) == {"cpu"}  # the default passes no --device
