@@ -33,6 +33,7 @@ sys.modules.setdefault("outdated", None)  # ogb's network version check
 
 from pyg_progcl import InfoNCELoss, ProGCLLoss  # noqa: E402
 from pyg_progcl.datasets import load_dataset  # noqa: E402
+from pyg_progcl.losses.similarity import normalize_views  # noqa: E402
 from pyg_progcl.presets import get_preset  # noqa: E402
 from pyg_progcl.train.loop import machine, train_seed  # noqa: E402
 
@@ -50,7 +51,8 @@ def denominator_shift(loss: ProGCLLoss, h1: torch.Tensor, h2: torch.Tensor) -> f
     """Mean relative change of the inter-view negative sum under ProGCL's weights."""
     with torch.no_grad():
         w = loss.negative_weights(h1, h2)
-        s = F.normalize(h1, dim=1) @ F.normalize(h2, dim=1).T
+        u, v = normalize_views(h1, h2)
+        s = u @ v.T
         e = torch.exp(s / loss.tau).fill_diagonal_(0.0)
         return (((w * e).sum(1) - e.sum(1)).abs() / e.sum(1)).mean().item()
 
@@ -69,16 +71,14 @@ def measure(name: str, root, epochs: int, draws: int, taus) -> tuple[float, dict
     data = load_dataset(name, root)
     model, _, _ = train_seed(config, data, seed=0, progress=False)
     model.train()  # the augmented views the losses see in training
-    table = {}
-    for tau in taus:
-        rows = []
-        for draw in range(draws):
-            torch.manual_seed(100 + draw)
-            with torch.no_grad():
-                h1, h2 = model.views(data)
-            rows.append(compare(h1, h2, tau, draw))
-        table[tau] = torch.tensor(rows).mean(0).tolist()
-    return config.tau, table
+    rows = {tau: [] for tau in taus}
+    for draw in range(draws):  # one pair of views per draw, shared by every τ
+        torch.manual_seed(100 + draw)
+        with torch.no_grad():
+            h1, h2 = model.views(data)
+        for tau in taus:
+            rows[tau].append(compare(h1, h2, tau, draw))
+    return config.tau, {tau: torch.tensor(r).mean(0).tolist() for tau, r in rows.items()}
 
 
 def main(argv=None) -> int:

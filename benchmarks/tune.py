@@ -82,11 +82,9 @@ def run_one(args, method: str, cell: dict[str, str], seed: int, variant: str | N
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in cell.items()]
     cmd = [sys.executable, "-m", "pyg_progcl", "train", "--dataset", args.dataset,
            "--method", method, "--seed", str(seed), "--seeds", "1", "--threads", "1",
-           "--quiet", "--output", str(path), *flags]  # fmt: skip
+           "--device", args.device, "--quiet", "--output", str(path), *flags]  # fmt: skip
     if args.root:
         cmd += ["--root", args.root]
-    if args.device != "cpu":
-        cmd += ["--device", args.device]
     launch(cmd)
     if variant:  # a setting of its own for compare.py
         result = json.loads(path.read_text())

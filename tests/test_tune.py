@@ -99,6 +99,7 @@ def test_device_reaches_every_trainer(tune, tmp_path, monkeypatch):
     assert tune.main(argv) == 0
     assert len(devices) == len(calls) > 0 and set(devices) == {"cuda"}
     assert "Machine: " in (tmp_path / "tune.md").read_text()
-    calls.clear(), devices.clear()
+    calls.clear()
+    devices.clear()
     assert tune.main([*argv[:-4], "--output-dir", str(tmp_path / "cpu")]) == 0
-    assert set(devices) == {"cpu"}  # the default passes no --device
+    assert set(devices) == {"cpu"}  # the default
