@@ -31,8 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from pyg_progcl.evaluation import mean_std  # noqa: E402
-from pyg_progcl.presets import TrainConfig  # noqa: E402
+from pyg_progcl.experiments.evaluation import mean_std  # noqa: E402
+from pyg_progcl.experiments.presets import TrainConfig  # noqa: E402
 
 #: How a run's label names a ProGCL fit schedule other than the default ``'online'``.
 SCHEDULE_LABELS = {

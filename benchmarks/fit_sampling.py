@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from pyg_progcl import BetaMixture, ProGCLLoss
+from pyg_progcl.experiments.build import build_loss
+from pyg_progcl.experiments.presets import TrainConfig
 from pyg_progcl.losses.similarity import sample_negative_similarities
-from pyg_progcl.presets import TrainConfig
-from pyg_progcl.train.build import build_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)

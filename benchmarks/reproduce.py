@@ -36,10 +36,10 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 import torch  # noqa: E402
 
-from pyg_progcl.datasets import canonical_name, load_dataset  # noqa: E402
-from pyg_progcl.presets import METHODS, get_preset  # noqa: E402
-from pyg_progcl.train import machine as train_machine  # noqa: E402
-from pyg_progcl.train import train, versions  # noqa: E402
+from pyg_progcl.experiments import machine as train_machine  # noqa: E402
+from pyg_progcl.experiments import train, versions  # noqa: E402
+from pyg_progcl.experiments.datasets import canonical_name, load_dataset  # noqa: E402
+from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402
 
 DEFAULT_DATASETS = ["Cora", "CiteSeer", "Amazon-Photo", "Coauthor-CS"]
 

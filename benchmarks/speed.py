@@ -28,12 +28,15 @@ import time
 from pathlib import Path
 
 # isort: off
-import pyg_progcl  # noqa: F401  (before torch: sets the CPU allocator option)
-import torch
+import pyg_progcl
+
+if __name__ == "__main__":  # a script: before torch allocates (docs/design.md)
+    pyg_progcl.enable_huge_pages()
+import torch  # noqa: E402
 
 # isort: on
 
-from pyg_progcl import (
+from pyg_progcl import (  # noqa: E402
     DebiasedInfoNCELoss,
     EdgeDrop,
     FeatureMask,
@@ -43,9 +46,9 @@ from pyg_progcl import (
     InfoNCELoss,
     ProGCLLoss,
 )
-from pyg_progcl.datasets import load_dataset
-from pyg_progcl.encoders import sparse_features
-from pyg_progcl.losses.similarity import DENSE_MAX_NODES
+from pyg_progcl.encoders import sparse_features  # noqa: E402
+from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
+from pyg_progcl.losses.similarity import DENSE_MAX_NODES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)

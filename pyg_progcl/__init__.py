@@ -3,67 +3,54 @@
 GRACE / GCA models with edge-drop and feature-mask augmenters, a message-passing encoder
 swappable for an MLP, and contrastive losses: InfoNCE (GRACE), DCL, HCL and ProGCL with an
 online Beta-mixture refit.
+
+Importing the package imports nothing else: each public name below loads its module on
+first use, so that ``python -m pyg_progcl`` (and :func:`enable_huge_pages`) can configure
+torch before it allocates.
 """
 
-import os as _os
-import sys as _sys
+from importlib import import_module
 
-if "torch" not in _sys.modules:
-    # Transparent huge pages for torch's CPU allocator: the losses allocate several
-    # N×N (or B×N) float matrices per step, and page faults otherwise cost more than
-    # the arithmetic (measured 3-5x faster elementwise passes on 7650² matrices).
-    # Read once when torch starts; set THP_MEM_ALLOC_ENABLE=0 to opt out.
-    _os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-from .augment import (
-    AdaptiveEdgeDrop,
-    AdaptiveFeatureMask,
-    Augmenter,
-    Compose,
-    EdgeDrop,
-    FeatureMask,
-    drop_edge,
-    drop_edge_weighted,
-    edge_drop_probabilities,
-    feature_drop_probabilities,
-    mask_feature,
-    mask_feature_weighted,
-    node_centrality,
-)
-from .encoders import GCNEncoder, MLPEncoder
-from .losses import (
-    ContrastiveLoss,
-    DebiasedInfoNCELoss,
-    HardInfoNCELoss,
-    InfoNCELoss,
-    ProGCLLoss,
-)
-from .mixture import BetaMixture
-from .model import GRACEModel
+from ._hugepages import enable_huge_pages
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "GRACEModel",
-    "GCNEncoder",
-    "MLPEncoder",
-    "Augmenter",
-    "EdgeDrop",
-    "FeatureMask",
-    "AdaptiveEdgeDrop",
-    "AdaptiveFeatureMask",
-    "Compose",
-    "drop_edge",
-    "mask_feature",
-    "drop_edge_weighted",
-    "mask_feature_weighted",
-    "edge_drop_probabilities",
-    "feature_drop_probabilities",
-    "node_centrality",
-    "ContrastiveLoss",
-    "InfoNCELoss",
-    "DebiasedInfoNCELoss",
-    "HardInfoNCELoss",
-    "ProGCLLoss",
-    "BetaMixture",
-]
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "GRACEModel": "model",
+    "GCNEncoder": "encoders",
+    "MLPEncoder": "encoders",
+    "Augmenter": "augment",
+    "EdgeDrop": "augment",
+    "FeatureMask": "augment",
+    "AdaptiveEdgeDrop": "augment",
+    "AdaptiveFeatureMask": "augment",
+    "Compose": "augment",
+    "drop_edge": "augment",
+    "mask_feature": "augment",
+    "drop_edge_weighted": "augment",
+    "mask_feature_weighted": "augment",
+    "edge_drop_probabilities": "augment",
+    "feature_drop_probabilities": "augment",
+    "node_centrality": "augment",
+    "ContrastiveLoss": "losses",
+    "InfoNCELoss": "losses",
+    "DebiasedInfoNCELoss": "losses",
+    "HardInfoNCELoss": "losses",
+    "ProGCLLoss": "losses",
+    "BetaMixture": "mixture",
+}
+
+__all__ = [*_EXPORTS, "enable_huge_pages"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

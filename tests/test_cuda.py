@@ -18,11 +18,11 @@ from test_losses import assert_matches, fitted_mixture, params, views
 from test_mixture import sample_mixture
 
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel
-from pyg_progcl.datasets import synthetic_graph
+from pyg_progcl.experiments import train_seed
+from pyg_progcl.experiments.datasets import synthetic_graph
+from pyg_progcl.experiments.presets import get_preset
 from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from pyg_progcl.mixture import BetaMixture
-from pyg_progcl.presets import get_preset
-from pyg_progcl.train import train_seed
 
 DEVICE = torch.device(
     os.environ.get("PYG_PROGCL_TEST_DEVICE", "cuda" if torch.cuda.is_available() else "cpu")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch_geometric.utils import homophily, is_undirected
 
-from pyg_progcl.datasets import DATASETS, canonical_name, load_dataset, synthetic_graph
+from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset, synthetic_graph
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_ogb_folder_without_release_file_is_an_error_not_a_prompt(tmp_path):
 
 
 def test_cache_copy_is_refreshed_when_a_source_file_changes(tmp_path, _isolated_cache):
-    from pyg_progcl.datasets import _writable_copy
+    from pyg_progcl.experiments.datasets import _writable_copy
 
     src = tmp_path / "Toy"
     (src / "raw").mkdir(parents=True)
@@ -223,12 +223,12 @@ def test_loaders_of_one_dataset_take_turns(tmp_path, _isolated_cache):
     import sys
     import time
 
-    from pyg_progcl.datasets import DATASETS, _lock
+    from pyg_progcl.experiments.datasets import DATASETS, _lock
 
     _write_wikics(tmp_path / "warm")
     _write_wikics(tmp_path / "root")
     script = (  # the first load imports and processes, so the second alone can wait
-        "import sys\nfrom pyg_progcl.datasets import load_dataset\n"
+        "import sys\nfrom pyg_progcl.experiments.datasets import load_dataset\n"
         "load_dataset('WikiCS', sys.argv[1] + '/warm')\nprint('loading', flush=True)\n"
         "print(load_dataset('WikiCS', sys.argv[1] + '/root').num_nodes, flush=True)\n"
     )

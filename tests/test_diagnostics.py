@@ -368,9 +368,9 @@ def test_missing_matplotlib_names_the_extra(monkeypatch):
 
 
 def test_tracker_records_without_changing_training():
-    from pyg_progcl.datasets import synthetic_graph
-    from pyg_progcl.presets import get_preset
-    from pyg_progcl.train import train_seed
+    from pyg_progcl.experiments import train_seed
+    from pyg_progcl.experiments.datasets import synthetic_graph
+    from pyg_progcl.experiments.presets import get_preset
 
     data = synthetic_graph(num_nodes=200, num_features=50, topic_size=10, seed=0)
     config = get_preset(

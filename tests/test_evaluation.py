@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from pyg_progcl.evaluation import (
+from pyg_progcl.experiments.evaluation import (
     evaluate,
     gca_protocol,
     grace_protocol,
@@ -98,7 +98,7 @@ def test_probe_picks_test_accuracy_at_best_validation():
 
 
 def test_protocols_use_the_papers_split_sizes(monkeypatch):
-    import pyg_progcl.evaluation as evaluation
+    import pyg_progcl.experiments.evaluation as evaluation
 
     sizes = []
     split = evaluation.random_split

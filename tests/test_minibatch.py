@@ -20,8 +20,8 @@ from pyg_progcl import (
     MLPEncoder,
     ProGCLLoss,
 )
-from pyg_progcl.datasets import synthetic_graph
-from pyg_progcl.evaluation import evaluate
+from pyg_progcl.experiments.datasets import synthetic_graph
+from pyg_progcl.experiments.evaluation import evaluate
 from pyg_progcl.minibatch import (
     NeighborSubgraphLoader,
     SubgraphAugmenter,
@@ -304,9 +304,9 @@ def test_minibatch_with_sampled_negatives_skips_too_small_batches(graph):
 
 
 def test_trainer_minibatch_from_python(graph, monkeypatch):
-    import pyg_progcl.train as trainer
-    import pyg_progcl.train.run as run
-    from pyg_progcl.presets import get_preset
+    import pyg_progcl.experiments as trainer
+    import pyg_progcl.experiments.run as run
+    from pyg_progcl.experiments.presets import get_preset
 
     calls = []
     epoch = run.minibatch_epoch
@@ -354,8 +354,8 @@ def test_trainer_cli_rejects_bad_minibatch_flags(flags, capsys):
 
 
 def test_trainer_minibatch_resume_equals_uninterrupted(graph, tmp_path):
-    from pyg_progcl.presets import get_preset
-    from pyg_progcl.train import train_seed
+    from pyg_progcl.experiments import train_seed
+    from pyg_progcl.experiments.presets import get_preset
 
     config = get_preset(
         "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, batch_size=200,

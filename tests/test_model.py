@@ -522,8 +522,8 @@ def test_model_copies_and_pickles_without_its_feature_cache():
 
 
 def test_build_model_recomputes_views_only_for_large_dense_view_features(monkeypatch):
-    import pyg_progcl.train.build as build
-    from pyg_progcl.presets import get_preset
+    import pyg_progcl.experiments.build as build
+    from pyg_progcl.experiments.presets import get_preset
 
     monkeypatch.setattr(build, "RECOMPUTE_FEATURES", 1000)  # 50 × 40 = 2000 entries
     config = get_preset("synthetic", "grace")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pyg_progcl.datasets import DATASETS
-from pyg_progcl.presets import METHODS, TrainConfig, get_preset
+from pyg_progcl.experiments.datasets import DATASETS
+from pyg_progcl.experiments.presets import METHODS, TrainConfig, get_preset
 
 
 @pytest.mark.parametrize("dataset", list(DATASETS))

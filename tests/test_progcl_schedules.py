@@ -7,9 +7,9 @@ import reference as ref
 import torch
 from test_losses import BLOCKS, assert_matches, fitted_mixture, params, views
 
+from pyg_progcl.experiments.build import build_loss
+from pyg_progcl.experiments.presets import get_preset
 from pyg_progcl.losses import InfoNCELoss, ProGCLLoss
-from pyg_progcl.presets import get_preset
-from pyg_progcl.train.build import build_loss
 
 
 def fit_views(seed=5, n=23, d=5):

@@ -30,7 +30,7 @@ def schedules():
 
 
 def test_only_the_beta_guard_needs_a_loss_factory(schedules):
-    from pyg_progcl.presets import get_preset
+    from pyg_progcl.experiments.presets import get_preset
 
     config = get_preset("synthetic", "progcl-weight", tau=0.3)
     for variant in ("online", "fit-once", "frozen", "grace"):
@@ -55,9 +55,9 @@ def test_variants_run_the_library_schedules(schedules, tmp_path):
 
 
 def test_frozen_clean_refits_on_the_unaugmented_graph(schedules):
-    from pyg_progcl.datasets import synthetic_graph
-    from pyg_progcl.presets import get_preset
-    from pyg_progcl.train import build_loss, build_model
+    from pyg_progcl.experiments import build_loss, build_model
+    from pyg_progcl.experiments.datasets import synthetic_graph
+    from pyg_progcl.experiments.presets import get_preset
 
     data = synthetic_graph(num_nodes=120, num_classes=3)
     config = get_preset("synthetic", "progcl-weight", warmup_epochs=4, schedule="frozen")

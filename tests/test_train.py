@@ -14,10 +14,10 @@ import torch
 import torch_geometric.transforms as T
 
 from pyg_progcl.__main__ import main
-from pyg_progcl.datasets import synthetic_graph
-from pyg_progcl.presets import get_preset
-from pyg_progcl.train import machine as pyg_machine
-from pyg_progcl.train import train, train_seed
+from pyg_progcl.experiments import machine as pyg_machine
+from pyg_progcl.experiments import train, train_seed
+from pyg_progcl.experiments.datasets import synthetic_graph
+from pyg_progcl.experiments.presets import get_preset
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -143,7 +143,7 @@ def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
 ):
     import signal
 
-    from pyg_progcl.train import TrainingInterruptedError
+    from pyg_progcl.experiments import TrainingInterruptedError
 
     config = small_config(epochs=10, warmup_epochs=4, eval_every=5, probe_epochs=30)
     original = signal.getsignal(signal.SIGTERM)
@@ -176,7 +176,7 @@ def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
 def test_mixture_options_reach_the_mixture_from_config_and_command_line(
     capsys, small_graph, tmp_path
 ):
-    from pyg_progcl.train import build_loss
+    from pyg_progcl.experiments import build_loss
 
     config = small_config(epochs=8, warmup_epochs=2, eval_every=0, probe_epochs=20)
     assert build_loss(config).mixture.min_beta_high is None  # the default: no floor
@@ -201,8 +201,8 @@ def test_mixture_options_reach_the_mixture_from_config_and_command_line(
 
 
 def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
-    from pyg_progcl.train import build_loss
-    from pyg_progcl.train.cli import config_from_args
+    from pyg_progcl.experiments import build_loss
+    from pyg_progcl.experiments.train_cli import config_from_args
 
     out = tmp_path / "shared.json"
     argv = ["--schedule", "frozen", "--shared-weights", "true", "--output", str(out)]
@@ -439,7 +439,7 @@ def test_bad_input_is_one_clear_line(capsys, argv, message):
 
 def test_cli_overrides_none_num_neighbors_and_config_epochs(tmp_path):
     from pyg_progcl.__main__ import build_parser
-    from pyg_progcl.train import config_from_args
+    from pyg_progcl.experiments.train_cli import config_from_args
 
     def config(*argv):
         parser, _ = build_parser(argv[0])
@@ -506,11 +506,6 @@ def test_python_dash_m_subprocess(tmp_path):
     )  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
-    alone = subprocess.run(  # the subcommand's own entry point takes the same flags
-        [sys.executable, "-m", "pyg_progcl.train", "--method", "nope"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert alone.returncode == 2 and alone.stderr == bad.stderr
 
 
 def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
@@ -537,9 +532,9 @@ def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
 
 
 def test_diagnostics_are_tracked_into_the_results(tmp_path):
-    from pyg_progcl.datasets import synthetic_graph
-    from pyg_progcl.presets import get_preset
-    from pyg_progcl.train import train
+    from pyg_progcl.experiments import train
+    from pyg_progcl.experiments.datasets import synthetic_graph
+    from pyg_progcl.experiments.presets import get_preset
 
     config = get_preset(
         "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, diagnose_every=3, probe_epochs=20
@@ -554,8 +549,8 @@ def test_diagnostics_are_tracked_into_the_results(tmp_path):
 
 
 def test_progress_bar_shows_the_false_negative_component():
+    from pyg_progcl.experiments.loop import progress_postfix
     from pyg_progcl.losses import ProGCLLoss
-    from pyg_progcl.train.loop import progress_postfix
 
     loss = ProGCLLoss(tau=0.5)
     assert progress_postfix(7.0, loss) == "loss=7.0000 bmm=warm-up"
@@ -581,7 +576,7 @@ def test_progress_bar_shows_the_false_negative_component():
 )
 def test_each_method_builds_its_loss_and_augmenters(method, loss_cls, attrs):
     from pyg_progcl.augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, EdgeDrop, FeatureMask
-    from pyg_progcl.train import build_augmentations, build_loss
+    from pyg_progcl.experiments import build_augmentations, build_loss
 
     overrides = {"schedule": "frozen", "min_beta_high": 1.01} if method == "progcl-weight" else {}
     config = get_preset("Amazon-Photo", method, **overrides)

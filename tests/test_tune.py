@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pyg_progcl.train.cli import add_arguments, config_from_args
+from pyg_progcl.experiments.train_cli import add_arguments, config_from_args
 
 REPO = Path(__file__).resolve().parents[1]
 

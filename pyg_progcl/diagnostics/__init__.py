@@ -8,7 +8,7 @@ true from false negatives. This package measures that on any graph with labels:
 
 .. code-block:: python
 
-    from pyg_progcl.diagnostics import diagnose, compare_encoders, plot_similarity_histogram
+    from pyg_progcl.diagnostics import DiagnosticsTracker, diagnose, plot_similarity_histogram
 
     diag = diagnose(model, data)          # a GRACEModel (trained or not) and a labelled graph
     diag.summary["fn_share_topk"]         # false negatives among the 10 most similar negatives
@@ -16,7 +16,7 @@ true from false negatives. This package measures that on any graph with labels:
     diag.summary["auc_posterior"]         # ROC-AUC of p(true negative | s') (1 = perfect)
     plot_similarity_histogram(diag, "similarity.png")
 
-    reports = compare_encoders(data, config)   # GCN vs MLP, before/after training
+    tracker = DiagnosticsTracker(data, every=10)   # a trainer callback: summaries over training
 
 What to look for: ``fn_share_topk`` far above ``fn_rate`` means the hardest negatives
 are mostly same-class nodes (message passing makes neighbours, and hence classmates,
@@ -25,13 +25,12 @@ tells true from false negatives; the mixture turns that ranking into probabiliti
 ProGCL's hardness ``b = p(TN | s')·s'`` picks hard negatives with fewer false ones
 (``fn_share_topk_hardness`` < ``fn_share_topk``).
 
-Modules: :mod:`.core` (sampling, mixture fit, summary), :mod:`.control` (GCN vs MLP,
-tracking over training), :mod:`.plots` (matplotlib, optional), :mod:`.cli`
-(``python -m pyg_progcl diagnose``).
+Modules: :mod:`.core` (sampling, mixture fit, summary), :mod:`.tracker` (tracking over
+training), :mod:`.plots` (matplotlib, optional). The GCN-vs-MLP control experiment and
+``python -m pyg_progcl diagnose`` train models, so they live in the experiment harness
+(:mod:`pyg_progcl.experiments.control`, :mod:`pyg_progcl.experiments.diagnose_cli`).
 """
 
-from .cli import add_arguments, add_diagnose_parser, format_table, run_cli
-from .control import DiagnosticsTracker, EncoderReport, compare_encoders, diagnose_training
 from .core import (
     Diagnosis,
     NegativeSample,
@@ -45,26 +44,20 @@ from .core import (
     topk_false_negative_share,
 )
 from .plots import plot_comparison, plot_similarity_histogram, plot_tracking
+from .tracker import DiagnosticsTracker
 
 __all__ = [
     "Diagnosis",
     "DiagnosticsTracker",
-    "EncoderReport",
     "NegativeSample",
-    "add_arguments",
-    "add_diagnose_parser",
-    "compare_encoders",
     "diagnose",
-    "diagnose_training",
     "embed",
     "false_negative_rate",
     "fit_mixture",
-    "format_table",
     "negative_similarity_sample",
     "plot_comparison",
     "plot_similarity_histogram",
     "plot_tracking",
-    "run_cli",
     "separation_auc",
     "summarize",
     "topk_false_negative_share",

@@ -11,11 +11,10 @@ from typing import Any, Optional
 import torch
 from torch_geometric.data import Data
 
-from ..evaluation import evaluate
+from ..diagnostics import summarize
 from ..losses import ProGCLLoss
 from ..minibatch import embed_minibatch, minibatch_epoch, neighbor_loader
 from ..model import GRACEModel
-from ..presets import TrainConfig
 from .build import build_loss, build_model, seed_everything
 from .checkpoint import (
     checkpoint_path,
@@ -24,6 +23,8 @@ from .checkpoint import (
     save_checkpoint,
     warmup_checkpoint_path,
 )
+from .evaluation import evaluate
+from .presets import TrainConfig
 
 
 def mixture_state(loss: torch.nn.Module) -> Optional[dict[str, Any]]:
@@ -117,8 +118,6 @@ class SeedRun:
 
     def diagnose(self, epoch: int) -> None:
         """Appends the false-negative summary of this epoch to the record."""
-        from ..diagnostics import summarize  # lazy: diagnostics imports pyg_progcl.train
-
         loss = self.loss_fn if isinstance(self.loss_fn, ProGCLLoss) else None
         summary = summarize(self.model, self.data, loss=loss, seed=self.seed)
         self.record.setdefault("diagnostics", []).append({"epoch": epoch, **summary})

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from ..train.cli import add_preset_overrides, int_at_least
-from .core import diagnose
+from ..diagnostics import diagnose
+from .train_cli import add_preset_overrides, int_at_least
 
 _TABLE = [
     ("fn_share_topk", "FN@top-k"),
@@ -44,7 +44,7 @@ def _optional_int(text: str):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``diagnose`` subcommand's arguments to ``parser``."""
-    from ..presets import METHODS
+    from .presets import METHODS
 
     parser.add_argument("--dataset", help="dataset name (default: synthetic, needs no files)")
     parser.add_argument("--root", help="data root (as for `train`)")
@@ -92,7 +92,7 @@ def _diagnose_kwargs(args) -> dict:
 
 def _check_no_overrides(args, config) -> None:
     """A checkpoint is diagnosed with its own config: refuse flags that would be ignored."""
-    from ..datasets import canonical_name
+    from .datasets import canonical_name
 
     fields = set(config.to_dict()) - {"dataset", "method", "epochs"}
     ignored = ["--" + k.replace("_", "-") for k in vars(args) if k in fields]
@@ -110,9 +110,9 @@ def _check_no_overrides(args, config) -> None:
 
 
 def _from_checkpoint(args, kwargs):
-    from ..datasets import load_dataset
-    from ..presets import TrainConfig
-    from ..train import build_loss, build_model
+    from .build import build_loss, build_model
+    from .datasets import load_dataset
+    from .presets import TrainConfig
 
     path = Path(args.checkpoint)
     if path.is_dir():
@@ -135,9 +135,9 @@ def _from_checkpoint(args, kwargs):
 
 
 def _from_preset(args, kwargs):
-    from ..datasets import load_dataset
-    from ..train import config_from_args
     from .control import compare_encoders
+    from .datasets import load_dataset
+    from .train_cli import config_from_args
 
     args.epochs = args.train_epochs or None
     config = config_from_args(args)
@@ -161,7 +161,7 @@ def _from_preset(args, kwargs):
 
 def run_cli(args: argparse.Namespace) -> int:
     """Runs the ``diagnose`` subcommand; returns the exit status."""
-    from ..train import write_json
+    from .loop import write_json
 
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
@@ -181,7 +181,7 @@ def run_cli(args: argparse.Namespace) -> int:
     write_json(result, out / "diagnostics.json")
     written = [out / "diagnostics.json"]
     if not args.no_plot:
-        from .plots import plot_comparison, plot_tracking
+        from ..diagnostics.plots import plot_comparison, plot_tracking
 
         plot_comparison(diags, out / "similarity.png", suptitle=config.dataset)
         written.append(out / "similarity.png")
@@ -205,11 +205,3 @@ def format_table(runs: dict, accuracy: dict | None = None) -> str:
     for enc, acc in (accuracy or {}).items():
         lines.append(f"linear-probe accuracy, {enc.upper()}: {acc:.4f}")
     return "\n".join(lines)
-
-
-def add_diagnose_parser(subparsers) -> argparse.ArgumentParser:
-    """Registers ``diagnose`` on an ``argparse`` sub-parsers object; returns its parser."""
-    parser = subparsers.add_parser("diagnose", help="true/false-negative analysis")
-    add_arguments(parser)
-    parser.set_defaults(func=run_cli)
-    return parser

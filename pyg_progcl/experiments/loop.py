@@ -17,12 +17,12 @@ import torch
 from torch_geometric.data import Data
 
 from .._checks import check_int
-from ..datasets import load_dataset
-from ..evaluation import mean_std
 from ..losses import ProGCLLoss
 from ..model import GRACEModel
-from ..presets import TrainConfig, get_preset
 from .checkpoint import TrainingInterruptedError, stop_requests
+from .datasets import load_dataset
+from .evaluation import mean_std
+from .presets import TrainConfig, get_preset
 from .run import mixture_state, start_seed
 
 
@@ -236,7 +236,7 @@ def train(
             (ProGCL-weight on the built-in synthetic graph).
         data: The graph; default: ``load_dataset(config.dataset, root)``.
         seeds: A number of seeds (``0 .. seeds-1``) or the seeds themselves.
-        root: Data root for :func:`~pyg_progcl.datasets.load_dataset`.
+        root: Data root for :func:`~pyg_progcl.experiments.datasets.load_dataset`.
         device: Torch device.
         checkpoint_dir, checkpoint_every, resume, progress, callback, loss_factory:
             See :func:`train_seed` (one checkpoint file per seed).

@@ -20,7 +20,7 @@ from ..encoders import GCNEncoder, MLPEncoder
 from ..losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from ..mixture import BetaMixture
 from ..model import GRACEModel
-from ..presets import TrainConfig
+from .presets import TrainConfig
 
 
 def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:

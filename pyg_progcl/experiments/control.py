@@ -1,58 +1,23 @@
-"""The paper's control experiment in one call, and tracking over training.
+"""The ProGCL paper's control experiment in one call: message passing against an MLP.
 
 ProGCL (Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027) contrasts a
 message-passing encoder with an MLP of the same widths: only under message passing do
 false negatives (same-class nodes) crowd the top of the similarity ranking.
-:func:`compare_encoders` runs both encoders with one preset, before and after training,
-and :class:`DiagnosticsTracker` records :func:`~.core.summarize` every few epochs
-through the trainer's ``callback``.
+:func:`compare_encoders` trains both encoders with one preset and diagnoses them before
+and after training (:mod:`pyg_progcl.diagnostics`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
-from .._checks import check_int
-from .core import Diagnosis, diagnose, summarize
-
-
-class DiagnosticsTracker:
-    """Records :func:`~.core.summarize` every ``every`` epochs; a trainer ``callback``.
-
-    Works with :func:`pyg_progcl.train.train` / ``train_seed`` as
-    ``callback=tracker``: it is called as ``tracker(epoch, info)`` with ``info['model']``
-    and ``info['loss_fn']``. The same pairs and augmentations (``seed``) are used at every
-    epoch so that the curves are comparable, and the global random state is restored, so
-    training is unchanged by tracking.
-
-    Args:
-        data: The graph with labels ``y`` (or pass ``labels``).
-        every: Record every this many epochs (``>= 1``).
-        **diagnose_kwargs: Passed to :func:`~.core.diagnose` (``num_samples``, ``top_k``,
-            ``labels``, ``seed``, ...).
-
-    Attributes:
-        history: ``[{'epoch': e, **summary}, ...]``, plain floats.
-    """
-
-    def __init__(self, data, every: int = 10, **diagnose_kwargs):
-        self.data = data
-        self.every = check_int("every", every, 1)
-        self.kwargs = diagnose_kwargs
-        self.history: list[dict[str, float]] = []
-
-    def record(self, epoch: int, model: torch.nn.Module, loss: Optional[torch.nn.Module] = None):
-        """Summarises ``model`` now and appends ``{'epoch': epoch, **summary}``."""
-        summary = summarize(model, self.data, loss=loss, **self.kwargs)
-        self.history.append({"epoch": float(epoch), **summary})
-        return self.history[-1]
-
-    def __call__(self, epoch: int, info: dict[str, Any]) -> None:
-        if epoch % self.every == 0:
-            self.record(epoch, info["model"], info.get("loss_fn"))
+from ..diagnostics import Diagnosis, DiagnosticsTracker, diagnose
+from .build import build_loss, build_model, seed_everything
+from .loop import train_seed
+from .presets import get_preset
 
 
 @dataclass
@@ -88,19 +53,17 @@ def diagnose_training(
     """Diagnoses one preset's model at initialisation and after training.
 
     Args:
-        config: A :class:`~pyg_progcl.presets.TrainConfig` (its ``encoder`` is used).
+        config: A :class:`~pyg_progcl.experiments.presets.TrainConfig` (its ``encoder`` is used).
         data: The graph with labels ``y``.
-        train: Train ``config.epochs`` epochs with :func:`pyg_progcl.train.train_seed`
+        train: Train ``config.epochs`` epochs with :func:`~pyg_progcl.experiments.loop.train_seed`
             (then ``after`` and ``accuracy`` are set); else only the initial model.
         seed: Seed of the initialisation and training (the initial model is exactly the
             one training starts from).
         every: Track the summary every this many epochs (``0``: off).
         device: Torch device.
         progress: Show the trainer's progress bar.
-        **diagnose_kwargs: Passed to :func:`~.core.diagnose`.
+        **diagnose_kwargs: Passed to :func:`~pyg_progcl.diagnostics.diagnose`.
     """
-    from ..train import build_loss, build_model, seed_everything, train_seed
-
     seed_everything(seed)
     model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
     report = EncoderReport(before=diagnose(model, data.to(device), **diagnose_kwargs), model=model)
@@ -130,16 +93,14 @@ def compare_encoders(
 
     Args:
         data: The graph with labels ``y``.
-        config: A :class:`~pyg_progcl.presets.TrainConfig` (default: the synthetic
+        config: A :class:`~pyg_progcl.experiments.presets.TrainConfig` (default: the synthetic
             ProGCL-weight preset).
         encoders: Encoder kinds, ``'gcn'`` and/or ``'mlp'``.
         **kwargs: Passed to :func:`diagnose_training` (``train``, ``seed``, ``every``, and
-            :func:`~.core.diagnose`'s options).
+            :func:`~pyg_progcl.diagnostics.diagnose`'s options).
 
     Returns:
         ``{encoder: EncoderReport}``.
     """
-    from ..presets import get_preset
-
     config = get_preset("synthetic", "progcl-weight") if config is None else config
     return {enc: diagnose_training(config.replace(encoder=enc), data, **kwargs) for enc in encoders}

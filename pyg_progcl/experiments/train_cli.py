@@ -10,14 +10,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from ..datasets import DATASETS, canonical_name
-from ..presets import METHODS, TrainConfig, get_preset
 from .checkpoint import TrainingInterruptedError
+from .datasets import DATASETS, canonical_name
 from .loop import train
+from .presets import METHODS, TrainConfig, get_preset
 
 _FIELD_HELP = {
     "lr": "Adam learning rate",
@@ -234,10 +234,3 @@ def run_cli(args: argparse.Namespace) -> int:
         if args.output:
             print(f"wrote {args.output}")
     return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m pyg_progcl.train``: the ``train`` subcommand alone."""
-    from ..__main__ import main as package_main
-
-    return package_main(["train", *(sys.argv[1:] if argv is None else argv)])

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..presets import TrainConfig
+from .presets import TrainConfig
 
 CHECKPOINT_FORMAT = 1
 #: Config fields that may differ between a checkpoint and the resumed run

@@ -38,16 +38,16 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Optional, Union
 
-from ._checks import (
+from .._checks import (
     check_choice,
     check_int,
     check_nonnegative,
     check_positive,
     check_probability,
 )
+from ..encoders import ACTIVATIONS
+from ..losses.progcl import SCHEDULES, check_shared_weights
 from .datasets import canonical_name
-from .encoders import ACTIVATIONS
-from .losses.progcl import SCHEDULES, check_shared_weights
 
 __all__ = [
     "AUGMENTATIONS",
@@ -192,7 +192,7 @@ class TrainConfig:
             if getattr(self, key) is not None:
                 setattr(self, key, check_int(key, getattr(self, key)))
         if self.num_neighbors is not None:
-            from .minibatch.sampling import check_num_neighbors
+            from ..minibatch.sampling import check_num_neighbors
 
             self.num_neighbors = check_num_neighbors(self.num_neighbors)
             if len(self.num_neighbors) != self.num_layers:

@@ -39,7 +39,7 @@ from filelock import FileLock
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
-from ._checks import check_int, check_nonnegative, check_probability
+from .._checks import check_int, check_nonnegative, check_probability
 
 __all__ = [
     "DATASETS",

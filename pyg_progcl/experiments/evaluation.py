@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ._checks import check_choice, check_int, check_matrix, check_nonnegative, check_positive
+from .._checks import check_choice, check_int, check_matrix, check_nonnegative, check_positive
 
 __all__ = [
     "PROTOCOLS",
