@@ -24,7 +24,7 @@ import torch
 from pyg_progcl import BetaMixture, ProGCLLoss
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import TrainConfig
-from pyg_progcl.losses.similarity import sample_negative_similarities
+from pyg_progcl.losses.engine import sample_negative_similarities
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)
@@ -80,7 +80,7 @@ def compare(w: torch.Tensor, other: torch.Tensor) -> str:
 def run(path: Path, draws: int, num_anchors: int) -> list[str]:
     state = torch.load(path, weights_only=True)
     config, loss = state["config"], state["loss"]
-    u, v = loss["frozen_u"].float(), loss["frozen_v"].float()
+    u, v = loss["schedule.frozen_u"].float(), loss["schedule.frozen_v"].float()
     g = torch.Generator().manual_seed(0)
     anchors = torch.randperm(u.size(0), generator=g)[:num_anchors]
     num = build_loss(_train_config(config)).num_samples

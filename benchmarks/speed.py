@@ -48,7 +48,8 @@ from pyg_progcl import (  # noqa: E402
 )
 from pyg_progcl.encoders import sparse_features  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
-from pyg_progcl.losses.similarity import DENSE_MAX_NODES  # noqa: E402
+from pyg_progcl.losses import FrozenFit  # noqa: E402
+from pyg_progcl.losses.engine.dispatch import DENSE_MAX_NODES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)
@@ -64,11 +65,11 @@ METHODS = {
     "progcl-frozen": lambda tau, bs: ProGCLLoss(tau, "weight", block_size=bs, schedule="frozen"),
     # ... holding all its weights between steps (the default holds 512 MiB, then recomputes)
     "progcl-frozen-held": lambda tau, bs: ProGCLLoss(
-        tau, "weight", block_size=bs, schedule="frozen", frozen_cache_mib=1e6
+        tau, "weight", block_size=bs, schedule=FrozenFit(cache_mib=1e6)
     ),
     # ... with the second direction weighted by the first's matrix (shared_weights)
     "progcl-shared": lambda tau, bs: ProGCLLoss(
-        tau, "weight", block_size=bs, schedule="frozen", shared_weights=True
+        tau, "weight", block_size=bs, schedule=FrozenFit(shared_weights=True)
     ),
 }
 

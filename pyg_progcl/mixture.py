@@ -140,22 +140,42 @@ class BetaMixture(torch.nn.Module):
         a, b, c = (coef[:, 1 - t] - coef[:, t]).tolist()
         return a, b, c
 
-    def log_odds_false_negative(self, x: Tensor) -> Tensor:
-        r"""Elementwise :math:`D(x) = \log \frac{\lambda_F \mathrm{Beta}_F(x)}{\lambda_T \mathrm{Beta}_T(x)}`.
+    def log_odds_false_negative(self, x: Tensor, sign: float = 1.0) -> Tensor:
+        r"""Elementwise :math:`D(x) = \log \frac{\lambda_F \mathrm{Beta}_F(x)}{\lambda_T \mathrm{Beta}_T(x)}`
+        (times ``sign``), at ``x`` clamped to ``[eps, 1 - eps]``.
 
         Works on a tensor of any shape; :math:`p(\mathrm{true\ neg.} \mid x) = \sigma(-D)`.
-        Written as one affine function of :math:`\log x` and :math:`\log(1-x)`, so a
-        ``[B, N]`` block costs a few elementwise passes.
+        Written as one affine function of :math:`\log x` and :math:`\log(1-x)`
+        (:meth:`log_odds_coefficients`), so a ``[B, N]`` block costs a few elementwise
+        passes; ``sign=-1`` gives :math:`-D` in the same passes.
         """
+        return self._log_odds(self._clamp(x), sign)
+
+    def _log_odds(self, x: Tensor, sign: float) -> Tensor:
+        """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``."""
         a, b, c = self.log_odds_coefficients()
-        x = self._clamp(x)
-        d = torch.log(x).mul_(a)
-        d.add_(torch.neg(x).log1p_(), alpha=b)
-        return d.add_(c)
+        d = torch.log(x).mul_(sign * a)
+        d.add_(torch.neg(x).log1p_(), alpha=sign * b)
+        return d.add_(sign * c)
 
     def true_negative_posterior(self, x: Tensor) -> Tensor:
         """Posterior probability that each value of ``x`` (any shape) is a true negative."""
-        return torch.sigmoid(-self.log_odds_false_negative(x))
+        return torch.sigmoid(self.log_odds_false_negative(x, sign=-1.0))
+
+    def hardness_(self, s: Tensor) -> Tensor:
+        r"""ProGCL's hardness :math:`b = s \, p(\mathrm{true\ neg.} \mid s)` of similarities
+        :math:`s = (\theta + 1)/2`, in place: ``s`` is clamped to ``[eps, 1 - eps]`` and
+        overwritten (docs/algorithms.md §5.1)."""
+        s.clamp_(self.eps, 1.0 - self.eps)
+        # (torch.special.xlogy / xlog1py would fuse the products but are not vectorised
+        # on the CPU, docs/design.md.)
+        return s.mul_(self._log_odds(s, -1.0).sigmoid_())
+
+    def log_hardness(self, s: Tensor) -> Tensor:
+        r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)`, exact where :math:`b`
+        underflows (a new tensor; ``s`` clamped to ``[eps, 1 - eps]``)."""
+        s = self._clamp(s)
+        return torch.log(s) - F.softplus(self.log_odds_false_negative(s))
 
     @torch.no_grad()
     def fit(self, x: Tensor, max_iter: int | None = None) -> BetaMixture:

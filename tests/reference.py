@@ -41,6 +41,15 @@ def grace(h1, h2, tau):
     return _reduce(h1, h2, tau, ng)
 
 
+def grace_anchor(a, b, tau, i):
+    """GRACE's loss of the single anchor a_i: positive b_i, negatives b_k and a_k (k != i)."""
+    others = [k for k in range(a.size(0)) if k != i]
+    pos = torch.exp(_cos(a[i : i + 1], b[i : i + 1])[0, 0] / tau)
+    neg = torch.exp(_cos(a[i : i + 1], b[others]) / tau).sum()
+    neg = neg + torch.exp(_cos(a[i : i + 1], a[others]) / tau).sum()
+    return -torch.log(pos / (pos + neg))
+
+
 def _debias(neg, pos, m, tau, tau_plus):
     floor = torch.full_like(neg, m * math.exp(-1 / tau))
     return torch.maximum((neg - tau_plus * m * pos) / (1 - tau_plus), floor)

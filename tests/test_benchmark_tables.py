@@ -63,7 +63,10 @@ def test_fit_sampling_compares_both_samples_on_a_frozen_checkpoint(tmp_path):
     w = fit_sampling.weights(mixture, u, v, anchors, 0.4)
     assert torch.all(w[anchors, anchors] == 0)
     torch.testing.assert_close(w.sum(1) / 149, torch.ones(7))  # w = b / mean b
-    torch.save({"config": config, "loss": {"frozen_u": u, "frozen_v": v}}, tmp_path / "s.pt")
+    torch.save(
+        {"config": config, "loss": {"schedule.frozen_u": u, "schedule.frozen_v": v}},
+        tmp_path / "s.pt",
+    )
     rows = fit_sampling.run(tmp_path / "s.pt", draws=2, num_anchors=20)
     assert len(rows) == 5 and rows[0].startswith("| Cora, fit at epoch 101 | ours 0 |")
     assert "| – | – |" in rows[0] and "Δw median: ours" in rows[-1]

@@ -93,7 +93,7 @@ def test_frozen_schedule_matches_the_reference(block_size):
     f1, f2 = (h.detach() for h in views(seed=5))
     loss = ProGCLLoss(0.4, mixture=fitted_mixture(), schedule="frozen", block_size=block_size)
     loss.to(DEVICE).fit(*on_device(f1, f2))
-    assert loss.frozen_u.device.type == DEVICE.type
+    assert loss.schedule.frozen_u.device.type == DEVICE.type
     m = params(fitted_mixture())
     assert_device_matches(loss, lambda a, b: ref.progcl_weight(a, b, 0.4, m, fit_views=(f1, f2)))
 

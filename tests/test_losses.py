@@ -11,6 +11,9 @@ from pyg_progcl.losses import (
     ProGCLLoss,
     sample_negative_similarities,
 )
+from pyg_progcl.losses.engine import NegativeTerm, Path, choose_path, contrastive_losses
+from pyg_progcl.losses.mixing import MixedNegatives
+from pyg_progcl.losses.weights import HardnessWeights
 from pyg_progcl.mixture import BetaMixture
 
 BLOCKS = [None, 1, 7, 64]  # dense, and row blocks that do / do not divide N
@@ -139,8 +142,10 @@ def test_progcl_mix_random_pairing_matches_reference(block_size):
 def test_progcl_mix_backward_reuses_the_selection(monkeypatch):
     # Row blocks are recomputed in backward; their hardest negatives are not selected again.
     calls = []
-    select = ProGCLLoss._select
-    monkeypatch.setattr(ProGCLLoss, "_select", lambda self, b: calls.append(1) or select(self, b))
+    select = MixedNegatives.select
+    monkeypatch.setattr(
+        MixedNegatives, "select", lambda self, b: calls.append(1) or select(self, b)
+    )
     h1, h2 = views()
     loss = ProGCLLoss(0.4, mode="mix", num_mix=6, mixture=fitted_mixture(), block_size=7)
     loss(h1, h2).backward()
@@ -153,13 +158,13 @@ def test_progcl_mix_follows_the_formula_at_any_scale_of_b(monkeypatch, block_siz
     # whatever the scale of b: no rescaling switches on below a threshold.
     h1, h2 = views(n=12)
     m = fitted_mixture()
-    hardness, ref_hardness = ProGCLLoss._hardness_of_logits, ref.hardness
+    hardness, ref_hardness = HardnessWeights.of_logits, ref.hardness
     for scale in [1.0, 1e-6, 1e-8, 1e-12, 1e-19, 1e-21, 1e-30]:
 
         def scaled(self, logits, out=None, s=scale):
             return hardness(self, logits, out) * s
 
-        monkeypatch.setattr(ProGCLLoss, "_hardness_of_logits", scaled)
+        monkeypatch.setattr(HardnessWeights, "of_logits", scaled)
         monkeypatch.setattr(ref, "hardness", lambda *a, s=scale: ref_hardness(*a) * s)
         loss = ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=m, block_size=block_size)
         assert_matches(loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m)), h1, h2)
@@ -244,7 +249,7 @@ def test_progcl_weight_with_uniform_weights_is_grace():
 def test_progcl_weight_with_uniform_weights_is_grace_on_any_views(monkeypatch, block_size):
     # A constant hardness b gives w = b / mean b = 1 however the cosines vary: the weighted
     # negative sum is then GRACE's, values and gradients, dense and in row blocks.
-    monkeypatch.setattr(ProGCLLoss, "_hardness_of", lambda self, s: s.fill_(0.7))
+    monkeypatch.setattr(BetaMixture, "hardness_", lambda self, s: s.fill_(0.7))
     h1, h2 = views()
     loss = ProGCLLoss(0.5, mixture=fitted_mixture(), block_size=block_size)
     w = loss.negative_weights(h1, h2)
@@ -502,13 +507,15 @@ def test_progcl_weight_with_underflowing_posterior_falls_back_to_uniform(block_s
 
 
 @pytest.mark.parametrize("block_size", [None, 7])
-def test_progcl_weight_with_underflowing_weighted_terms_stays_finite(block_size):
+def test_progcl_weight_with_underflowing_weighted_terms_stays_finite(monkeypatch, block_size):
     # Orthogonal views at τ = 0.03: every negative has e^{logit} = e^{-33}; with b = 1e-31
     # (whose sums are still normal floats) each b·e^{logit} underflows to 0 in float32.
     # The weights are uniform, so the loss is GRACE's; log-sum-exp must recover it.
     h = torch.eye(20).requires_grad_()
     loss = ProGCLLoss(0.03, mixture=fitted_mixture().float(), block_size=block_size)
-    loss._hardness_of_logits = lambda logits, out=None: torch.full_like(logits, 1e-31)
+    monkeypatch.setattr(
+        HardnessWeights, "of_logits", lambda self, logits, out=None: torch.full_like(logits, 1e-31)
+    )
     out = loss(h, h)
     torch.testing.assert_close(out, InfoNCELoss(0.03)(h, h))
     (grad,) = torch.autograd.grad(out, h)
@@ -559,7 +566,7 @@ def test_row_blocks_equal_dense_at_500_nodes(make):
 
 def record_blocks(monkeypatch) -> list:
     """The ``(start, stop)`` of every block the one-pass engine builds, in order."""
-    import pyg_progcl.losses.blockwise as blockwise
+    import pyg_progcl.losses.engine.onepass as blockwise
 
     calls = []
     original = blockwise._Blocks.__init__
@@ -573,10 +580,11 @@ def record_blocks(monkeypatch) -> list:
 
 
 def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
-    import pyg_progcl.losses.similarity as similarity
+    import pyg_progcl.losses.engine.dispatch as dispatch
 
-    monkeypatch.setattr(similarity, "DENSE_MAX_NODES", 50)
-    monkeypatch.setattr(similarity, "BLOCK_ELEMENTS", 60 * 20)
+    monkeypatch.setattr(dispatch, "DENSE_MAX_NODES", 50)
+    monkeypatch.setattr(dispatch, "BLOCK_ELEMENTS", 60 * 20)
+    assert choose_path(60, 0.5, InfoNCELoss().negative_term()) == Path("one-pass", 20)
     calls = record_blocks(monkeypatch)
     h1, h2 = views(n=60)
     out = InfoNCELoss(0.5)(h1, h2)
@@ -587,13 +595,20 @@ def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
 
 
 def test_losses_without_exp_sums_use_per_direction_row_blocks(monkeypatch):
-    import pyg_progcl.losses.similarity as similarity
+    import pyg_progcl.losses.engine.per_direction as per_direction
 
     calls = []
-    original = similarity._row_block
-    monkeypatch.setattr(similarity, "_row_block", lambda *a: calls.append(a[2:4]) or original(*a))
+    original = per_direction.row_block
+
+    def record(a, o, rows, *args):
+        calls.append((rows.start, rows.stop))
+        return original(a, o, rows, *args)
+
+    monkeypatch.setattr(per_direction, "row_block", record)
     h1, h2 = views(n=60)
     loss = ProGCLLoss(0.3, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=20)
+    assert choose_path(60, 0.3, loss.negative_term(), 20) == Path("row-blocks", 20)
+    assert choose_path(60, 0.01, InfoNCELoss().negative_term(), 20) == Path("row-blocks", 20)
     torch.testing.assert_close(loss(h1, h2), ref.progcl_mix_one(h1, h2, 0.3, params(loss.mixture)))
     assert calls == [(0, 20), (20, 40), (40, 60)] * 2
     calls.clear()  # tiny τ: exponentials would underflow, so log-sum-exp per direction
@@ -604,12 +619,13 @@ def test_losses_without_exp_sums_use_per_direction_row_blocks(monkeypatch):
 
 
 def test_block_size_of_all_nodes_is_the_dense_path(monkeypatch):
-    import pyg_progcl.losses.similarity as similarity
+    import pyg_progcl.losses.engine.per_direction as per_direction
 
     def fail(*args):
         raise AssertionError("row blocks used")
 
-    monkeypatch.setattr(similarity, "_row_block", fail)
+    monkeypatch.setattr(per_direction, "row_block", fail)
+    assert choose_path(20, 0.5, InfoNCELoss().negative_term(), 20) == Path("one-pass")
     calls = record_blocks(monkeypatch)
     h1, h2 = views(n=20)
     for block_size in (20, 10**6):
@@ -632,16 +648,16 @@ SUM_LOSSES = [
 def test_one_pass_equals_per_direction_blocks(make, block_size):
     # The same loss through both machineries: the one-pass ExpSums engine (the default)
     # and the per-direction NegativeBlock path (small τ, sampled negatives, fallbacks).
-    from pyg_progcl.losses.similarity import contrastive_loss
-
     loss = make()
     h1, h2 = views(n=23)
+    term = loss.negative_term()
 
     def run(sums):
-        out = contrastive_loss(h1, h2, loss.tau, loss.log_negatives, block_size, sums=sums)
+        one_term = NegativeTerm(term.log_negatives, sums)
+        out = contrastive_losses(h1, h2, loss.tau, one_term, block_size).mean()
         return (out, *torch.autograd.grad(out, (h1, h2)))
 
-    for a, b in zip(run(loss.exp_sums()), run(None)):
+    for a, b in zip(run(term.sums), run(None)):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
@@ -654,7 +670,7 @@ def test_one_pass_equals_per_direction_blocks(make, block_size):
     ],
 )
 def test_blocks_keep_or_recompute_alike(monkeypatch, make):
-    import pyg_progcl.losses.blockwise as blockwise
+    import pyg_progcl.losses.engine.onepass as blockwise
 
     h1, h2 = views(n=60)
     loss = make()
@@ -746,7 +762,7 @@ def test_dense_pass_gives_its_weights_back_before_backward():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_mix_selects_the_same_set_as_topk(dtype):
-    from pyg_progcl.losses.progcl import _largest
+    from pyg_progcl.losses.mixing import largest as _largest
 
     x = torch.randperm(7 * 36).view(7, 36).to(dtype)  # distinct (< 256: exact in bfloat16)
     x[:, 3] = float("-inf")  # an excluded entry
@@ -757,10 +773,85 @@ def test_mix_selects_the_same_set_as_topk(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mix_breaks_ties_by_node_order(dtype):
-    from pyg_progcl.losses.progcl import _largest
+    from pyg_progcl.losses.mixing import largest as _largest
 
     x = torch.tensor([[0.0, 2, 1, 1, 1, 1], [1, 1, 3, 2, float("-inf"), 1]], dtype=dtype)
     assert _largest(x, 3).tolist() == [[1, 2, 3], [0, 2, 3]]
     assert _largest(x, 6).tolist() == [list(range(6))] * 2  # k ≥ columns: all of them
     ties = torch.zeros(4, 50, dtype=dtype)  # every row tied (underflowed hardness)
     assert torch.equal(_largest(ties, 7), torch.arange(7).expand(4, 7))
+
+
+# --- reductions and the one-pass engine's underflowed anchors --------------------------
+
+
+REDUCED = [
+    lambda **kw: InfoNCELoss(0.4, **kw),
+    lambda **kw: DebiasedInfoNCELoss(0.4, 0.1, **kw),
+    lambda **kw: HardInfoNCELoss(0.4, 0.1, 1.0, **kw),
+    lambda **kw: ProGCLLoss(0.4, mixture=fitted_mixture(), **kw),
+    lambda **kw: ProGCLLoss(0.4, mode="mix", num_mix=3, mixture=fitted_mixture(), **kw),
+]
+
+
+@pytest.mark.parametrize("make", REDUCED)
+@pytest.mark.parametrize("options", [{}, {"block_size": 6}, {"num_negatives": 9}])
+def test_reductions_are_the_per_anchor_losses(make, options):
+    # 'none' gives the [2, N] losses l(u_i), l(v_i); 'mean' and 'sum' reduce them, values
+    # and gradients, on every path (the same random draws for each reduction).
+    h1, h2 = views()
+    out = {}
+    for reduction in ("none", "mean", "sum"):
+        torch.manual_seed(5)
+        value = make(reduction=reduction, **options)(h1, h2)
+        out[reduction] = (value, torch.autograd.grad(value.sum(), (h1, h2)))
+    per_anchor, g_none = out["none"]
+    assert per_anchor.shape == (2, 23) and bool((per_anchor > 0).all())
+    torch.testing.assert_close(out["mean"][0], per_anchor.mean(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(out["sum"][0], per_anchor.sum(), rtol=1e-12, atol=0)
+    for a, b, c in zip(g_none, out["sum"][1], out["mean"][1]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(a, c * 46, rtol=1e-10, atol=1e-12)
+
+
+def test_per_anchor_losses_match_the_reference_anchor_by_anchor():
+    h1, h2 = views()
+    per_anchor = InfoNCELoss(0.5, reduction="none")(h1, h2)
+    for view, (a, b) in enumerate(((h1, h2), (h2, h1))):  # anchor i of view `view` alone
+        for i in (0, 7, 22):
+            expected = ref.grace_anchor(a, b, 0.5, i)
+            torch.testing.assert_close(per_anchor[view, i], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_bad_reduction_raises():
+    with pytest.raises(ValueError, match="`reduction` must be one of"):
+        InfoNCELoss(reduction="avg")
+
+
+def test_one_pass_recomputes_only_underflowed_anchors_in_log_space(monkeypatch):
+    # Anchor u_0 is (almost) every v_k, whose cosines ~1 the mixture calls false negatives:
+    # all its b underflow in float32 (weights uniform, GRACE's row), while every other
+    # anchor's weights are normal. The one-pass engine reports exactly u_0; the loss, its
+    # gradients included, still equals the float64 reference.
+    from pyg_progcl.losses.engine.onepass import one_pass_losses
+
+    g = torch.Generator().manual_seed(0)
+    n, d = 16, 6
+    e1 = torch.zeros(d, dtype=torch.float64)
+    e1[0] = 1.0
+    h2 = e1 + 1e-3 * torch.randn(n, d, generator=g, dtype=torch.float64)
+    h1 = torch.nn.functional.normalize(torch.randn(n, d, generator=g, dtype=torch.float64), dim=1)
+    h1[0] = e1
+    m = fitted_mixture(alpha=(5.0, 400.0), beta=(30.0, 1.01), weight=(0.9, 0.1))
+    loss = ProGCLLoss(0.5, mixture=m.float())
+    u, v = (torch.nn.functional.normalize(h, dim=1) for h in (h1.float(), h2.float()))
+    _, underflow = one_pass_losses(u, v, 0.5, loss.negative_term().sums, n)
+    assert underflow.nonzero().tolist() == [[0, 0]]
+    a, b = h1.float().requires_grad_(), h2.float().requires_grad_()
+    value = loss(a, b)
+    grads = torch.autograd.grad(value, (a, b))
+    a64, b64 = h1.clone().requires_grad_(), h2.clone().requires_grad_()
+    expected = ref.progcl_weight(a64, b64, 0.5, params(m))
+    torch.testing.assert_close(value.double(), expected, rtol=1e-5, atol=0)
+    for x, y in zip(grads, torch.autograd.grad(expected, (a64, b64))):
+        torch.testing.assert_close(x.double(), y, rtol=1e-3, atol=1e-5)

@@ -9,7 +9,7 @@ from test_losses import BLOCKS, assert_matches, fitted_mixture, params, views
 
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import get_preset
-from pyg_progcl.losses import InfoNCELoss, ProGCLLoss
+from pyg_progcl.losses import FrozenFit, InfoNCELoss, ProGCLLoss
 
 
 def fit_views(seed=5, n=23, d=5):
@@ -17,8 +17,9 @@ def fit_views(seed=5, n=23, d=5):
     return tuple(h.detach() for h in views(n=n, d=d, seed=seed))
 
 
-def frozen_loss(f1, f2, mixture=None, **kwargs) -> ProGCLLoss:
-    loss = ProGCLLoss(0.4, mixture=mixture or fitted_mixture(), schedule="frozen", **kwargs)
+def frozen_loss(f1, f2, mixture=None, shared_weights=False, cache_mib=512, **kwargs):
+    schedule = FrozenFit(cache_mib=cache_mib, shared_weights=shared_weights)
+    loss = ProGCLLoss(0.4, mixture=mixture or fitted_mixture(), schedule=schedule, **kwargs)
     return loss.fit(f1, f2)
 
 
@@ -88,9 +89,9 @@ def test_shared_weights_match_reference_on_the_log_space_and_sampled_paths():
     f1, f2 = fit_views()
     h1, h2 = views()
     m = fitted_mixture()
-    tiny = ProGCLLoss(0.02, mixture=m, schedule="frozen", shared_weights=True, block_size=7)
+    tiny = ProGCLLoss.reference_code(0.02, mixture=m, block_size=7)
     assert_matches(tiny.fit(f1, f2), _shared_reference(m, (f1, f2), tau=0.02), h1, h2)
-    dense_tiny = ProGCLLoss(0.02, mixture=m, schedule="frozen", shared_weights=True)
+    dense_tiny = ProGCLLoss.reference_code(0.02, mixture=m)
     assert_matches(dense_tiny.fit(f1, f2), _shared_reference(m, (f1, f2), tau=0.02), h1, h2)
     sampled = frozen_loss(f1, f2, mixture=m, num_negatives=22, block_size=5, shared_weights=True)
     assert_matches(sampled, _shared_reference(m, (f1, f2)), h1, h2)
@@ -105,28 +106,32 @@ def test_shared_weights_equal_own_weights_when_the_fit_matrix_is_symmetric(block
     torch.testing.assert_close(shared(h1, h2), own(h1, h2), rtol=1e-12, atol=1e-12)
 
 
-def test_shared_weights_need_the_frozen_schedule():
-    with pytest.raises(ValueError, match="shared_weights.*frozen"):
-        ProGCLLoss(shared_weights=True)
+def test_reference_code_options_live_in_one_place():
+    with pytest.raises(TypeError, match="shared_weights"):
+        ProGCLLoss(shared_weights=True)  # not an everyday option
     with pytest.raises(ValueError, match="`shared_weights` must be True or False"):
-        ProGCLLoss(schedule="frozen", shared_weights="yes")
-    loss = ProGCLLoss(schedule="frozen", shared_weights=True)
-    assert "shared_weights=True" in repr(loss) and loss.exp_sums().weight is None  # GRACE's
+        FrozenFit(shared_weights="yes")
+    loss = ProGCLLoss.reference_code(0.4)
+    assert isinstance(loss.schedule, FrozenFit) and loss.schedule.shared_weights
+    assert loss.mixture.min_beta_high == 1.01
+    assert "shared_weights=True" in repr(loss) and not loss.fitted
+    assert loss.negative_term().sums.weight is None  # GRACE's until the fit
 
 
 @pytest.mark.parametrize("block_size,keep", [(None, True), (7, True), (7, False)])
 def test_shared_weights_run_on_the_one_pass_engine(monkeypatch, block_size, keep):
     """Both directions from one pass: the column sums (v anchors) take a second matrix
     (kept for backward, or recomputed where the kept matrices would exceed the budget)."""
-    import pyg_progcl.losses.blockwise as blockwise
+    import pyg_progcl.losses.engine.dispatch as dispatch
+    import pyg_progcl.losses.engine.onepass as onepass
 
     if not keep:
-        monkeypatch.setattr(blockwise, "KEEP_ELEMENTS", 0)
+        monkeypatch.setattr(onepass, "KEEP_ELEMENTS", 0)
     calls = []
-    engine = blockwise.blockwise_loss
-    monkeypatch.setattr(blockwise, "blockwise_loss", lambda *a: calls.append(a) or engine(*a))
+    engine = dispatch.one_pass_losses
+    monkeypatch.setattr(dispatch, "one_pass_losses", lambda *a: calls.append(a) or engine(*a))
     f1, f2 = fit_views()
-    cache = {} if keep else {"frozen_cache_mib": 0}
+    cache = {} if keep else {"cache_mib": 0}
     loss = frozen_loss(f1, f2, block_size=block_size, shared_weights=True, **cache)
     assert_matches(loss, _shared_reference(loss.mixture, (f1, f2)), *views())
     assert len(calls) == 1 and calls[0][3].column_weight is not None
@@ -143,18 +148,18 @@ def test_frozen_weights_held_between_steps(block_size):
 
     for seed in range(3):  # the first step computes the weights, later ones reuse them
         assert_matches(loss, expected((f1, f2)), *views(seed=seed))
-    assert sum(w.numel() for w in loss._frozen_weights.values()) == 23 * 23
+    assert sum(w.numel() for w in loss.schedule.held_blocks.values()) == 23 * 23
     g1, g2 = fit_views(seed=7)
     loss.reset_parameters()
-    assert not loss._frozen_weights
+    assert not loss.schedule.held_blocks
     loss.fit(g1, g2)  # a new fit: new weights, none of the old ones
     assert_matches(loss, expected((g1, g2)), *views())
     loss.load_state_dict(frozen_loss(f1, f2, mixture=m).state_dict())
     assert_matches(loss, expected((f1, f2)), *views())
-    small = frozen_loss(f1, f2, mixture=m, block_size=block_size, frozen_cache_mib=0)
+    small = frozen_loss(f1, f2, mixture=m, block_size=block_size, cache_mib=0)
     for seed in range(2):  # over budget: recomputed every step
         assert_matches(small, expected((f1, f2)), *views(seed=seed))
-    assert not small._frozen_weights
+    assert not small.schedule.held_blocks
 
 
 def test_frozen_cache_holds_what_fits_and_computes_the_rest():
@@ -162,8 +167,8 @@ def test_frozen_cache_holds_what_fits_and_computes_the_rest():
     is recomputed at every step, and the values are the reference's either way."""
     f1, f2 = fit_views()
     mib = 4 * 5 * 23 * 8 / 2**20
-    loss = frozen_loss(f1, f2, block_size=5, frozen_cache_mib=mib)
-    assert f"frozen_cache_mib={mib}" in repr(loss)
+    loss = frozen_loss(f1, f2, block_size=5, cache_mib=mib)
+    assert f"cache_mib={mib:g}" in repr(loss)
     m = loss.mixture
     for seed in range(2):
         assert_matches(
@@ -171,10 +176,10 @@ def test_frozen_cache_holds_what_fits_and_computes_the_rest():
             lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=(f1, f2)),
             *views(seed=seed),
         )
-    held = loss._frozen_weights
+    held = loss.schedule.held_blocks
     assert sorted(k[:2] for k in held) == [(0, 5), (5, 10), (10, 15), (15, 20)]
-    with pytest.raises(ValueError, match="`frozen_cache_mib` must be a finite number >= 0"):
-        ProGCLLoss(schedule="frozen", frozen_cache_mib=-1)
+    with pytest.raises(ValueError, match="`cache_mib` must be a finite number >= 0"):
+        FrozenFit(cache_mib=-1)
 
 
 def test_frozen_weights_follow_the_views_to_another_dtype():
@@ -182,7 +187,7 @@ def test_frozen_weights_follow_the_views_to_another_dtype():
     loss(*views())
     loss.float()  # new buffers: the weights held for the old ones go, none stay beside
     loss(*(h.detach().float() for h in views()))
-    held = loss._frozen_weights.values()
+    held = loss.schedule.held_blocks.values()
     assert {w.dtype for w in held} == {torch.float32} and sum(w.numel() for w in held) == 23 * 23
 
 
@@ -208,9 +213,9 @@ def test_schedules_decide_what_fit_changes():
         loss.fit(f1, f2, gen).fit(g1, g2, gen).fit(g1, g2, gen)
     assert [int(x.mixture.num_fits) for x in (online, once, frozen)] == [3, 1, 1]
     torch.testing.assert_close(once.mixture.alpha, frozen.mixture.alpha, rtol=0, atol=0)
-    torch.testing.assert_close(frozen.frozen_u, torch.nn.functional.normalize(f1, dim=1))
-    torch.testing.assert_close(frozen.frozen_v, torch.nn.functional.normalize(f2, dim=1))
-    assert "schedule='frozen'" in repr(frozen) and "schedule" not in repr(online)
+    torch.testing.assert_close(frozen.schedule.frozen_u, torch.nn.functional.normalize(f1, dim=1))
+    torch.testing.assert_close(frozen.schedule.frozen_v, torch.nn.functional.normalize(f2, dim=1))
+    assert "FrozenFit()" in repr(frozen) and "OnlineFit()" in repr(online)
 
 
 def test_frozen_keeps_a_mixture_passed_in_fitted():
@@ -229,17 +234,18 @@ def test_frozen_state_dict_round_trip_and_reset():
     h1, h2 = views(n=40)
     loss = ProGCLLoss(0.5, schedule="frozen", num_samples=3000).fit(f1, f2)
     state = loss.state_dict()
-    assert state["frozen_u"].shape == (40, 5) and state["frozen_v"].shape == (40, 5)
+    assert state["schedule.frozen_u"].shape == (40, 5)
+    assert state["schedule.frozen_v"].shape == (40, 5)
     fresh = ProGCLLoss(0.5, schedule="frozen", num_samples=3000)
     fresh.load_state_dict(state)
     assert fresh.fitted
     torch.testing.assert_close(fresh(h1, h2), loss(h1, h2), rtol=0, atol=0)
     fresh.load_state_dict(ProGCLLoss(0.5).state_dict())  # an unfitted state: no views
-    assert not fresh.fitted and fresh.frozen_u is None
+    assert not fresh.fitted and fresh.schedule.frozen_u is None
     with pytest.raises(RuntimeError, match="frozen_u"):  # not into another schedule
         ProGCLLoss(0.5).load_state_dict(state)
     loss.reset_parameters()
-    assert not loss.fitted and "frozen_u" not in loss.state_dict()
+    assert not loss.fitted and "schedule.frozen_u" not in loss.state_dict()
     torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.5)(h1, h2), rtol=0, atol=0)
 
 
@@ -266,4 +272,4 @@ def test_bad_schedule_is_a_clear_error():
     with pytest.raises(ValueError, match=r"`frozen_cache_mib` sizes .* \(got schedule='online'\)"):
         get_preset("synthetic", "progcl-weight", frozen_cache_mib=2048)
     config = get_preset("synthetic", "progcl-weight", schedule="frozen", frozen_cache_mib=2048)
-    assert build_loss(config).frozen_cache_mib == 2048
+    assert build_loss(config).schedule.cache_mib == 2048

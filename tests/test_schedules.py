@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pyg_progcl import ProGCLLoss
+from pyg_progcl.losses import OnlineFit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,7 @@ def test_only_the_beta_guard_needs_a_loss_factory(schedules):
     for variant in ("online", "fit-once", "frozen", "grace"):
         assert schedules.loss_factory(variant) is None  # the config's loss
     guard = schedules.loss_factory("beta-guard")(config)
-    assert isinstance(guard, ProGCLLoss) and guard.schedule == "online"
+    assert isinstance(guard, ProGCLLoss) and isinstance(guard.schedule, OnlineFit)
     assert guard.tau == 0.3 and guard.mixture.min_beta_high == 1.01
 
 
@@ -66,9 +67,11 @@ def test_frozen_clean_refits_on_the_unaugmented_graph(schedules):
     loss.fit(h1.detach(), h2.detach())  # the trainer's fit at epoch 5 (augmented views)
     callback = schedules.clean_refit(config, data)
     callback(4, {"model": model, "loss_fn": loss})
-    assert not torch.equal(loss.frozen_u, loss.frozen_v)  # not its epoch: untouched
+    assert not torch.equal(
+        loss.schedule.frozen_u, loss.schedule.frozen_v
+    )  # not its epoch: untouched
     callback(5, {"model": model, "loss_fn": loss})
     z = torch.nn.functional.normalize(model.project(model(data.x, data.edge_index)), dim=1)
-    torch.testing.assert_close(loss.frozen_u, z.detach())
-    torch.testing.assert_close(loss.frozen_v, z.detach())
+    torch.testing.assert_close(loss.schedule.frozen_u, z.detach())
+    torch.testing.assert_close(loss.schedule.frozen_v, z.detach())
     assert int(loss.mixture.num_fits) == 1  # refitted cold on the clean similarities

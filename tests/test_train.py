@@ -18,6 +18,7 @@ from pyg_progcl.experiments import machine as pyg_machine
 from pyg_progcl.experiments import train, train_seed
 from pyg_progcl.experiments.datasets import synthetic_graph
 from pyg_progcl.experiments.presets import get_preset
+from pyg_progcl.losses import FrozenFit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -114,7 +115,7 @@ def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6)
         )  # fmt: skip
     saved = torch.load(ckpt / "seed3.pt", weights_only=True)
     assert saved["epoch"] == 6 and saved["loss"]["mixture.num_fits"] == fits_by_6  # epochs 5, 6
-    assert ("frozen_u" in saved["loss"]) == (schedule == "frozen")  # the fit epoch's views
+    assert ("schedule.frozen_u" in saved["loss"]) == (schedule == "frozen")  # the fit epoch's views
     # frozen: resumed holding no weights between steps (recomputed each step, same values)
     resumed = dataclasses.replace(config, frozen_cache_mib=0) if schedule == "frozen" else config
     model_b, loss_b, rec_b = train_seed(
@@ -122,7 +123,7 @@ def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6)
         resume=True, progress=False,
     )  # fmt: skip
     if schedule == "frozen":
-        assert loss_b.frozen_cache_mib == 0 and not loss_b._frozen_weights
+        assert loss_b.schedule.cache_mib == 0 and not loss_b.schedule.held_blocks
     assert rec_b["accuracy"] == rec_a["accuracy"]
     assert rec_b["losses"] == rec_a["losses"]
     assert rec_b["history"] == rec_a["history"]
@@ -212,7 +213,7 @@ def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
     assert saved["shared_weights"] is True
     args = argparse.Namespace(dataset=None, method=None, config=str(out))
     loss = build_loss(config_from_args(args))
-    assert loss.shared_weights and loss.schedule == "frozen"
+    assert isinstance(loss.schedule, FrozenFit) and loss.schedule.shared_weights
     for bad, words in ((["--shared-weights", "maybe"], "--shared-weights"),
                        (["--shared-weights", "true"], "shared_weights")):  # fmt: skip
         status, _, err = run_main(capsys, "train", *TINY, *bad)
@@ -570,7 +571,7 @@ def test_progress_bar_shows_the_false_negative_component():
         ("gca", "InfoNCELoss", {}),
         ("dcl", "DebiasedInfoNCELoss", {"tau_plus": 0.1}),
         ("hcl", "HardInfoNCELoss", {"tau_plus": 0.1, "beta": 1.0}),
-        ("progcl-weight", "ProGCLLoss", {"mode": "weight", "schedule": "frozen"}),
+        ("progcl-weight", "ProGCLLoss", {"mode": "weight"}),
         ("progcl-mix", "ProGCLLoss", {"mode": "mix", "num_mix": 1000}),
     ],
 )
@@ -584,7 +585,7 @@ def test_each_method_builds_its_loss_and_augmenters(method, loss_cls, attrs):
     assert type(loss).__name__ == loss_cls and loss.tau == config.tau == 0.2
     assert {k: getattr(loss, k) for k in attrs} == attrs
     if method == "progcl-weight":
-        assert loss.mixture.min_beta_high == 1.01
+        assert loss.mixture.min_beta_high == 1.01 and isinstance(loss.schedule, FrozenFit)
     adaptive = method in ("gca", "progcl-weight", "progcl-mix")  # GCA's evc augmentation
     for aug, (pe, pf) in zip(build_augmentations(config), [(0.6, 0.2), (0.3, 0.3)]):
         edge, feature = aug.augmenters

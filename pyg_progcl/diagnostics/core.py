@@ -4,7 +4,7 @@ ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in Graph Contrastiv
 Learning", ICML 2022, https://arxiv.org/abs/2110.02027) rests on one observation: under
 message passing the negatives most similar to an anchor are mostly *false* negatives
 (nodes of the anchor's class), so hardness alone is a bad guide; a two-component Beta
-mixture of the negative similarities (spec §5.1) tells true from false negatives better.
+mixture of the negative similarities (docs/algorithms.md §5.1) tells true from false negatives better.
 This module measures both claims on a user's graph.
 
 Which similarities: by default the inter-view cosines ``θ(u_i, v_k)``, ``k ≠ i``, of the
@@ -22,12 +22,10 @@ from functools import partial
 from typing import Optional, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_matrix
-from ..losses import sample_negative_pairs
-from ..losses.similarity import normalize_views
+from ..losses.engine import normalize_views, sample_negative_pairs
 from ..mixture import BetaMixture
 
 Source = Union[torch.nn.Module, Tensor, tuple]
@@ -247,7 +245,7 @@ def topk_false_negative_share(
 
     Anchors ``u_i`` are compared with candidates ``v_k`` (``k ≠ i``) in row blocks, so
     memory is ``O(B·C)``. With a ``mixture``, also the share among the ``top_k``
-    negatives of largest ProGCL hardness ``b = p(true neg. | s') · s'`` (spec §5.2).
+    negatives of largest ProGCL hardness ``b = p(true neg. | s') · s'`` (docs/algorithms.md §5.2).
 
     Args:
         u, v: Unit-normalised ``[N, d]`` embeddings.
@@ -285,13 +283,9 @@ def topk_false_negative_share(
 
 
 def log_hardness(mixture: BetaMixture, cos: Tensor) -> Tensor:
-    r"""ProGCL's hardness in log space, :math:`\log b = \log s' + \log p(\mathrm{TN} \mid s')`.
-
-    :math:`b = p(\mathrm{true\ neg.} \mid s')\, s'` with :math:`s' = (\theta + 1)/2`
-    (spec §5.2); log space keeps the ranking where :math:`b` underflows.
-    """
-    s = ((cos + 1.0) / 2.0).clamp(mixture.eps, 1.0 - mixture.eps)
-    return torch.log(s) - F.softplus(mixture.log_odds_false_negative(s))
+    r"""ProGCL's hardness of cosines in log space (:meth:`BetaMixture.log_hardness` of
+    :math:`s' = (\theta + 1)/2`); log space keeps the ranking where :math:`b` underflows."""
+    return mixture.log_hardness((cos + 1.0) / 2.0)
 
 
 def _hits(score: Tensor, self_pair: Tensor, same: Tensor, k: int) -> float:
@@ -435,7 +429,8 @@ def diagnose(
 
 def _frozen_cos(loss, sample: NegativeSample) -> Optional[Tensor]:
     """The cosines of a frozen-schedule loss's stored views at the sample's pairs."""
-    frozen_u, frozen_v = getattr(loss, "frozen_u", None), getattr(loss, "frozen_v", None)
+    schedule = getattr(loss, "schedule", None)
+    frozen_u, frozen_v = getattr(schedule, "frozen_u", None), getattr(schedule, "frozen_v", None)
     if frozen_u is None:
         return None
     i, k = sample.pairs.to(frozen_u.device)
@@ -459,7 +454,7 @@ def loss_summary(
     post = true_negative_posterior(mixture, weight_cos)
     fn = sample.same_label
     mass = torch.exp((sample.cos.double() - 1.0) / tau)
-    weighted = mass * post * ((weight_cos.double() + 1.0) / 2.0)
+    weighted = mass * mixture.hardness_((weight_cos.double() + 1.0) / 2.0)
     return {
         **_posterior_summary(post, fn, prefix="loss_"),
         "fn_mass": float(mass[fn].sum() / mass.sum()),

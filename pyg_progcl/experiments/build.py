@@ -17,7 +17,7 @@ from ..augment import (
     FeatureMask,
 )
 from ..encoders import GCNEncoder, MLPEncoder
-from ..losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
+from ..losses import DebiasedInfoNCELoss, FrozenFit, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from ..mixture import BetaMixture
 from ..model import GRACEModel
 from .presets import TrainConfig
@@ -78,18 +78,18 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
         return DebiasedInfoNCELoss(tau_plus=config.tau_plus, **common)
     if config.method == "hcl":
         return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
-    extra = {} if config.num_samples is None else {"num_samples": config.num_samples}
-    if config.frozen_cache_mib is not None:
-        extra["frozen_cache_mib"] = config.frozen_cache_mib
+    progcl = {"mode": config.method.split("-", 1)[1], "num_mix": config.num_mix, **common}
+    if config.num_samples is not None:
+        progcl["num_samples"] = config.num_samples
     mixture = {"min_beta_high": config.min_beta_high, "weight_init": config.mixture_weight_init}
     mixture = {k: v for k, v in mixture.items() if v is not None}
     if mixture:
-        extra["mixture"] = BetaMixture(**mixture)
-    mode = config.method.split("-", 1)[1]
-    return ProGCLLoss(
-        mode=mode, num_mix=config.num_mix, schedule=config.schedule,
-        shared_weights=config.shared_weights, **extra, **common,
-    )  # fmt: skip
+        progcl["mixture"] = BetaMixture(**mixture)
+    schedule = config.schedule
+    if schedule == "frozen":
+        cache = {} if config.frozen_cache_mib is None else {"cache_mib": config.frozen_cache_mib}
+        schedule = FrozenFit(shared_weights=config.shared_weights, **cache)
+    return ProGCLLoss(schedule=schedule, **progcl)
 
 
 def seed_everything(seed: int) -> None:

@@ -18,6 +18,7 @@ from torch_geometric.data import Data
 
 from .._checks import check_int
 from ..losses import ProGCLLoss
+from ..losses.schedules import schedule_name
 from ..model import GRACEModel
 from .checkpoint import TrainingInterruptedError, stop_requests
 from .datasets import load_dataset
@@ -49,7 +50,8 @@ def progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
         t = state["true_negative"]
         means = [a / (a + b) for a, b in zip(state["alpha"], state["beta"])]
         fn = 1 - t  # beta_FN < 1 with a large w_FN: a spike at cosine 1 (see ProGCLLoss)
-        kept = "" if loss_fn.schedule == "online" else f" ({loss_fn.schedule})"
+        name = schedule_name(loss_fn.schedule)
+        kept = "" if name == "online" else f" ({name})"
         text += (
             f" bmm{kept}: mean TN={means[t]:.2f} FN={means[fn]:.2f} w_FN={state['weight'][fn]:.3f}"
             f" beta_FN={state['beta'][fn]:.2f}"

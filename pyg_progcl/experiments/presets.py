@@ -39,6 +39,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Optional, Union
 
 from .._checks import (
+    check_bool,
     check_choice,
     check_int,
     check_nonnegative,
@@ -46,7 +47,7 @@ from .._checks import (
     check_probability,
 )
 from ..encoders import ACTIVATIONS
-from ..losses.progcl import SCHEDULES, check_shared_weights
+from ..losses.schedules import SCHEDULES
 from .datasets import canonical_name
 
 __all__ = [
@@ -209,7 +210,12 @@ class TrainConfig:
                 "`schedule='frozen'` keeps per-node views of the whole graph and needs "
                 f"full-graph training (`batch_size=None`, got {self.batch_size})"
             )
-        check_shared_weights(self.shared_weights, self.schedule)
+        check_bool("shared_weights", self.shared_weights)
+        if self.shared_weights and self.schedule != "frozen":
+            raise ValueError(
+                "`shared_weights=True` reuses the frozen weight matrix of the reference code "
+                f"and needs schedule='frozen' (got {self.schedule!r})"
+            )
         if self.min_beta_high is not None:
             self.min_beta_high = check_positive("min_beta_high", self.min_beta_high)
         if self.frozen_cache_mib is not None:

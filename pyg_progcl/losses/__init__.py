@@ -1,16 +1,29 @@
-"""Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL on one block machinery."""
+"""Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL over one small contract.
 
-from .base import ContrastiveLoss, InfoNCELoss
+Each loss supplies its negative term ``Ng`` (:meth:`ContrastiveLoss.negative_term`);
+:mod:`.engine` computes the per-anchor losses on the path that pays and
+:class:`ContrastiveLoss` reduces them. ProGCL's fit schedules are in :mod:`.schedules`,
+its two negative terms in :mod:`.weights` and :mod:`.mixing`.
+"""
+
+from .base import REDUCTIONS, ContrastiveLoss
 from .debiased import DebiasedInfoNCELoss, HardInfoNCELoss
+from .engine import NegativeBlock, sample_negative_pairs, sample_negative_similarities
+from .infonce import InfoNCELoss
 from .progcl import ProGCLLoss
-from .similarity import NegativeBlock, sample_negative_pairs, sample_negative_similarities
+from .schedules import FitOnce, FitSchedule, FrozenFit, OnlineFit
 
 __all__ = [
+    "REDUCTIONS",
     "ContrastiveLoss",
     "InfoNCELoss",
     "DebiasedInfoNCELoss",
     "HardInfoNCELoss",
     "ProGCLLoss",
+    "FitSchedule",
+    "OnlineFit",
+    "FitOnce",
+    "FrozenFit",
     "NegativeBlock",
     "sample_negative_pairs",
     "sample_negative_similarities",

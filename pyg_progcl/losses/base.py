@@ -1,35 +1,48 @@
-"""The shared loss module: input checks, block / sampling options, the reduction."""
+"""The contract every loss shares: ``forward → compute_loss → reduce``."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .._checks import check_int, check_positive, check_views
-from .blockwise import ExpSums
-from .pool import BlockPool
-from .similarity import LogNegatives, NegativeBlock, contrastive_loss
+from .._checks import check_choice, check_int, check_positive, check_views
+from .engine import BlockPool, NegativeTerm, contrastive_losses
+
+REDUCTIONS = ("mean", "sum", "none")
 
 
 class ContrastiveLoss(torch.nn.Module):
-    r"""Base of every loss: ``J = (1/2N) Σ_i [ℓ(u_i) + ℓ(v_i)]`` with
-    ``ℓ_i = -log e^{p_i} / (e^{p_i} + Ng_i)``; subclasses supply ``log Ng_i``.
+    r"""Base of every loss: the symmetric objective of GRACE (docs/algorithms.md §1),
+
+    .. math::
+        J = \frac{1}{2N} \sum_{i=1}^{N} \big[\ell(u_i) + \ell(v_i)\big], \qquad
+        \ell(u_i) = -\log \frac{e^{\theta(u_i, v_i)/\tau}}{e^{\theta(u_i, v_i)/\tau} + Ng_i},
+
+    over the anchors of both projected views ``u = h1``, ``v = h2`` (``θ`` the cosine
+    similarity). A subclass supplies only its negative term ``Ng_i``
+    (:meth:`negative_term`); the engine (:mod:`pyg_progcl.losses.engine`) computes every
+    anchor's loss on the path that pays, exact and without an ``N×N`` matrix when ``N``
+    is large.
 
     Args:
         tau: Temperature :math:`\tau > 0`.
-        block_size: Anchors per row block (exact, ``O(B·N)`` memory, recomputed in
-            backward). ``None`` picks dense computation up to 4096 nodes and blocks of
-            ``2^23 / N`` anchors above; ``block_size >= N`` forces the dense path (fastest
-            where its ``~5 N²`` floats fit).
+        block_size: Anchors per row block (exact, ``O(B·N)`` memory). ``None`` computes all
+            anchors at once up to 4096 nodes and in blocks of ``2^23 / N`` anchors above;
+            ``block_size >= N`` forces one block.
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)
             instead of all ``2(N-1)``; ``None`` uses all of them.
-
-    Attributes:
-        pool: The :class:`~pyg_progcl.losses.pool.BlockPool` of the CPU block matrices.
+        reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'``: the ``[2, N]``
+            losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1), as torch's losses take it.
     """
 
     def __init__(
-        self, tau: float = 0.5, block_size: int | None = None, num_negatives: int | None = None
+        self,
+        tau: float = 0.5,
+        block_size: Optional[int] = None,
+        num_negatives: Optional[int] = None,
+        reduction: str = "mean",
     ):
         super().__init__()
         self.tau = check_positive("tau", tau)
@@ -37,29 +50,33 @@ class ContrastiveLoss(torch.nn.Module):
         self.num_negatives = (
             None if num_negatives is None else check_int("num_negatives", num_negatives, 1)
         )
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.pool = BlockPool()  # CPU block matrices reused from call to call
 
     def reset_parameters(self):
         """Losses without state have nothing to reset."""
 
-    def exp_sums(self) -> ExpSums | None:
-        """How ``log Ng`` follows from exponential sums over the negatives, if it does
-        (:class:`~pyg_progcl.losses.blockwise.ExpSums`); such losses compute both
-        directions from one pass over row blocks."""
-        return None
+    def negative_term(self) -> NegativeTerm:
+        """The loss's ``Ng`` for the engine (one object per call)."""
+        raise NotImplementedError
 
-    def log_negatives(self, block: NegativeBlock) -> Tensor:
-        """``[B]`` shifted ``log Ng_i`` for the anchors of ``block``."""
-        spec = self.exp_sums()
-        if spec is None or spec.weight is not None:
-            raise NotImplementedError
-        log_sums = [block.log_sum_exp_both(scale) for scale in spec.scales]
-        return spec.combine(block.pos, log_sums, None, block.count)
+    def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
+        """The loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``, reduced."""
+        self.check_inputs(h1, h2)
+        return self.reduce(self.compute_loss(h1, h2))
 
-    def call_negatives(self) -> LogNegatives:
-        """The :meth:`log_negatives` of one forward call (and of the recomputation of its
-        blocks in backward); a loss may bind state to the call here."""
-        return self.log_negatives
+    def compute_loss(self, h1: Tensor, h2: Tensor) -> Tensor:
+        """``[2, N]`` per-anchor losses ``ℓ(u_i)``, ``ℓ(v_i)`` (inputs checked)."""
+        return contrastive_losses(
+            h1, h2, self.tau, self.negative_term(), self.block_size, self.num_negatives,
+            pool=self.pool,
+        )  # fmt: skip
+
+    def reduce(self, losses: Tensor) -> Tensor:
+        """Applies :attr:`reduction` to per-anchor ``losses``."""
+        if self.reduction == "mean":
+            return losses.mean()
+        return losses.sum() if self.reduction == "sum" else losses
 
     def check_inputs(self, h1: Tensor, h2: Tensor) -> None:
         """Checks the views and what the loss's options need of them (subclasses add
@@ -71,20 +88,6 @@ class ContrastiveLoss(torch.nn.Module):
                 f"(got {self.num_negatives})"
             )
 
-    def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """Scalar loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``."""
-        self.check_inputs(h1, h2)
-        return contrastive_loss(
-            h1,
-            h2,
-            self.tau,
-            self.call_negatives(),
-            self.block_size,
-            self.num_negatives,
-            sums=self.exp_sums(),
-            pool=self.pool,
-        )
-
     def extra_repr(self) -> str:
         parts = [f"tau={self.tau:g}"]
         parts += [f"{k}={v!r}" for k, v in self._options().items()]
@@ -92,25 +95,9 @@ class ContrastiveLoss(torch.nn.Module):
             parts.append(f"block_size={self.block_size}")
         if self.num_negatives is not None:
             parts.append(f"num_negatives={self.num_negatives}")
+        if self.reduction != "mean":
+            parts.append(f"reduction={self.reduction!r}")
         return ", ".join(parts)
 
     def _options(self) -> dict:
         return {}
-
-
-class InfoNCELoss(ContrastiveLoss):
-    r"""GRACE's InfoNCE with inter- and intra-view negatives.
-
-    From `Deep Graph Contrastive Representation Learning` (Zhu et al., 2020):
-    :math:`\ell(u_i) = -\log \frac{e^{\theta(u_i,v_i)/\tau}}{e^{\theta(u_i,v_i)/\tau}
-    + \sum_{k\neq i} e^{\theta(u_i,v_k)/\tau} + \sum_{k\neq i} e^{\theta(u_i,u_k)/\tau}}`.
-
-    Args: see :class:`ContrastiveLoss`.
-    """
-
-    def exp_sums(self) -> ExpSums:
-        return ExpSums((1.0,), _log_first_sum)
-
-
-def _log_first_sum(pos: Tensor, log_sums: list[Tensor], log_weight_mean, count: int) -> Tensor:
-    return log_sums[0]

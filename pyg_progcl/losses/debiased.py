@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .._checks import check_nonnegative, check_probability
 from .base import ContrastiveLoss
-from .blockwise import ExpSums
+from .engine import ExpSums, NegativeTerm
 
 
 def debiased_log_negatives(
@@ -36,22 +36,23 @@ def debiased_log_negatives(
 class DebiasedInfoNCELoss(ContrastiveLoss):
     r"""Debiased contrastive loss (DCL).
 
-    From `Debiased Contrastive Learning` (Chuang et al., NeurIPS 2020):
+    From `Debiased Contrastive Learning` (Chuang et al., NeurIPS 2020,
+    https://arxiv.org/abs/2007.00224; docs/algorithms.md §3):
     :math:`Ng_i = \max\big((\sum_k e^{\theta_{ik}/\tau} - \tau^+ M e^{\theta_{ii}/\tau})
     /(1-\tau^+),\ M e^{-1/\tau}\big)` with :math:`M = 2(N-1)` negatives per anchor.
 
     Args:
         tau: Temperature.
         tau_plus: Class prior :math:`\tau^+ \in [0, 1)`; ``0`` gives GRACE exactly.
-        block_size, num_negatives: see :class:`ContrastiveLoss`.
+        block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, **kwargs):
         super().__init__(tau, **kwargs)
         self.tau_plus = check_probability("tau_plus", tau_plus, upper_open=True)
 
-    def exp_sums(self) -> ExpSums:
-        return ExpSums((1.0,), self._combine)
+    def negative_term(self) -> NegativeTerm:
+        return NegativeTerm.from_sums(ExpSums((1.0,), self._combine))
 
     def _combine(self, pos: Tensor, log_sums: list[Tensor], _, count: int) -> Tensor:
         return debiased_log_negatives(pos, log_sums[0], count, self.tau, self.tau_plus)
@@ -63,7 +64,8 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
 class HardInfoNCELoss(DebiasedInfoNCELoss):
     r"""Hard-negative debiased contrastive loss (HCL).
 
-    From `Contrastive Learning with Hard Negative Samples` (Robinson et al., ICLR 2021):
+    From `Contrastive Learning with Hard Negative Samples` (Robinson et al., ICLR 2021,
+    https://arxiv.org/abs/2010.04592; docs/algorithms.md §4):
     DCL with ``neg`` replaced by
     :math:`\sum_k w_{ik} e^{\theta_{ik}/\tau} / \mathrm{mean}_k w_{ik}`,
     :math:`w_{ik} = e^{\beta\theta_{ik}/\tau}`.
@@ -72,17 +74,17 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
         tau: Temperature.
         tau_plus: Class prior :math:`\tau^+ \in [0, 1)`.
         beta: Concentration :math:`\beta \ge 0` on hard negatives; ``0`` gives DCL exactly.
-        block_size, num_negatives: see :class:`ContrastiveLoss`.
+        block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0, **kwargs):
         super().__init__(tau, tau_plus, **kwargs)
         self.beta = check_nonnegative("beta", beta)
 
-    def exp_sums(self) -> ExpSums:
+    def negative_term(self) -> NegativeTerm:
         if self.beta == 0:
-            return super().exp_sums()
-        return ExpSums((self.beta, 1 + self.beta), self._combine)
+            return super().negative_term()
+        return NegativeTerm.from_sums(ExpSums((self.beta, 1 + self.beta), self._combine))
 
     def _combine(self, pos: Tensor, log_sums: list[Tensor], _, count: int) -> Tensor:
         if self.beta == 0:

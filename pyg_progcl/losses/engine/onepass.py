@@ -15,6 +15,10 @@ products instead of the ``16`` of recomputing per direction; ``11`` where a bloc
 kept and whose intra-view gradients act through ``G + Gᵀ``. The weights ``w`` (ProGCL's
 hardness) carry no gradient. The block matrices come from the loss's :class:`BlockPool`
 and go back to it after backward.
+
+The pass works in linear space: it is exact as long as every anchor's weights and weighted
+sums are normal floats. It reports the anchors where they are not (ProGCL weights that
+underflow, docs/design.md), and :mod:`.dispatch` recomputes those in log space.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from .ops import EXP_SPAN, row_chunks
 from .pool import BlockPool
-from .similarity import EXP_SPAN, row_chunks
 
 #: Row-blocked losses keep ``B×N`` blocks for backward while the kept matrices hold at most
 #: this many elements in all (512 MiB of float32): ProGCL first its weights ``w``
@@ -65,23 +69,31 @@ class ExpSums:
         return max(self.scales) * 2.0 / tau <= EXP_SPAN
 
 
-def blockwise_loss(
+def one_pass_losses(
     u: Tensor,
     v: Tensor,
     tau: float,
     spec: ExpSums,
     block_size: int,
     pool: Optional[BlockPool] = None,
-) -> Tensor:
-    """``J = (1/2N) Σ_i [ℓ(u_i) + ℓ(v_i)]`` of unit rows ``u``, ``v`` in row blocks.
+) -> tuple[Tensor, Tensor]:
+    """``[2, N]`` losses of the anchors ``u_i`` (row 0) and ``v_i`` (row 1) of unit rows
+    ``u``, ``v``, from one pass over row blocks of ``block_size`` anchors.
 
     ``pool`` supplies the CPU block matrices and takes them back after backward.
 
-    Raises:
-        FloatingPointError: when some anchor's weights or weighted sums are (almost) zero;
-            the caller falls back to the per-direction path, which works in log space.
+    Returns:
+        ``(losses, underflow)``: ``underflow`` (``[2, N]`` bool, no gradient) marks the
+        anchors whose weights or weighted sums are (almost) zero in linear space; their
+        ``losses`` are finite but meaningless, and no gradient reaches them through
+        entries the caller replaces.
     """
     return _Blockwise.apply(u, v, tau, spec, block_size, pool or BlockPool(0))
+
+
+def _tiny(dtype: torch.dtype) -> float:
+    """Sums below this (``2^24`` times the smallest normal float) count as underflowed."""
+    return torch.finfo(dtype).tiny * 2.0**24
 
 
 class _Workspace:
@@ -239,26 +251,23 @@ class _Blockwise(torch.autograd.Function):
             work.release("w")
         elif not kept:
             work.release()
-        tiny = torch.finfo(u.dtype).tiny * 2.0**24
-        if spec.weight is not None and bool((torch.minimum(wu, wv) < tiny).any()):
-            raise FloatingPointError("an anchor's weights underflowed")
-        if bool((torch.minimum(su, sv) < tiny).any()):  # weighted terms below float range
-            raise FloatingPointError("an anchor's exponential sum underflowed")
+        underflow, (su, sv, wu, wv) = _underflow(su, sv, wu, wv, spec.weight is not None)
         pos = ((u * v).sum(1) - 1.0) / tau
         ctx.save_for_backward(u, v, pos, su, sv, wu, wv)
         ctx.tau, ctx.spec, ctx.block_size, ctx.work = tau, spec, block_size, work
         ctx.kept, ctx.weights, ctx.uv_exps = kept, weights, uv_exps
-        return _objective(pos, su, sv, wu, wv, spec, n)
+        ctx.mark_non_differentiable(underflow)
+        return _objective(pos, su, sv, wu, wv, spec, n), underflow
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad):
+    def backward(ctx, grad, _):
         u, v, pos, su, sv, wu, wv = ctx.saved_tensors
         tau, spec, n = ctx.tau, ctx.spec, u.size(0)
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_() for t in (pos, su, sv)]
-            total = _objective(*leaves, wu, wv, spec, n)
-            g_pos, g_su, g_sv = torch.autograd.grad(total * grad, leaves)
+            losses = _objective(*leaves, wu, wv, spec, n)
+            g_pos, g_su, g_sv = torch.autograd.grad(losses, leaves, grad)
         g_su, g_sv = g_su / tau, g_sv / tau  # ∂logit/∂(x·y) = 1/τ
         du = v * (g_pos / tau).unsqueeze(1)
         dv = u * (g_pos / tau).unsqueeze(1)
@@ -321,10 +330,22 @@ def _logit_grads(
 
 
 def _objective(pos, su, sv, wu, wv, spec: ExpSums, n: int) -> Tensor:
-    """``J`` from the positive logits and the sums of both directions' anchors."""
-    total = pos.new_zeros(())
+    """``[2, N]`` losses from the positive logits and the sums of both directions' anchors."""
+    losses = []
     for sums, wsum in ((su, wu), (sv, wv)):
         log_w = None if spec.weight is None else torch.log(wsum / (n - 1))
         log_ng = spec.combine(pos, list(torch.log(sums)), log_w, n - 1)
-        total = total + (torch.logaddexp(pos, log_ng) - pos).sum()
-    return total / (2 * n)
+        losses.append(torch.logaddexp(pos, log_ng) - pos)
+    return torch.stack(losses)
+
+
+def _underflow(su, sv, wu, wv, weighted: bool) -> tuple[Tensor, tuple]:
+    """``[2, N]`` anchors whose sums (or weights) underflowed, and the sums with those
+    raised to a normal float (finite logarithms: their losses are replaced by the caller)."""
+    tiny = _tiny(su.dtype)
+    bad = torch.stack([(su < tiny).any(0), (sv < tiny).any(0)])
+    if weighted:
+        bad |= torch.stack([wu < tiny, wv < tiny])
+    if bool(bad.any()):
+        su, sv, wu, wv = (t.clamp(min=tiny) for t in (su, sv, wu, wv))
+    return bad, (su, sv, wu, wv)

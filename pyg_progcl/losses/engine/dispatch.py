@@ -1,0 +1,143 @@
+"""The dispatcher: which path computes a loss, decided up front from the inputs and options.
+
+=============  ===============================================================  ==============
+path           when                                                             memory
+=============  ===============================================================  ==============
+``sampled``    ``num_negatives=k``: ``k`` uniform negatives per anchor and view  ``O(B·k)``
+``one-pass``   the loss's ``log Ng`` follows from exponential sums               ``O(B·N)``
+               (:class:`~.onepass.ExpSums`) that stay normal floats at this ``τ``
+``dense``      otherwise, one block of all ``N`` anchors per direction           ``O(N²)``
+``row-blocks`` otherwise, ``B`` anchors per block, recomputed in backward        ``O(B·N)``
+=============  ===============================================================  ==============
+
+``B`` is ``block_size``, or chosen: all ``N`` anchors up to :data:`DENSE_MAX_NODES` nodes,
+else :data:`BLOCK_ELEMENTS` ``/ N``. The one-pass engine works in linear space; anchors
+whose ProGCL weights underflow there are recomputed on the row-block path in log space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .blocks import LogNegatives, NegativeBlock
+from .onepass import ExpSums, one_pass_losses
+from .ops import normalize_views
+from .per_direction import chosen_anchor_losses, dense_losses, row_block_losses, sampled_losses
+from .pool import BlockPool
+
+#: Above this many nodes the losses switch to row blocks when ``block_size`` is ``None``.
+DENSE_MAX_NODES = 4096
+#: Elements of one ``B×N`` block chosen automatically (32 MiB per float32 matrix).
+BLOCK_ELEMENTS = 1 << 23
+
+
+@dataclass(frozen=True)
+class NegativeTerm:
+    """What a loss supplies to the engine: its negative term ``log Ng`` (docs/design.md).
+
+    Attributes:
+        log_negatives: ``[B]`` shifted ``log Ng`` of a :class:`~.blocks.NegativeBlock` of
+            anchors (every path can use it).
+        sums: The same term as a function of exponential sums over the negatives, if it is
+            one; the one-pass engine then serves both directions from one pass.
+    """
+
+    log_negatives: LogNegatives
+    sums: Optional[ExpSums] = None
+
+    @classmethod
+    def from_sums(cls, sums: ExpSums) -> NegativeTerm:
+        """The term of unweighted exponential sums, on every path."""
+        if sums.weight is not None:
+            raise ValueError("a weighted ExpSums needs its own `log_negatives`")
+
+        def log_negatives(block: NegativeBlock) -> Tensor:
+            log_sums = [block.log_sum_exp_both(scale) for scale in sums.scales]
+            return sums.combine(block.pos, log_sums, None, block.count)
+
+        return cls(log_negatives, sums)
+
+
+@dataclass(frozen=True)
+class Path:
+    """The dispatcher's decision: ``name`` (see the module's table) and the anchors per block
+    (``None``: all)."""
+
+    name: str
+    block_size: Optional[int] = None
+
+
+def auto_block_size(num_nodes: int, num_columns: Optional[int] = None) -> Optional[int]:
+    """The block size chosen when a loss has ``block_size=None`` (``None`` = dense)."""
+    if num_columns is None and num_nodes <= DENSE_MAX_NODES:
+        return None
+    cols = num_nodes if num_columns is None else num_columns
+    return max(1, min(num_nodes, BLOCK_ELEMENTS // max(cols, 1)))
+
+
+def choose_path(
+    num_nodes: int,
+    tau: float,
+    term: NegativeTerm,
+    block_size: Optional[int] = None,
+    num_negatives: Optional[int] = None,
+) -> Path:
+    """The path of a loss with these options on ``num_nodes`` nodes (see the module's table)."""
+    if num_negatives is not None:
+        return Path("sampled", block_size or auto_block_size(num_nodes, num_negatives + 1))
+    block_size = auto_block_size(num_nodes) if block_size is None else block_size
+    blocked = block_size is not None and block_size < num_nodes
+    if term.sums is not None and term.sums.fits(tau):
+        return Path("one-pass", block_size if blocked else None)
+    return Path("row-blocks", block_size) if blocked else Path("dense")
+
+
+def contrastive_losses(
+    h1: Tensor,
+    h2: Tensor,
+    tau: float,
+    term: NegativeTerm,
+    block_size: Optional[int] = None,
+    num_negatives: Optional[int] = None,
+    pool: Optional[BlockPool] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Tensor:
+    """``[2, N]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the views' anchors.
+
+    Args:
+        h1, h2: Projected views ``[N, d]`` (checked by the caller; normalised here).
+        tau: Temperature.
+        term: The loss's :class:`NegativeTerm`.
+        block_size, num_negatives: As :func:`choose_path` takes them.
+        pool: The loss's :class:`~.pool.BlockPool` for the one-pass engine's matrices.
+        generator: Random generator of the negative sampling.
+    """
+    u, v = normalize_views(h1, h2)
+    n = u.size(0)
+    path = choose_path(n, tau, term, block_size, num_negatives)
+    if path.name == "sampled":
+        return sampled_losses(
+            u, v, tau, term.log_negatives, path.block_size, num_negatives, generator
+        )
+    if path.name == "one-pass":
+        return _one_pass(u, v, tau, term, path.block_size or n, pool)
+    if path.name == "dense":
+        return dense_losses(u, v, tau, term.log_negatives)
+    return row_block_losses(u, v, tau, term.log_negatives, path.block_size)
+
+
+def _one_pass(
+    u: Tensor, v: Tensor, tau: float, term: NegativeTerm, block_size: int, pool
+) -> Tensor:
+    """The one-pass losses, with the anchors it reports as underflowed recomputed in log
+    space (their linear-space entries get no gradient)."""
+    losses, underflow = one_pass_losses(u, v, tau, term.sums, block_size, pool)
+    if not bool(underflow.any()):
+        return losses
+    exact = chosen_anchor_losses(u, v, tau, term.log_negatives, underflow, block_size)
+    replaced = losses.detach().index_put(tuple(underflow.nonzero().T), exact)
+    return torch.where(underflow, replaced, losses)

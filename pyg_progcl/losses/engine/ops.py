@@ -1,0 +1,40 @@
+"""Elementwise and matrix operations shared by the engine's paths."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: ``exp`` of a shifted logit above ``-EXP_SPAN`` stays a normal float32.
+EXP_SPAN = 80.0
+#: Elements per row chunk of the CPU's elementwise chains (512 KiB of float32: chains of
+#: in-place passes stay in cache).
+CHUNK_ELEMENTS = 1 << 17
+
+
+def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
+    """Unit-normalised views in float32 or float64 (half inputs are upcast)."""
+    dtype = h1.dtype if h1.dtype in (torch.float32, torch.float64) else torch.float32
+    return F.normalize(h1.to(dtype), dim=1), F.normalize(h2.to(dtype), dim=1)
+
+
+def gram(a: Tensor, b: Tensor, tau: float, out: Tensor | None = None) -> Tensor:
+    """``(a bᵀ - 1)/τ`` for unit rows ``a`` (already divided by τ) and ``b`` in one GEMM."""
+    return torch.addmm(a.new_tensor(-1.0 / tau), a, b.T, out=out)
+
+
+def mask_entries(logits: Tensor, excluded: Tensor) -> Tensor:
+    """Sets ``logits[i, excluded[i]]`` to ``-inf`` in place (the anchor itself)."""
+    rows = torch.arange(logits.size(0), device=logits.device)
+    return logits.index_put_((rows, excluded), logits.new_tensor(float("-inf")))
+
+
+def row_chunks(x: Tensor) -> tuple[slice, ...]:
+    """Row slices of ``x`` for a chain of elementwise passes: cache-sized on the CPU, one
+    slice on accelerators (where every extra kernel launch costs more than memory traffic)."""
+    n = x.size(0)
+    if x.device.type != "cpu":
+        return (slice(0, n),)
+    rows = max(1, CHUNK_ELEMENTS // max(x[0].numel(), 1))
+    return tuple(slice(i, min(i + rows, n)) for i in range(0, n, rows))

@@ -1,0 +1,47 @@
+"""Uniform negative pairs and their similarities, without an ``N×N`` matrix."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .ops import normalize_views
+
+#: Columns of the grid sample of :func:`sample_negative_similarities`.
+SAMPLE_COLUMNS = 64
+
+
+def sample_negative_pairs(
+    num_nodes: int, num_samples: int, device=None, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    """Uniform pairs ``(i, k)`` with ``k ≠ i`` (off-diagonal), without an ``N×N`` matrix."""
+    i = torch.randint(num_nodes, (num_samples,), generator=generator)
+    k = torch.randint(num_nodes - 1, (num_samples,), generator=generator)
+    k = k + (k >= i).long()
+    return i.to(device), k.to(device)
+
+
+@torch.no_grad()
+def sample_negative_similarities(
+    h1: Tensor, h2: Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """Cosines ``θ(u_i, v_k)``, ``k ≠ i``, of ``num_samples`` inter-view negative pairs.
+
+    Like the reference code, which takes every row of 100 random columns, the pairs form a
+    grid: ``r = ⌈M / 63⌉`` random anchors against 64 random nodes, one ``[r, d] × [d, 64]``
+    product, positives dropped, the first ``M`` kept (the anchors are in random order).
+    Unlike it, ``M`` does not grow with ``N``. Graphs too small for such a grid get ``M``
+    independent uniform pairs instead (gathering ``M`` independent pairs costs far more
+    than one small product, docs/design.md).
+    """
+    u, v = normalize_views(h1, h2)
+    n = u.size(0)
+    rows = -(-num_samples // (SAMPLE_COLUMNS - 1))
+    if n < SAMPLE_COLUMNS or rows > n:
+        i, k = sample_negative_pairs(n, num_samples, u.device, generator)
+        return (u[i] * v[k]).sum(1).clamp_(-1.0, 1.0)
+    anchors = torch.randperm(n, generator=generator)[:rows].to(u.device)
+    nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(u.device)
+    theta = u[anchors] @ v[nodes].T
+    negative = anchors.unsqueeze(1) != nodes.unsqueeze(0)
+    return theta[negative][:num_samples].clamp_(-1.0, 1.0)
