@@ -14,8 +14,8 @@ def enable_huge_pages() -> bool:
     """Asks torch's CPU allocator for transparent huge pages; call it before any tensor exists.
 
     The losses allocate several ``N×N`` (or ``B×N``) float matrices per step; with 4 KiB
-    pages their page faults cost a few per cent of a training step on the CPU (measured
-    ≈ 4 % of an Amazon-Photo step, docs/design.md). torch reads ``THP_MEM_ALLOC_ENABLE``
+    pages their page faults cost a few per cent of a training step on the CPU
+    (docs/design.md). torch reads ``THP_MEM_ALLOC_ENABLE``
     once, at its first allocation: this sets it to ``1`` unless it is already set (so
     ``THP_MEM_ALLOC_ENABLE=0`` in the environment opts out). ``python -m pyg_progcl``
     calls it; importing the package does not.
