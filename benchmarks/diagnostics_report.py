@@ -4,7 +4,7 @@ The ProGCL paper's evidence (Xia et al., ICML 2022, https://arxiv.org/abs/2110.0
 under message passing the most similar negatives are mostly false negatives (same
 class), and a Beta mixture of the negative similarities can tell them apart; an MLP
 encoder (no message passing) does not show it. For each dataset this script trains the
-``progcl-weight`` preset (spec §7) with a GCN and with an MLP encoder of the same widths
+``progcl-weight`` preset (docs/algorithms.md §7) with a GCN and with an MLP encoder of the same widths
 (same seed, augmentations and loss), tracks :func:`pyg_progcl.diagnostics.summarize`
 every few epochs, and writes
 
@@ -16,8 +16,8 @@ every few epochs, and writes
 
 Training is shortened to fit a few CPU minutes (the markdown states the epochs)::
 
-    python benchmarks/diagnostics_report.py --root ../shared/data
-    python benchmarks/diagnostics_report.py --root ../shared/data --epochs Cora=100 \\
+    python benchmarks/diagnostics_report.py --root DATA
+    python benchmarks/diagnostics_report.py --root DATA --epochs Cora=100 \\
         --datasets Cora --cache /tmp/diag.pt       # then --replot re-draws from the cache
 """
 

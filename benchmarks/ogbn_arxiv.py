@@ -1,5 +1,5 @@
 """Contrastive pre-training on ogbn-arxiv (or another ``ogbn-*`` node dataset), scored on
-the official split with the official evaluator (spec §6, §8, §9).
+the official split with the official evaluator (docs/algorithms.md §6, §8, §9).
 
 The graph comes from the real ``ogb.nodeproppred.PygNodePropPredDataset`` (through
 :func:`pyg_progcl.experiments.datasets.load_dataset`, which handles the loader's offline quirks:
@@ -45,7 +45,7 @@ from pyg_progcl.experiments import train, write_json  # noqa: E402
 from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402
 
-#: Published linear-probe accuracies (%, mean, std) by dataset and method (spec §8).
+#: Published linear-probe accuracies (%, mean, std) by dataset and method (docs/algorithms.md §8).
 PUBLISHED = {"ogbn-arxiv": {"grace": (71.51, 0.11)}}
 
 

@@ -1,13 +1,13 @@
-"""Side-by-side reproduction of the papers' linear-probe tables (spec §8).
+"""Side-by-side reproduction of the papers' linear-probe tables (docs/algorithms.md §8).
 
-Trains every (dataset, method) cell with its preset (spec §7), evaluates it
-with the dataset's protocol (spec §6), and writes a markdown table that puts
+Trains every (dataset, method) cell with its preset (docs/algorithms.md §7), evaluates it
+with the dataset's protocol (docs/algorithms.md §6), and writes a markdown table that puts
 the measured accuracy next to the published one, with the epochs and seeds
 actually run and the wall time of each cell. Full protocols take hours on a
 few CPU cores: ``--epochs`` / ``--epoch-fraction`` and ``--seeds`` shorten
 them, and the table says exactly what was run. On a GPU::
 
-    python benchmarks/reproduce.py --device cuda --seeds 5 --root ../shared/data
+    python benchmarks/reproduce.py --device cuda --seeds 5 --root DATA
 
 runs the published protocols. Cells are saved to the JSON file as they finish;
 ``--resume`` skips cells already there (same epochs, seeds and device).
@@ -15,9 +15,9 @@ runs the published protocols. Cells are saved to the JSON file as they finish;
 Examples::
 
     # what fits a small CPU budget
-    python benchmarks/reproduce.py --root ../shared/data --datasets Cora CiteSeer \\
+    python benchmarks/reproduce.py --root DATA --datasets Cora CiteSeer \\
         --methods grace progcl-weight --seeds 1
-    python benchmarks/reproduce.py --root ../shared/data --datasets Amazon-Photo \\
+    python benchmarks/reproduce.py --root DATA --datasets Amazon-Photo \\
         --methods grace progcl-weight --epochs 100 --probe-epochs 1000
 """
 
@@ -43,7 +43,7 @@ from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402
 
 DEFAULT_DATASETS = ["Cora", "CiteSeer", "Amazon-Photo", "Coauthor-CS"]
 
-#: Published accuracies (%, mean, std) of spec §8, by dataset and method.
+#: Published accuracies (%, mean, std) of docs/algorithms.md §8, by dataset and method.
 #: ProGCL's number (as cited by later papers) does not say weight or mix; it is
 #: shown for both.
 PUBLISHED: dict[str, dict[str, tuple[float, float]]] = {
@@ -215,7 +215,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, help="torch CPU threads (1 avoids OpenMP stalls on a busy CPU)"
     )
-    parser.add_argument("--root", help="data root (e.g. ../shared/data)")
+    parser.add_argument("--root", help="data root (a folder with the datasets)")
     parser.add_argument("--output", default=str(HERE / "results" / "reproduce.md"))
     parser.add_argument("--json", help="cells as JSON (default: --output with .json)")
     parser.add_argument("--resume", action="store_true", help="skip cells already in --json")

@@ -1,4 +1,4 @@
-"""Peak memory and time per epoch of full-graph ProGCL-weight on large graphs (spec §9).
+"""Peak memory and time per epoch of full-graph ProGCL-weight on large graphs (docs/algorithms.md §9).
 
 The ProGCL reference code holds several ``N×N`` float32 matrices and a float64
 ``N×(N−1)`` weight matrix, and runs out of memory on Coauthor-Physics and ogbn-arxiv
@@ -30,7 +30,7 @@ blocks per direction (everything else of the epoch in full) at two block counts,
 extrapolates the time linearly to all blocks; the table labels that figure as an
 extrapolation. ``--arxiv-blocks 0`` measures the whole epoch.
 
-    python benchmarks/scale.py --root ../shared/data
+    python benchmarks/scale.py --root DATA
     python benchmarks/scale.py --configs arxiv-exact arxiv-sampled --device cuda --arxiv-blocks 0
 """
 

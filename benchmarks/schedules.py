@@ -2,10 +2,10 @@
 
 ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in Graph Contrastive
 Learning", ICML 2022) weights negative ``k`` of anchor ``i`` by
-``w_ik = b_ik / mean_j b_ij``, ``b = s' · p(true negative | s')`` (spec §5.2). When the
+``w_ik = b_ik / mean_j b_ij``, ``b = s' · p(true negative | s')`` (docs/algorithms.md §5.2). When the
 mixture is fitted and which similarities ``b`` is computed from is a schedule choice:
 
-* ``online``: the library's schedule (spec §5.1): refit every epoch after the warm-up,
+* ``online``: the library's schedule (docs/algorithms.md §5.1): refit every epoch after the warm-up,
   ``b`` from the current similarities at every step;
 * ``beta-guard``: ``online`` with the reference code's guard on the high-similarity
   component, ``β ≥ 1.01`` (:class:`~pyg_progcl.BetaMixture` ``min_beta_high``);
@@ -27,7 +27,7 @@ with a ``variant`` field, so that ``benchmarks/compare.py`` pairs the files by s
 table printed at the end is compare.py's::
 
     python benchmarks/schedules.py --dataset CiteSeer --epochs 400 --warmup-epochs 200 \\
-        --seeds 0 1 2 --root ../shared/data --output-dir benchmarks/results/citeseer400
+        --seeds 0 1 2 --root DATA --output-dir benchmarks/results/citeseer400
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Per τ it prints
 
 Dense ``N×N`` weights: meant for Cora / CiteSeer-sized graphs::
 
-    python benchmarks/tau_sensitivity.py --datasets Cora CiteSeer --root ../shared/data
+    python benchmarks/tau_sensitivity.py --datasets Cora CiteSeer --root DATA
 """
 
 from __future__ import annotations

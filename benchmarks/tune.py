@@ -17,7 +17,7 @@ Each (method, cell, seed) is one ``python -m pyg_progcl train`` process with one
 thread (``--device cuda``: on the GPU), ``--jobs`` at a time; its JSON is kept, so a rerun
 skips what is done. Example::
 
-    python benchmarks/tune.py --dataset Cora --root ../shared/data \\
+    python benchmarks/tune.py --dataset Cora --root DATA \\
         --grid tau=0.3,0.4,0.5,0.6 lr=5e-4,1e-3 --tune-seeds 20 21 22 23 24 \\
         --test-seeds 30 31 32 33 34 35 36 37 38 39 --jobs 2 \\
         --output-dir benchmarks/results/tune_cora

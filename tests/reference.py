@@ -1,4 +1,4 @@
-"""Independent dense references of the losses, written from ../shared/docs/algorithms.md.
+"""Independent dense references of the losses, written from the formulas of docs/algorithms.md.
 
 Plain float64 formulas, no shifting, no blocks, Beta densities from torch.distributions:
 nothing here is shared with the code under test.
@@ -88,7 +88,7 @@ def hardness(theta, alpha, beta, weight, eps=1e-4):
 
 
 def progcl_weights(h1, h2, mixture_params):
-    """Dense w_ik of anchors u_i (diagonal excluded), spec §5.2."""
+    """Dense w_ik of anchors u_i (diagonal excluded), docs/algorithms.md §5.2."""
     inter = _cos(h1, h2)
     b = hardness(_off_diag(inter), *mixture_params)
     return b / b.mean(1, keepdim=True)

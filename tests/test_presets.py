@@ -1,4 +1,4 @@
-"""Presets: the spec §7 values, method deltas, overrides, round trips."""
+"""Presets: the docs/algorithms.md §7 values, method deltas, overrides, round trips."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_every_preset_builds_and_round_trips(dataset, method):
     assert json.loads(config.to_json())["method"] == method
 
 
-# (dataset, lr, hidden, proj, activation, pe1, pe2, pf1, pf2, tau, epochs) of spec §7.
+# (dataset, lr, hidden, proj, activation, pe1, pe2, pf1, pf2, tau, epochs) of docs/algorithms.md §7.
 PROGCL_TABLE = [
     ("Amazon-Computers", 0.01, 128, 128, "rrelu", 0.6, 0.3, 0.2, 0.3, 0.2, 2000),
     ("Amazon-Photo", 0.01, 128, 128, "rrelu", 0.6, 0.3, 0.2, 0.3, 0.2, 2500),

@@ -1,4 +1,4 @@
-"""Hyperparameter presets by ``(dataset, method)`` (spec §7), as data.
+"""Hyperparameter presets by ``(dataset, method)`` (docs/algorithms.md §7), as data.
 
 A preset is a :class:`TrainConfig`: the dataset's base row of
 :data:`DATASET_PRESETS` with the method's delta of :data:`METHOD_PRESETS`
@@ -117,7 +117,7 @@ class TrainConfig:
             (:mod:`pyg_progcl.minibatch`) instead of the full graph (``None``).
         num_neighbors: Neighbours sampled per hop for ``batch_size`` (``-1``: all;
             ``None``: 10 per message-passing layer).
-        protocol: Evaluation protocol, ``gca`` or ``grace`` (spec §6).
+        protocol: Evaluation protocol, ``gca`` or ``grace`` (docs/algorithms.md §6).
         split: ``random`` or ``public`` (the dataset's own split).
         probe_epochs: Epochs of the GCA protocol's logistic-regression probe.
         eval_every: Evaluate every this many epochs (0: only at the end).
@@ -285,7 +285,7 @@ class TrainConfig:
 _GRACE_COMMON = dict(weight_decay=1e-5, num_layers=2, augmentation="uniform", protocol="grace")
 _PROGCL_COMMON = dict(weight_decay=1e-5, num_layers=2, augmentation="evc", protocol="gca")
 
-#: Base hyperparameters per dataset (spec §7).
+#: Base hyperparameters per dataset (docs/algorithms.md §7).
 DATASET_PRESETS: dict[str, dict[str, Any]] = {
     "synthetic": dict(
         lr=1e-3, hidden=128, proj=128, activation="relu", pe1=0.2, pe2=0.4, pf1=0.3,
