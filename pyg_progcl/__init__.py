@@ -26,7 +26,6 @@ _EXPORTS = {
     "AdaptiveEdgeDrop": "augment",
     "AdaptiveFeatureMask": "augment",
     "Compose": "augment",
-    "drop_edge": "augment",
     "mask_feature": "augment",
     "drop_edge_weighted": "augment",
     "mask_feature_weighted": "augment",

@@ -4,9 +4,12 @@ GRACE (Zhu et al., "Deep Graph Contrastive Representation Learning", 2020,
 https://arxiv.org/abs/2006.04131) and GCA encode each view with a stack of
 graph convolutions whose widths are ``in -> 2*hidden -> ... -> 2*hidden ->
 hidden``, with the activation applied after every layer:
-``H^(l+1) = act(conv_l(H^(l), A))``. :class:`MLPEncoder` uses linear layers of
-the same widths and ignores the graph, the control experiment of the ProGCL
-paper (Xia et al., 2022, https://arxiv.org/abs/2110.02027).
+``H^(l+1) = act(conv_l(H^(l), A))`` (docs/algorithms.md §1). :class:`MLPEncoder` uses
+linear layers of the same widths and ignores the graph, the control experiment of the
+ProGCL paper (Xia et al., 2022, https://arxiv.org/abs/2110.02027).
+
+String activations are resolved by PyG's
+:func:`~torch_geometric.nn.resolver.activation_resolver`, one module per layer.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import Tensor
 from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
+from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
 from ._checks import check_choice, check_int
@@ -57,8 +61,7 @@ def sparse_features(x: Tensor) -> Tensor:
     """``x`` as a CSR matrix if it is a dense CPU feature matrix (without gradient) with at
     most :data:`SPARSE_FEATURE_DENSITY` non-zeros, else ``x`` itself.
 
-    ``x @ W`` then costs ``O(nnz · out)`` instead of ``O(N · in · out)``: a CiteSeer view's
-    GCN forward + backward measured 105 ms instead of 341 ms (3703 features, 0.9 % non-zero).
+    ``x @ W`` then costs ``O(nnz · out)`` instead of ``O(N · in · out)``.
     """
     if x.layout != torch.strided or x.device.type != "cpu" or x.dim() != 2 or x.requires_grad:
         return x
@@ -73,9 +76,9 @@ class SparseFeatureCache:
     """:func:`sparse_features` of the feature matrix seen last, reused while the same
     tensor comes back unmodified (a model's ``data.x``, step after step).
 
-    Converting costs a pass over the dense matrix (Coauthor-CS: 0.5 s at one thread);
-    masking the cached CSR matrix afterwards costs ``O(nnz)``. Holds only a weak reference
-    to the dense matrix; copies and pickles of the owner start empty.
+    Converting costs a pass over the dense matrix; masking the cached CSR matrix
+    afterwards costs ``O(nnz)``. Holds only a weak reference to the dense matrix; copies
+    and pickles of the owner start empty.
     """
 
     def __init__(self):
@@ -103,6 +106,9 @@ class SparseFeatureCache:
 #: ``training=False`` and then is a leaky ReLU of slope ``(lower + upper) / 2``.
 RRELU_EVAL_SLOPE = (1.0 / 8.0 + 1.0 / 3.0) / 2.0
 
+#: The activation names an encoder (and a preset) accepts. All but two are resolved by
+#: PyG's ``activation_resolver``: there ``'rrelu'`` is the random ``RReLU`` (the reference
+#: runs it in eval mode, see :data:`RRELU_EVAL_SLOPE`) and ``'identity'`` is unknown.
 ACTIVATIONS = ("relu", "prelu", "rrelu", "elu", "leaky_relu", "tanh", "identity")
 
 Activation = Union[str, torch.nn.Module, Callable[[Tensor], Tensor]]
@@ -116,6 +122,7 @@ class _FunctionActivation(torch.nn.Module):
         self.fn = fn
 
     def forward(self, x: Tensor) -> Tensor:
+        """Applies the wrapped function."""
         return self.fn(x)
 
     def __repr__(self) -> str:
@@ -145,20 +152,19 @@ def make_activation(activation: Activation) -> torch.nn.Module:
             GCA/ProGCL reference code runs it), ``'elu'``, ``'leaky_relu'``
             (slope 0.01), ``'tanh'``, ``'identity'``; or a module instance
             (deep-copied), a module class (instantiated without arguments), or a
-            callable ``Tensor -> Tensor``.
+            callable ``Tensor -> Tensor``. Names other than ``'rrelu'`` and
+            ``'identity'`` are built by PyG's ``activation_resolver``.
+
+    Returns:
+        A new :class:`torch.nn.Module`.
     """
     if isinstance(activation, str):
         check_choice("activation", activation, ACTIVATIONS)
-        builders = {
-            "relu": torch.nn.ReLU,
-            "prelu": torch.nn.PReLU,
-            "rrelu": lambda: torch.nn.LeakyReLU(RRELU_EVAL_SLOPE),
-            "elu": torch.nn.ELU,
-            "leaky_relu": torch.nn.LeakyReLU,
-            "tanh": torch.nn.Tanh,
-            "identity": torch.nn.Identity,
-        }
-        return builders[activation]()
+        if activation == "rrelu":
+            return torch.nn.LeakyReLU(RRELU_EVAL_SLOPE)
+        if activation == "identity":
+            return torch.nn.Identity()
+        return activation_resolver(activation)  # a new module on every call
     if isinstance(activation, type) and issubclass(activation, torch.nn.Module):
         return activation()
     if isinstance(activation, torch.nn.Module):
@@ -231,7 +237,11 @@ class GCNEncoder(_StackEncoder):
     r"""The message-passing encoder of GRACE / GCA (Zhu et al., 2020,
     https://arxiv.org/abs/2006.04131): ``H^(l+1) = act(conv_l(H^(l), A))`` with
     widths ``in -> 2*hidden -> ... -> hidden`` and the activation after every
-    layer (``in -> hidden`` when ``num_layers=1``).
+    layer (``in -> hidden`` when ``num_layers=1``); docs/algorithms.md §1.
+
+    Not PyG's ``BasicGNN`` / ``GCN``: they leave the last layer un-activated (without
+    ``jk``), share one activation module (one PReLU slope) across layers and fix the
+    convolution class.
 
     Args:
         in_channels (int): Size of each input node feature.
@@ -250,9 +260,8 @@ class GCNEncoder(_StackEncoder):
         conv_kwargs (dict, optional): Extra keyword arguments of every ``conv``.
         sparse (bool, optional): Propagate over a sparse CSR adjacency built once per
             forward (``torch_geometric.utils.to_torch_csr_tensor``) instead of
-            materialising one message per edge: on a 169k-node, 2.3M-edge graph one
-            view's forward + backward measured 2.8 s and 1.6 GB instead of 33 s and
-            10 GB. :obj:`None` uses it for the convolutions that implement sparse
+            materialising one message per edge, which saves time and memory on large
+            graphs. :obj:`None` uses it for the convolutions that implement sparse
             aggregation without edge features (GCNConv, SAGEConv, GINConv,
             GraphConv). Graphs with self-loops or repeated edges keep the edge list,
             so both paths give the same result. (default: :obj:`None`)
@@ -335,6 +344,9 @@ class MLPEncoder(_StackEncoder):
     r"""An MLP with the widths of :class:`GCNEncoder`, ``H^(l+1) = act(H^(l) W_l + b_l)``:
     the ProGCL paper's control without message passing (Xia et al., 2022,
     https://arxiv.org/abs/2110.02027).
+
+    Not PyG's :class:`~torch_geometric.nn.MLP`: it shares one activation module (one PReLU
+    slope) across layers and names its parameters ``lins.*``, not ``layers.*``.
 
     It takes the same constructor and :meth:`forward` arguments as
     :class:`GCNEncoder`, so swapping the two is a one-word change; ``conv``,

@@ -1,4 +1,4 @@
-"""The GRACE model: encoder, projection head and two augmenters."""
+"""The GRACE model: encoder, projection head and two augmenters (docs/algorithms.md §1)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Callable, Optional, Union
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
@@ -34,6 +35,8 @@ def _as_augmenter(name: str, augment: AugmentSpec) -> Optional[Callable]:
 def _unpack(x, edge_index, edge_weight) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """Accepts ``(x, edge_index, edge_weight)`` or a single ``Data`` (its ``edge_weight``, if any)."""
     if isinstance(x, BaseData):
+        if not isinstance(x, Data):
+            raise ValueError(f"`x` must be a tensor or a homogeneous Data (got {type(x).__name__})")
         if edge_index is not None or edge_weight is not None:
             raise ValueError("pass either a Data object or (x, edge_index, edge_weight), not both")
         x, edge_index, edge_weight = x.x, x.edge_index, x.get("edge_weight")
@@ -47,7 +50,8 @@ class GRACEModel(torch.nn.Module):
     Learning", 2020, https://arxiv.org/abs/2006.04131): two augmented views are
     encoded and projected, ``h_k = g(f(t_k(G)))`` with the projection head
     ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``, ready for a contrastive loss
-    ``loss(h1, h2)``; downstream tasks use the encoder output ``f(G)``.
+    ``loss(h1, h2)`` (docs/algorithms.md §1); downstream tasks use the encoder output
+    ``f(G)``.
 
     .. code-block:: python
 
@@ -76,8 +80,7 @@ class GRACEModel(torch.nn.Module):
             wide features stay dense (a GPU, an encoder that takes dense features);
             this trades one more encoder forward for it. Mostly-zero CPU features
             reach an encoder with ``sparse_features`` as one CSR matrix, converted once
-            and masked entry-wise (Coauthor-Physics: 1.1M entries per view, not a
-            1.2 GB copy). (default: :obj:`False`)
+            and masked entry-wise, so they need no recomputation. (default: :obj:`False`)
     """
 
     def __init__(
@@ -153,8 +156,8 @@ class GRACEModel(torch.nn.Module):
         """The feature matrix as the model feeds it to its augmenters and encoder: ``x``
         as CSR (converted once per feature matrix, then cached) for an encoder that takes
         mostly-zero features sparse (``encoder.sparse_features``), else ``x`` itself. The
-        views' feature masks then drop entries instead of copying a dense matrix
-        (Coauthor-CS: 0.5 GB and, at one thread, 0.85 s per view)."""
+        views' feature masks then drop entries (``O(nnz)``) instead of copying a dense
+        matrix."""
         check_input_width(x, self.encoder)
         return self._sparse_x(x) if getattr(self.encoder, "sparse_features", False) else x
 

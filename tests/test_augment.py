@@ -6,9 +6,9 @@ import networkx
 import pytest
 import torch
 import torch_geometric.transforms as T
-from torch_geometric.data import Data
-from torch_geometric.transforms import BaseTransform
-from torch_geometric.utils import erdos_renyi_graph, to_undirected
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.utils import dropout_edge, erdos_renyi_graph, to_undirected
+from torch_geometric.utils import mask_feature as pyg_mask_feature
 
 from pyg_progcl.augment import (
     AdaptiveEdgeDrop,
@@ -17,7 +17,6 @@ from pyg_progcl.augment import (
     Compose,
     EdgeDrop,
     FeatureMask,
-    drop_edge,
     drop_edge_weighted,
     edge_drop_probabilities,
     feature_drop_probabilities,
@@ -78,55 +77,98 @@ def reference_feature_probabilities(x, c, p, threshold=0.7, dense=False):
 # ------------------------------------------------------------ uniform augmentation
 
 
-def test_drop_edge_rate_matches_p():
+def test_edge_drop_rate_matches_p():
     torch.manual_seed(0)
     edge_index = torch.randint(0, 1000, (2, 20_000))
     weight = torch.arange(20_000, dtype=torch.float)
-    kept, kept_weight = drop_edge(edge_index, 0.3, edge_weight=weight)
+    _, kept, kept_weight = EdgeDrop(0.3)(None, edge_index, weight)
     assert abs(1 - kept.size(1) / 20_000 - 0.3) < 0.02
     # Weights stay aligned with their edges.
     assert torch.equal(edge_index[:, kept_weight.long()], kept)
 
 
+def test_edge_drop_draws_what_pyg_dropout_edge_draws():
+    edge_index = torch.randint(0, 100, (2, 500))
+    torch.manual_seed(4)
+    expected, mask = dropout_edge(edge_index, p=0.4)
+    torch.manual_seed(4)
+    assert torch.equal(EdgeDrop(0.4)(None, edge_index)[1], expected)
+    assert 0 < int(mask.sum()) < 500
+
+
 def test_mask_feature_masks_whole_columns_at_rate_p():
     torch.manual_seed(0)
     x = torch.rand(40, 4000) + 0.5
-    out = mask_feature(x, 0.3)
+    out, feat_mask = mask_feature(x, 0.3)
     zero_cols = (out == 0).all(dim=0)
     kept_cols = (out == x).all(dim=0)
     assert bool((zero_cols | kept_cols).all()), "every column is masked for all nodes or none"
     assert abs(zero_cols.float().mean().item() - 0.3) < 0.03
     assert not torch.equal(out, x) and x.min() > 0, "input not modified"
+    assert feat_mask.shape == (1, 4000) and torch.equal(feat_mask[0], kept_cols)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"p": 0.3},
+        {"p": 0.3, "mode": "row"},
+        {"p": 0.3, "mode": "all", "fill_value": -1.0},
+        {"p": 0.3, "training": False},
+        {"p": 0.0},
+    ],
+)
+def test_mask_feature_on_dense_x_is_pyg_mask_feature(kwargs):
+    x = torch.rand(30, 20) + 0.5
+    torch.manual_seed(5)
+    out, feat_mask = mask_feature(x, **kwargs)
+    torch.manual_seed(5)
+    expected, expected_mask = pyg_mask_feature(x, **kwargs)
+    assert torch.equal(out, expected)
+    assert feat_mask.dtype == torch.bool and torch.equal(feat_mask, expected_mask)
+    assert torch.equal(out, torch.where(feat_mask, x, out))  # kept entries unchanged
 
 
 def test_weighted_with_constant_probability_equals_uniform():
     edge_index = torch.randint(0, 100, (2, 500))
     x = torch.rand(100, 64)
     torch.manual_seed(3)
-    uniform_edges, _ = drop_edge(edge_index, 0.4)
-    uniform_x = mask_feature(x, 0.4)
+    uniform_edges, uniform_edge_mask = dropout_edge(edge_index, 0.4)
+    uniform_x, uniform_feat_mask = mask_feature(x, 0.4)
     torch.manual_seed(3)
-    weighted_edges, _ = drop_edge_weighted(edge_index, torch.full((500,), 0.4))
-    weighted_x = mask_feature_weighted(x, torch.full((64,), 0.4))
+    weighted_edges, weighted_edge_mask = drop_edge_weighted(edge_index, torch.full((500,), 0.4))
+    weighted_x, weighted_feat_mask = mask_feature_weighted(x, torch.full((64,), 0.4))
     assert torch.equal(uniform_edges, weighted_edges)
     assert torch.equal(uniform_x, weighted_x)
+    assert torch.equal(uniform_edge_mask, weighted_edge_mask)
+    assert torch.equal(uniform_feat_mask, weighted_feat_mask)
 
 
 def test_weighted_drop_rates_follow_per_item_probabilities():
     torch.manual_seed(0)
     edge_index = torch.arange(40_000).view(2, -1)
     drop_prob = torch.cat([torch.full((10_000,), 0.1), torch.full((10_000,), 0.6)])
-    _, kept_weight = drop_edge_weighted(edge_index, drop_prob, torch.arange(20_000.0))
-    kept = torch.zeros(20_000, dtype=torch.bool)
-    kept[kept_weight.long()] = True
+    kept_edges, kept = drop_edge_weighted(edge_index, drop_prob)
+    assert kept.shape == (20_000,) and kept.dtype == torch.bool
+    assert torch.equal(kept_edges, edge_index[:, kept])
     assert abs(1 - kept[:10_000].float().mean().item() - 0.1) < 0.02
     assert abs(1 - kept[10_000:].float().mean().item() - 0.6) < 0.02
 
     x = torch.ones(3, 20_000)
-    out = mask_feature_weighted(x, drop_prob)
+    out, feat_mask = mask_feature_weighted(x, drop_prob)
     assert abs((out[0, :10_000] == 0).float().mean().item() - 0.1) < 0.02
     assert abs((out[0, 10_000:] == 0).float().mean().item() - 0.6) < 0.02
     assert torch.equal(out[0], out[2])
+    assert torch.equal(feat_mask, out[:1] != 0)
+
+
+def test_weighted_functions_are_no_ops_outside_training():
+    edge_index, x = ring(6), torch.rand(6, 4)
+    out_edges, edge_mask = drop_edge_weighted(edge_index, torch.ones(12), training=False)
+    assert out_edges is edge_index and edge_mask.tolist() == [True] * 12
+    out_x, feat_mask = mask_feature_weighted(x, torch.ones(4), training=False)
+    assert out_x is x and torch.equal(feat_mask, pyg_mask_feature(x, training=False)[1])
 
 
 # ------------------------------------------------------------------- centralities
@@ -143,6 +185,19 @@ def test_evc_matches_networkx_on_karate():
     expected = torch.tensor([expected[i] for i in range(graph.number_of_nodes())])
     got = node_centrality(edge_index, graph.number_of_nodes(), "evc")
     torch.testing.assert_close(got, expected.float(), atol=1e-5, rtol=1e-4)
+
+
+def test_evc_is_networkx_on_the_directed_edge_list_exactly():
+    # Repeated and one-way edges: the graph handed to networkx is the edge list as a DiGraph.
+    g = torch.Generator().manual_seed(0)
+    edge_index = torch.cat([torch.randint(30, (2, 150), generator=g), ring(30)], dim=1)
+    graph = networkx.DiGraph()
+    graph.add_nodes_from(range(30))
+    graph.add_edges_from(edge_index.t().tolist())
+    expected = networkx.eigenvector_centrality_numpy(graph)
+    expected = torch.tensor([expected[i] for i in range(30)], dtype=torch.float64)
+    got = node_centrality(edge_index, 30, "evc")
+    assert torch.equal(got, expected.clamp_min(0.0).to(got.dtype))
 
 
 def test_pagerank_matches_dense_power_iteration():
@@ -269,10 +324,40 @@ ALL_AUGMENTERS = [
 
 
 @pytest.mark.parametrize("make", ALL_AUGMENTERS)
-def test_augmenter_is_module_and_transform(make):
+def test_data_in_data_out_equals_the_tensor_call(make):
+    data = make_data()
     aug = make(0.5)
-    assert isinstance(aug, torch.nn.Module) and isinstance(aug, BaseTransform)
-    assert isinstance(aug, Augmenter)
+    torch.manual_seed(2)
+    x, edge_index, weight = aug(data.x, data.edge_index, data.edge_weight)
+    torch.manual_seed(2)
+    out = aug(data)
+    assert type(out) is Data and out is not data
+    assert torch.equal(out.x, x) and torch.equal(out.edge_index, edge_index)
+    assert torch.equal(out.edge_weight, weight)
+
+
+@pytest.mark.parametrize("make", ALL_AUGMENTERS)
+def test_heterogeneous_data_is_a_clear_error(make):
+    data = HeteroData()
+    data["paper"].x = torch.rand(4, 3)
+    data["paper", "cites", "paper"].edge_index = ring(4)
+    with pytest.raises(ValueError, match="HeteroData"):
+        make(0.5)(data)
+
+
+def test_augmenter_subclass_works_as_module_and_transform():
+    class DropAll(Augmenter):  # the documented extension points
+        p = 1.0
+
+        def _edge_keep_mask(self, edge_index, num_nodes):
+            return torch.zeros(edge_index.size(1), dtype=torch.bool)
+
+    data = make_data()
+    assert DropAll()(data).num_edges == 0
+    assert DropAll()(data.x, data.edge_index)[1].shape == (2, 0)
+    assert torch.equal(DropAll().eval()(data).edge_index, data.edge_index)
+    out = T.Compose([DropAll(), T.ToUndirected()])(data)
+    assert out.num_edges == 0 and data.num_edges > 0
 
 
 @pytest.mark.parametrize("make", ALL_AUGMENTERS)
@@ -428,6 +513,7 @@ def test_reprs():
     )
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
 @pytest.mark.parametrize(
     "build, name",
     [
@@ -440,10 +526,20 @@ def test_reprs():
         (lambda: Compose(EdgeDrop(0.1), "not an augmenter"), "`augmenters"),
         (lambda: node_centrality(ring(4), 4, "closeness"), "`kind`"),
         (lambda: node_centrality(ring(4), 3, "degree"), "`num_nodes`"),
-        (lambda: drop_edge(ring(4), 2.0), "`p`"),
-        (lambda: drop_edge(torch.zeros(3, 4, dtype=torch.long), 0.1), "`edge_index`"),
+        (lambda: mask_feature(torch.ones(4, 2), 2.0), "`p`"),
+        (lambda: mask_feature(torch.ones(4, 2), 0.1, mode="column"), "`mode`"),
+        (
+            lambda: drop_edge_weighted(torch.zeros(3, 4, dtype=torch.long), torch.zeros(4)),
+            "`edge_index`",
+        ),
         (lambda: mask_feature(torch.ones(4), 0.1), "`x`"),
+        (lambda: mask_feature(torch.eye(3).to_sparse_csr(), 0.1, mode="row"), "`mode`"),
+        (lambda: mask_feature(torch.eye(3).to_sparse_csr(), 0.1, fill_value=1.0), "`fill_value`"),
         (lambda: drop_edge_weighted(ring(4), torch.full((3,), 0.1)), "`drop_prob`"),
+        (  # the edge weights of the old signature, now `training`
+            lambda: drop_edge_weighted(ring(4), torch.full((8,), 0.1), torch.ones(8)),
+            "`training`",
+        ),
         (
             lambda: mask_feature_weighted(torch.ones(2, 3), torch.tensor([0.1, 1.5, 0])),
             "`drop_prob`",
@@ -482,13 +578,23 @@ def test_csr_feature_masks_draw_the_dense_masks(mask):
             return mask_feature(features, 0.4)
         return mask_feature_weighted(features, prob)
 
-    dense, sparse = apply(x), apply(x.to_sparse_csr())
+    (dense, dense_mask), (sparse, sparse_mask) = apply(x), apply(x.to_sparse_csr())
     assert sparse.layout == torch.sparse_csr
     assert 0 < int((dense != 0).sum()) < int((x != 0).sum())  # some columns masked
     # exactly what converting the masked dense matrix gives (no stored zeros)
     for a, b in zip(_csr_parts(sparse), _csr_parts(dense.to_sparse_csr())):
         assert torch.equal(a, b)
-    assert mask_feature(x.to_sparse_csr(), 0.4, training=False).layout == torch.sparse_csr
+    assert torch.equal(sparse_mask, dense_mask) and sparse_mask.shape == (1, 30)
+    if mask == "uniform":  # and the dense result is PyG's
+        torch.manual_seed(3)
+        assert torch.equal(dense, pyg_mask_feature(x, 0.4)[0])
+    for no_op in (
+        mask_feature(x.to_sparse_csr(), 0.4, training=False),
+        mask_feature(x.to_sparse_csr(), 0.0),
+        mask_feature_weighted(x.to_sparse_csr(), prob, training=False),
+    ):
+        assert no_op[0].layout == torch.sparse_csr
+        assert no_op[1].shape == (1, 30) and bool(no_op[1].all())
 
 
 def test_csr_feature_probabilities_equal_dense_ones():

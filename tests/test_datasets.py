@@ -56,6 +56,23 @@ def test_synthetic_graph_is_a_homophilous_deterministic_csbm():
     assert (means.max(0).values - means.min(0).values).max() > 0.05
 
 
+def test_synthetic_graph_of_a_seed_never_changes():
+    # Stored results were trained on these graphs: a refactor must draw the same one.
+    data = synthetic_graph(
+        num_nodes=40, num_classes=2, num_features=12, topic_size=4, avg_degree=4.0, seed=3
+    )
+    assert data.y.tolist() == [
+        0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0,
+        0, 1, 0, 0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 0, 1,
+    ]  # fmt: skip
+    assert data.x.sum(0).int().tolist() == [7, 3, 2, 2, 0, 0, 3, 2, 2, 3, 1, 1]
+    assert data.num_edges == 152
+    assert data.edge_index[:, :12].tolist() == [
+        [0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2],
+        [6, 26, 37, 3, 11, 25, 26, 29, 30, 12, 25, 37],
+    ]
+
+
 def test_synthetic_graph_rejects_bad_arguments():
     with pytest.raises(ValueError, match="homophily"):
         synthetic_graph(homophily=1.5)

@@ -1,4 +1,4 @@
-"""Mini-batch training on sampled subgraphs and batched inference (spec §9)."""
+"""Mini-batch training on sampled subgraphs and batched inference (docs/algorithms.md §9)."""
 
 from __future__ import annotations
 

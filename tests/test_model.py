@@ -3,8 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_geometric.data import Data
-from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.nn import MLP, GATConv, GCNConv, SAGEConv
+from torch_geometric.nn.models import GCN
 from torch_geometric.utils import erdos_renyi_graph, to_undirected
 
 from pyg_progcl.augment import (
@@ -101,6 +102,33 @@ def test_prelu_one_learnable_slope_per_layer_reset():
     shared = torch.nn.PReLU()
     enc = MLPEncoder(12, 8, activation=shared)  # instances are copied per layer
     assert enc.activations[0].weight is not enc.activations[1].weight
+
+
+def test_mlp_encoder_is_pyg_mlp_with_an_activated_last_layer_and_own_activations():
+    # For a parameter-free activation MLPEncoder is MLP(plain_last=False, norm=None): same
+    # layers, initialisation order and outputs. PyG's MLP shares one activation module,
+    # so with PReLU it has one slope where GRACE's encoder has one per layer.
+    x = torch.randn(20, 12)
+    torch.manual_seed(0)
+    ours = MLPEncoder(12, 8, num_layers=3, sparse_features=False)
+    torch.manual_seed(0)
+    pyg = MLP([12, 16, 16, 8], act="relu", norm=None, plain_last=False)
+    assert torch.equal(ours(x), pyg(x))
+    slopes = MLPEncoder(12, 8, num_layers=3, activation="prelu").activations
+    pyg_prelu = MLP([12, 16, 16, 8], act="prelu", norm=None, plain_last=False)
+    assert len(list(slopes.parameters())) == 3
+    assert sum(isinstance(m, torch.nn.PReLU) for m in pyg_prelu.modules()) == 1
+
+
+def test_gcn_encoder_is_pyg_gcn_with_its_last_layer_activated():
+    # PyG's GCN (BasicGNN) leaves the last layer plain; GRACE activates it.
+    x, edge_index = graph()
+    ours = GCNEncoder(12, 8, num_layers=3)
+    pyg = GCN(12, 16, num_layers=3, out_channels=8)
+    pyg.load_state_dict({k.replace("layers.", "convs."): v for k, v in ours.state_dict().items()})
+    expected = pyg(x, edge_index)
+    assert (expected < 0).any()
+    torch.testing.assert_close(ours(x, edge_index), expected.relu())
 
 
 def test_custom_conv_classes():
@@ -205,7 +233,12 @@ def test_views_shapes_and_encoder_swap(encoder_cls):
     h1, h2 = model.views(x, edge_index)
     assert h1.shape == h2.shape == (40, 8)
     assert model(x, edge_index).shape == (40, 8)
-    assert isinstance(model.augment1, Compose)
+    # A list of augmenters acts as their Compose.
+    torch.manual_seed(4)
+    listed = model.augment1(x, edge_index)
+    torch.manual_seed(4)
+    composed = Compose(EdgeDrop(0.3), FeatureMask(0.3))(x, edge_index)
+    assert all(torch.equal(a, b) for a, b in zip(listed[:2], composed[:2]))
 
 
 def test_projection_head_widths():
@@ -284,6 +317,10 @@ def test_data_input_and_edge_weight():
     h1, _ = model.views(data)
     torch.testing.assert_close(h1, model.views(x, edge_index, weight)[0])
     assert not torch.allclose(model(data), model(x, edge_index))
+    hetero = HeteroData()
+    hetero["paper"].x = x
+    with pytest.raises(ValueError, match="HeteroData"):
+        model(hetero)
 
 
 def test_adaptive_augmenters_inside_model_fit_once(monkeypatch):
@@ -360,17 +397,32 @@ def test_model_bad_arguments(kwargs, name):
         GRACEModel(**args)
 
 
+def _propagation_paths(encoder, x, edge_index):
+    """Which of PyG's propagation paths the first layer took: ``'sparse'`` (one fused
+    ``message_and_aggregate`` over an adjacency matrix) and/or ``'edges'`` (messages)."""
+    conv, seen = encoder.layers[0], set()
+    handles = [
+        conv.register_message_and_aggregate_forward_hook(lambda *a: seen.add("sparse")),
+        conv.register_message_forward_hook(lambda *a: seen.add("edges")),
+    ]
+    encoder(x, edge_index)
+    for handle in handles:
+        handle.remove()
+    return seen
+
+
 @pytest.mark.parametrize("conv", [GCNConv, SAGEConv])
 def test_sparse_propagation_equals_edge_index_path(conv):
-    from pyg_progcl.encoders import SPARSE_CONVS, _csr_adjacency_t
+    from pyg_progcl.encoders import SPARSE_CONVS
 
     assert conv in SPARSE_CONVS
     g = torch.Generator().manual_seed(0)
     x = torch.randn(40, 6, generator=g)
     raw = torch.randint(40, (2, 160), generator=g)  # with self-loops and repeats
-    assert _csr_adjacency_t(raw, None, x) is None  # falls back to the edge list
     edge_index = to_undirected(raw[:, raw[0] != raw[1]])
-    assert _csr_adjacency_t(edge_index, None, x) is not None
+    default = GCNEncoder(6, 8, conv=conv)
+    assert _propagation_paths(default, x, raw) == {"edges"}  # falls back to the edge list
+    assert _propagation_paths(default, x, edge_index) == {"sparse"}
     torch.manual_seed(0)
     plain = GCNEncoder(6, 8, conv=conv, sparse=False)
     torch.manual_seed(0)
@@ -512,10 +564,12 @@ def test_model_copies_and_pickles_without_its_feature_cache():
 
     x = _bag_of_words()
     model = GRACEModel(GCNEncoder(40, 8), 8, 8, FeatureMask(0.3), FeatureMask(0.3))
+    empty_size = len(pickle.dumps(model))
     cached = model.input_features(x)
+    assert len(pickle.dumps(model)) == empty_size  # the CSR matrix is not pickled
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
-        assert clone._sparse_x._sparse is None  # starts empty: the CSR matrix is not copied
-        assert clone.input_features(x) is not cached
+        assert clone.input_features(x) is not cached  # starts empty
+        assert torch.equal(clone.input_features(x).to_dense(), x)
         assert clone(x, erdos_renyi_graph(50, 0.1)).shape == (50, 8)
     plain = GRACEModel(MLPEncoder(40, 8, sparse_features=False), 8, 8)
     assert plain.input_features(x) is x  # an encoder that takes dense features gets them

@@ -1,5 +1,5 @@
 """Graph augmentations of GRACE and GCA: uniform and centrality-adaptive edge
-dropping and feature-column masking.
+dropping and feature-column masking (docs/algorithms.md §2).
 
 * GRACE (Zhu et al., 2020, https://arxiv.org/abs/2006.04131) drops every edge
   with probability ``p`` and zeroes every feature column with probability ``p``
@@ -20,9 +20,15 @@ of a parent model propagate; eval mode is a no-op) and a
     x, edge_index, edge_weight = aug(x, edge_index)   # tensors
     view = aug(data)                                  # a new Data, input untouched
 
-Feature masks take dense or sparse CSR feature matrices; a CSR matrix loses the entries
-of its masked columns (``O(nnz)``, no dense copy), which is how :class:`GRACEModel` feeds
-bag-of-words features to an encoder that takes them sparse.
+The functions follow PyG's contracts: :func:`mask_feature` is
+:func:`torch_geometric.utils.mask_feature` (``(x, feat_mask)``) that also takes sparse CSR
+features; uniform edge dropping is :func:`torch_geometric.utils.dropout_edge` itself; GCA's
+:func:`drop_edge_weighted` and :func:`mask_feature_weighted` return ``(edge_index,
+edge_mask)`` and ``(x, feat_mask)`` like them.
+
+A CSR feature matrix loses the entries of its masked columns (``O(nnz)``, no dense copy),
+which is how :class:`GRACEModel` feeds bag-of-words features to an encoder that takes them
+sparse.
 
 Modules: :mod:`.functional` (the functions on tensors), :mod:`.modules` (``Augmenter``,
 ``EdgeDrop``, ``FeatureMask``, ``Compose``), :mod:`.adaptive` (GCA's augmenters), their
@@ -31,7 +37,7 @@ Modules: :mod:`.functional` (the functions on tensors), :mod:`.modules` (``Augme
 
 from .adaptive import AdaptiveEdgeDrop, AdaptiveFeatureMask
 from .centrality import CENTRALITIES, node_centrality
-from .functional import drop_edge, drop_edge_weighted, mask_feature, mask_feature_weighted
+from .functional import drop_edge_weighted, mask_feature, mask_feature_weighted
 from .modules import Augmenter, Compose, EdgeDrop, FeatureMask
 from .probabilities import (
     DEFAULT_THRESHOLD,
@@ -49,7 +55,6 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "EdgeDrop",
     "FeatureMask",
-    "drop_edge",
     "drop_edge_weighted",
     "edge_drop_probabilities",
     "feature_drop_probabilities",

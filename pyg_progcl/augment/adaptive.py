@@ -1,6 +1,7 @@
-"""GCA's centrality-adaptive augmenters (Zhu et al., 2021), used by ProGCL: drop
+"""GCA's centrality-adaptive augmenters (Zhu et al., "Graph Contrastive Learning with
+Adaptive Augmentation", 2021, https://arxiv.org/abs/2010.14945), used by ProGCL: drop
 probabilities fitted once per graph (:mod:`.centrality`, :mod:`.probabilities`), then
-drawn at every call."""
+drawn at every call (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ class _FitCache:
         self.clear()
 
     def clear(self):
+        """Forgets the fitted value."""
         self.tensor: Optional[Tensor] = None
         self.version = -1
         self.extra = None
         self.value: Optional[Tensor] = None
 
     def hit(self, tensor: Tensor, extra) -> bool:
+        """Whether the stored value was fitted on ``tensor`` (or an equal one) and ``extra``."""
         cached = self.tensor
         if cached is None or extra != self.extra or cached._version != self.version:
             return False
@@ -50,6 +53,7 @@ class _FitCache:
         )
 
     def store(self, tensor: Tensor, extra, value: Tensor) -> Tensor:
+        """Stores ``value`` as fitted on ``tensor`` with ``extra``; returns it."""
         self.tensor, self.version, self.extra, self.value = tensor, tensor._version, extra, value
         return value
 
@@ -117,11 +121,12 @@ class _Adaptive(Augmenter):
 
 
 class AdaptiveEdgeDrop(_Adaptive):
-    r"""GCA's centrality-adaptive edge dropping (Zhu et al., 2021):
+    r"""GCA's centrality-adaptive edge dropping (Zhu et al., 2021, docs/algorithms.md §2):
     ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``.
 
     The probabilities are computed once per graph (cached on ``edge_index``: the
-    same tensor, or an equal one) and reused on every later call. See
+    same tensor, or an equal one) and reused on every later call; each call keeps edge
+    ``e`` with probability ``1 - p_e``, as :func:`drop_edge_weighted`. See
     :func:`edge_drop_probabilities` and :func:`node_centrality`.
 
     Args:
@@ -149,14 +154,15 @@ class AdaptiveEdgeDrop(_Adaptive):
 
 
 class AdaptiveFeatureMask(_Adaptive):
-    r"""GCA's centrality-adaptive feature masking (Zhu et al., 2021):
+    r"""GCA's centrality-adaptive feature masking (Zhu et al., 2021, docs/algorithms.md §2):
     ``p_j = min((w_max - w_j) / (w_max - w_mean) * p, threshold)``, ``w_j = log(sum_i [x_ij != 0] c_i)``.
 
     The probabilities are computed once per feature matrix (cached on ``x``: the
     same tensor, or an equal one) from the graph seen at that first call; inside
     :class:`Compose` that is the un-augmented graph whatever the order. Call
     :meth:`fit` or :meth:`reset_parameters` to refit for another graph with the
-    same ``x``. See :func:`feature_drop_probabilities`.
+    same ``x``. Each call masks as :func:`mask_feature_weighted`. See
+    :func:`feature_drop_probabilities`.
 
     Args:
         p (float): Mean masking probability in ``[0, 1]``.
@@ -196,7 +202,7 @@ class AdaptiveFeatureMask(_Adaptive):
 
     def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
         self._prepare(x, edge_index, num_nodes)
-        return mask_feature_weighted(x, self._cache.value)
+        return mask_feature_weighted(x, self._cache.value)[0]
 
     def _extra_repr_args(self) -> str:
         return "" if self.dense is None else f", dense={self.dense}"

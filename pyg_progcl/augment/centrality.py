@@ -1,5 +1,5 @@
-"""Node centralities of GCA's adaptive augmentation (degree, PageRank, eigenvector),
-computed once per graph and shared by every augmenter on it."""
+"""Node centralities of GCA's adaptive augmentation (degree, PageRank, eigenvector;
+docs/algorithms.md §2), computed once per graph and shared by every augmenter on it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import weakref
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import degree, to_undirected
+from torch_geometric.data import Data
+from torch_geometric.utils import degree, to_networkx, to_undirected
 
 from .._checks import check_choice, check_edge_index, check_int
 
@@ -18,14 +19,17 @@ _PAGERANK_ITERATIONS = 10
 
 
 def node_centrality(edge_index: Tensor, num_nodes: int, kind: str) -> Tensor:
-    r"""Node centrality ``c`` used by GCA's adaptive augmentation (Zhu et al., 2021).
+    r"""Node centrality ``c`` used by GCA's adaptive augmentation (Zhu et al., "Graph
+    Contrastive Learning with Adaptive Augmentation", 2021, https://arxiv.org/abs/2010.14945;
+    docs/algorithms.md §2).
 
     * ``'degree'``: in-degree after symmetrising the graph, as GCA's
       ``degree(to_undirected(edge_index)[1])`` (the degree for undirected graphs).
     * ``'pagerank'``: GCA's power iteration ``c <- 0.15 c + 0.85 A^T D_out^{-1} c``
       from ``c = 1``, 10 iterations (unnormalised; isolated nodes stay > 0).
     * ``'evc'``: eigenvector centrality from
-      :func:`networkx.eigenvector_centrality_numpy` (the reference). networkx
+      :func:`networkx.eigenvector_centrality_numpy` (the reference) of the directed
+      graph :func:`torch_geometric.utils.to_networkx` builds. networkx
       refuses disconnected graphs; for those (and graphs of < 3 nodes) the same
       leading eigenvector of ``A^T`` is computed directly with SciPy, which is
       what networkx returned before it refused them: nodes outside the dominant
@@ -74,19 +78,16 @@ def _eigenvector_centrality(edge_index: Tensor, num_nodes: int) -> Tensor:
 
     if edge_index.numel() == 0:
         return torch.zeros(num_nodes, device=edge_index.device)
-    edges = edge_index.t().tolist()
     values = None
     if num_nodes >= 3:
-        graph = nx.DiGraph()
-        graph.add_nodes_from(range(num_nodes))
-        graph.add_edges_from(edges)
+        graph = to_networkx(Data(edge_index=edge_index.cpu(), num_nodes=num_nodes))
         try:
             centrality = nx.eigenvector_centrality_numpy(graph)
             values = [centrality[i] for i in range(num_nodes)]
         except nx.AmbiguousSolution:  # disconnected graph
             values = None
     if values is None:
-        values = _leading_eigenvector(edges, num_nodes)
+        values = _leading_eigenvector(edge_index.t().tolist(), num_nodes)
     return torch.tensor(values, dtype=torch.float64, device=edge_index.device).clamp_min(0.0)
 
 
@@ -118,6 +119,7 @@ class _CentralityCache:
         self.entries: dict[tuple, tuple] = {}
 
     def get(self, edge_index: Tensor, num_nodes: int, kind: str) -> Tensor:
+        """:func:`node_centrality`, computed on the first request for this graph."""
         key = (id(edge_index), edge_index._version, num_nodes, kind)
         entry = self.entries.get(key)
         if entry is not None and entry[0]() is edge_index:
@@ -130,6 +132,7 @@ class _CentralityCache:
         return value
 
     def clear(self):
+        """Forgets every graph."""
         self.entries.clear()
 
 

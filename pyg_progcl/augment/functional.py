@@ -1,8 +1,16 @@
-"""The augmentations as functions on tensors: GRACE's uniform edge dropping and
-feature-column masking, and GCA's variants with a probability per edge / column.
+"""The augmentations as functions on tensors, with PyG's contracts.
 
-Feature masks take dense or sparse CSR feature matrices; a CSR matrix loses the entries
-of its masked columns (``O(nnz)``, no dense copy).
+* :func:`mask_feature` is :func:`torch_geometric.utils.mask_feature` (same signature,
+  same ``(x, feat_mask)`` result, same random draw), extended to sparse CSR feature
+  matrices.
+* GRACE's uniform edge dropping is :func:`torch_geometric.utils.dropout_edge` itself
+  (used by :class:`~pyg_progcl.augment.EdgeDrop`); this module does not duplicate it.
+* GCA's variants with one probability per edge / column have no PyG counterpart:
+  :func:`drop_edge_weighted` returns ``(edge_index, edge_mask)`` as ``dropout_edge``
+  does, :func:`mask_feature_weighted` returns ``(x, feat_mask)`` as ``mask_feature``
+  does.
+
+The formulas are those of docs/algorithms.md §2.
 """
 
 from __future__ import annotations
@@ -11,13 +19,19 @@ from typing import Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import dropout_edge
 from torch_geometric.utils import mask_feature as _pyg_mask_feature
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 
-from .._checks import check_edge_index, check_features, check_probability
+from .._checks import (
+    check_bool,
+    check_choice,
+    check_edge_index,
+    check_features,
+    check_probability,
+)
 
-EdgeOutput = tuple[Tensor, Optional[Tensor]]
+#: The ``mode`` values of :func:`mask_feature` (PyG's); a CSR ``x`` takes ``'col'`` only.
+FEATURE_MASK_MODES = ("row", "col", "all")
 
 
 def num_nodes_of(x: Optional[Tensor], edge_index: Tensor) -> int:
@@ -25,104 +39,121 @@ def num_nodes_of(x: Optional[Tensor], edge_index: Tensor) -> int:
     return x.size(0) if x is not None else maybe_num_nodes(edge_index)
 
 
-def drop_edge(
-    edge_index: Tensor,
-    p: float,
-    edge_weight: Optional[Tensor] = None,
+def mask_feature(
+    x: Tensor,
+    p: float = 0.5,
+    mode: str = "col",
+    fill_value: float = 0.0,
     training: bool = True,
-) -> EdgeOutput:
-    r"""Drops every edge independently with probability ``p`` (GRACE, Zhu et al., 2020).
+) -> tuple[Tensor, Tensor]:
+    r"""Masks features with probability ``p``: PyG's
+    :func:`torch_geometric.utils.mask_feature`, extended to sparse CSR ``x``.
 
-    ``keep_e ~ Bernoulli(1 - p)``, via :func:`torch_geometric.utils.dropout_edge`.
+    With ``mode='col'`` (GRACE, Zhu et al., 2020, https://arxiv.org/abs/2006.04131) one
+    draw per column is shared by all nodes: ``x'_{ij} = x_{ij} m_j``,
+    ``m_j ~ Bernoulli(1 - p)`` (docs/algorithms.md §2). ``'row'`` masks whole nodes and
+    ``'all'`` single entries. A dense ``x`` is handed to PyG unchanged, so the result and
+    the random draw are PyG's.
 
-    Args:
-        edge_index (torch.Tensor): ``[2, num_edges]``.
-        p (float): Drop probability in ``[0, 1]``.
-        edge_weight (torch.Tensor, optional): ``[num_edges]``, filtered alike.
-        training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
-
-    Returns:
-        ``(edge_index, edge_weight)`` of the kept edges (``edge_weight`` stays
-        :obj:`None` when not given).
-    """
-    p = check_probability("p", p)
-    check_edge_index(edge_index)
-    edge_index, mask = dropout_edge(edge_index, p=p, training=training)
-    return edge_index, None if edge_weight is None else edge_weight[mask]
-
-
-def mask_feature(x: Tensor, p: float, training: bool = True) -> Tensor:
-    r"""Zeroes every feature column with probability ``p``, the same columns for all
-    nodes (GRACE, Zhu et al., 2020): ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``.
-
-    Uses :func:`torch_geometric.utils.mask_feature` with ``mode='col'``; a sparse CSR
-    ``x`` gets the same draw and loses the masked columns' entries.
+    A sparse CSR ``x`` takes ``mode='col'`` and ``fill_value=0`` only: it gets PyG's draw
+    and loses its masked columns' entries in ``O(nnz)``, which gives exactly
+    ``to_sparse_csr`` of the masked dense matrix.
 
     Args:
         x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
-        p (float): Masking probability in ``[0, 1]``.
+        p (float, optional): Masking probability in ``[0, 1]``. (default: :obj:`0.5`)
+        mode (str, optional): ``'col'``, ``'row'`` or ``'all'``. (default: :obj:`'col'`)
+        fill_value (float, optional): Value of the masked entries. (default: :obj:`0.`)
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
 
     Returns:
-        The masked feature matrix (a new tensor unless it is a no-op).
+        ``(x, feat_mask)``: the masked features (a new tensor unless it is a no-op) and
+        the boolean keep mask, broadcastable with ``x`` (``[1, num_features]`` for
+        ``'col'``). As PyG, a dense no-op returns an all-``True`` mask of ``x``'s shape; a
+        CSR no-op returns an all-``True`` ``[1, num_features]`` mask.
+
+    Raises:
+        ValueError: a bad ``p``, ``x`` or ``mode``, or a CSR ``x`` with ``mode`` other
+            than ``'col'`` or a non-zero ``fill_value``.
     """
     p = check_probability("p", p)
     check_features(x)
+    check_choice("mode", mode, FEATURE_MASK_MODES)
     if x.layout != torch.sparse_csr:
-        return _pyg_mask_feature(x, p=p, mode="col", training=training)[0]
+        return _pyg_mask_feature(x, p=p, mode=mode, fill_value=fill_value, training=training)
+    _check_csr_mask_arguments(mode, fill_value)
     if not training or p == 0.0:
-        return x
-    return _keep_columns(x, torch.rand(x.size(1), device=x.device) >= p)  # PyG's draw
+        return x, _all_kept(x)
+    keep = torch.rand(x.size(1), device=x.device) >= p  # PyG's draw for mode='col'
+    return _keep_columns(x, keep), keep.view(1, -1)
 
 
 def drop_edge_weighted(
     edge_index: Tensor,
     drop_prob: Tensor,
-    edge_weight: Optional[Tensor] = None,
     training: bool = True,
-) -> EdgeOutput:
-    r"""Drops edge ``e`` with its own probability ``drop_prob[e]`` (GCA, Zhu et al., 2021):
-    ``keep_e ~ Bernoulli(1 - p_e)``.
+) -> tuple[Tensor, Tensor]:
+    r"""Drops edge ``e`` with its own probability ``drop_prob[e]`` (GCA, Zhu et al., "Graph
+    Contrastive Learning with Adaptive Augmentation", 2021,
+    https://arxiv.org/abs/2010.14945): ``keep_e ~ Bernoulli(1 - p_e)``.
 
-    With a constant ``drop_prob`` it draws exactly what :func:`drop_edge` draws
-    under the same seed.
+    The contract of :func:`torch_geometric.utils.dropout_edge`; with a constant
+    ``drop_prob = p`` it draws exactly what ``dropout_edge(edge_index, p)`` draws under
+    the same seed (docs/algorithms.md §2).
 
     Args:
         edge_index (torch.Tensor): ``[2, num_edges]``.
         drop_prob (torch.Tensor): ``[num_edges]`` probabilities, e.g. from
             :func:`edge_drop_probabilities`.
-        edge_weight (torch.Tensor, optional): ``[num_edges]``, filtered alike.
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
 
     Returns:
-        ``(edge_index, edge_weight)`` of the kept edges.
+        ``(edge_index, edge_mask)``: the kept edges and the boolean ``[num_edges]`` mask
+        of the kept ones (filter edge attributes with it: ``edge_weight[edge_mask]``).
     """
     check_edge_index(edge_index)
     _check_drop_prob(drop_prob, edge_index.size(1), "num_edges")
-    if not training:
-        return edge_index, edge_weight
-    keep = torch.rand(edge_index.size(1), device=edge_index.device) >= drop_prob
-    return edge_index[:, keep], None if edge_weight is None else edge_weight[keep]
+    if not check_bool("training", training):
+        return edge_index, edge_index.new_ones(edge_index.size(1), dtype=torch.bool)
+    edge_mask = torch.rand(edge_index.size(1), device=edge_index.device) >= drop_prob
+    return edge_index[:, edge_mask], edge_mask
 
 
-def mask_feature_weighted(x: Tensor, drop_prob: Tensor, training: bool = True) -> Tensor:
+def mask_feature_weighted(
+    x: Tensor, drop_prob: Tensor, training: bool = True
+) -> tuple[Tensor, Tensor]:
     r"""Zeroes column ``j`` for every node with probability ``drop_prob[j]`` (GCA, Zhu et
-    al., 2021): ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p_j)``.
+    al., 2021, https://arxiv.org/abs/2010.14945): ``x'_{ij} = x_{ij} m_j``,
+    ``m_j ~ Bernoulli(1 - p_j)``.
 
-    With a constant ``drop_prob`` it draws exactly what :func:`mask_feature`
-    draws under the same seed.
+    The contract of :func:`mask_feature` with ``mode='col'``; with a constant
+    ``drop_prob = p > 0`` it draws and returns exactly what ``mask_feature(x, p)`` does
+    under the same seed (docs/algorithms.md §2). A CSR ``x`` loses the masked columns'
+    entries in ``O(nnz)``.
 
     Args:
         x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
         drop_prob (torch.Tensor): ``[num_features]`` probabilities, e.g. from
             :func:`feature_drop_probabilities`.
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
+
+    Returns:
+        ``(x, feat_mask)``: the masked features and the ``[1, num_features]`` keep mask
+        (a no-op's mask as in :func:`mask_feature`).
     """
     check_features(x)
     _check_drop_prob(drop_prob, x.size(1), "num_features")
-    if not training:
-        return x
-    return _keep_columns(x, torch.rand(x.size(1), device=x.device) >= drop_prob)
+    if not check_bool("training", training):
+        return x, _all_kept(x)
+    keep = torch.rand(x.size(1), device=x.device) >= drop_prob
+    return _keep_columns(x, keep), keep.view(1, -1)
+
+
+def _all_kept(x: Tensor) -> Tensor:
+    """A no-op's keep mask: PyG's ``ones_like(x)`` for a dense ``x``, ``[1, F]`` for CSR."""
+    if x.layout == torch.sparse_csr:
+        return torch.ones(1, x.size(1), dtype=torch.bool, device=x.device)
+    return torch.ones_like(x, dtype=torch.bool)
 
 
 def _keep_columns(x: Tensor, keep: Tensor) -> Tensor:
@@ -139,7 +170,22 @@ def _keep_columns(x: Tensor, keep: Tensor) -> Tensor:
     )
 
 
+def _check_csr_mask_arguments(mode: str, fill_value: float) -> None:
+    """The CSR path masks whole columns by dropping their entries: nothing else."""
+    if mode != "col":
+        raise ValueError(
+            f"`mode` must be 'col' for a sparse CSR `x` (got {mode!r}); pass x.to_dense() "
+            "for 'row' or 'all'"
+        )
+    if fill_value != 0:
+        raise ValueError(
+            f"`fill_value` must be 0 for a sparse CSR `x` (got {fill_value!r}): masked "
+            "entries are dropped, not stored"
+        )
+
+
 def _check_drop_prob(drop_prob: Tensor, size: int, what: str) -> Tensor:
+    """Checks ``drop_prob`` is a ``[size]`` tensor of probabilities."""
     if not (isinstance(drop_prob, Tensor) and drop_prob.dim() == 1 and drop_prob.numel() == size):
         shape = list(drop_prob.shape) if isinstance(drop_prob, Tensor) else type(drop_prob)
         raise ValueError(f"`drop_prob` must be a tensor of shape [{what}] = [{size}] (got {shape})")

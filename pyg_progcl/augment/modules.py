@@ -1,5 +1,6 @@
 """The augmenter modules: each a :class:`torch.nn.Module` and a PyG ``BaseTransform``;
-GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`Compose`."""
+GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`Compose`
+(docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class Augmenter(torch.nn.Module, BaseTransform):
     edge-level attributes are filtered with the edges). It is a no-op in eval
     mode and with ``p = 0``. Subclasses override :meth:`_augment_features`
     and/or :meth:`_edge_keep_mask`.
+
+    Heterogeneous graphs (:class:`~torch_geometric.data.HeteroData`) are refused with a
+    ``ValueError``: augment each type's tensors instead.
     """
 
     p: float = 0.0
@@ -62,7 +66,11 @@ class Augmenter(torch.nn.Module, BaseTransform):
     def transform(self, data: Data) -> Data:
         r"""Augments a :class:`~torch_geometric.data.Data`; returns a new object."""
         if not isinstance(data, Data):
-            raise ValueError(f"`data` must be a torch_geometric Data (got {type(data).__name__})")
+            raise ValueError(
+                f"`data` must be a homogeneous torch_geometric Data (got {type(data).__name__}); "
+                "for a HeteroData, call the augmenter on each type's tensors, "
+                "aug(x, edge_index, edge_weight)"
+            )
         data = copy.copy(data)
         return self._augment_data(data) if self.is_active() else data
 
@@ -115,7 +123,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
 class EdgeDrop(Augmenter):
     r"""Drops every edge independently with probability ``p`` (GRACE, Zhu et al.,
-    2020): ``keep_e ~ Bernoulli(1 - p)``. See :func:`drop_edge`.
+    2020, https://arxiv.org/abs/2006.04131): ``keep_e ~ Bernoulli(1 - p)``, drawn by
+    :func:`torch_geometric.utils.dropout_edge` (docs/algorithms.md §2).
 
     Args:
         p (float): Drop probability in ``[0, 1]``.
@@ -131,8 +140,8 @@ class EdgeDrop(Augmenter):
 
 class FeatureMask(Augmenter):
     r"""Zeroes every feature column with probability ``p``, shared by all nodes
-    (GRACE, Zhu et al., 2020): ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``.
-    See :func:`mask_feature`.
+    (GRACE, Zhu et al., 2020, https://arxiv.org/abs/2006.04131): ``x'_{ij} = x_{ij} m_j``,
+    ``m_j ~ Bernoulli(1 - p)``, drawn by :func:`mask_feature` (PyG's, dense or CSR ``x``).
 
     Args:
         p (float): Masking probability in ``[0, 1]``.
@@ -143,7 +152,7 @@ class FeatureMask(Augmenter):
         self.p = check_probability("p", p)
 
     def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
-        return mask_feature(x, self.p)
+        return mask_feature(x, self.p)[0]
 
 
 class Compose(Augmenter):
@@ -168,6 +177,7 @@ class Compose(Augmenter):
         self.augmenters = torch.nn.ModuleList(augmenters)
 
     def is_active(self) -> bool:
+        """Whether a call changes its input (some member is active)."""
         return any(aug.is_active() for aug in self.augmenters)
 
     def _prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:

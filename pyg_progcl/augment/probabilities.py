@@ -1,5 +1,7 @@
-"""GCA's drop probabilities: rarely for important edges and feature columns, often for
-the rest, with mean ``p`` until the cap ``threshold`` binds."""
+"""GCA's drop probabilities (Zhu et al., "Graph Contrastive Learning with Adaptive
+Augmentation", 2021, https://arxiv.org/abs/2010.14945; docs/algorithms.md §2): rarely for
+important edges and feature columns, often for the rest, with mean ``p`` until the cap
+``threshold`` binds."""
 
 from __future__ import annotations
 

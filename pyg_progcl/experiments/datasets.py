@@ -36,6 +36,7 @@ from typing import Optional, Union
 import torch
 import torch_geometric.transforms as T
 from filelock import FileLock
+from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
@@ -380,10 +381,7 @@ def synthetic_graph(
     Same-class nodes are similar both in features and neighbourhoods, so the
     inter-view negatives of GRACE contain many false negatives (the situation
     ProGCL addresses: a fifth of all negatives share the anchor's class), while
-    the noise keeps a linear probe well below 100%. With the defaults (800
-    nodes, 5 classes, homophily 0.6) a logistic regression on raw features
-    reaches about 50%, and the default ``train`` (120 epochs) about 86-88%
-    (chance is 20%); it runs in seconds on two CPU cores.
+    the noise keeps a linear probe well below 100%.
 
     Args:
         num_nodes: Number of nodes ``N``.
@@ -414,17 +412,41 @@ def synthetic_graph(
 
     gen = torch.Generator().manual_seed(int(seed))
     y = (torch.arange(num_nodes) % num_classes)[torch.randperm(num_nodes, generator=gen)]
+    x = _topic_features(y, num_classes, num_features, topic_size, topic_prob, noise_prob, gen)
+    num_edges = int(round(num_nodes * avg_degree / 2))
+    edge_index = _block_model_edges(y, num_classes, num_edges, homophily, gen)
+    return Data(x=x, edge_index=edge_index, y=y)
 
+
+def _topic_features(
+    y: Tensor,
+    num_classes: int,
+    num_features: int,
+    topic_size: int,
+    topic_prob: float,
+    noise_prob: float,
+    gen: torch.Generator,
+) -> Tensor:
+    """Binary bag-of-words features: column ``j`` of a node of class ``c`` is on with
+    probability ``noise + (1 - noise) * topic_prob * [j in topic(c)]``."""
     topics = torch.zeros(num_classes, num_features)
     for c in range(num_classes):
         topics[c, torch.randperm(num_features, generator=gen)[:topic_size]] = 1.0
     prob = noise_prob + (1.0 - noise_prob) * topic_prob * topics[y]
-    x = torch.bernoulli(prob, generator=gen)
+    return torch.bernoulli(prob, generator=gen)
 
-    # The E edges are drawn directly (O(E)); PyG's stochastic_blockmodel_graph tries every
-    # pair (O(N^2) memory) and draws from the global RNG, not from `seed`.
+
+def _block_model_edges(
+    y: Tensor, num_classes: int, num_edges: int, homophily: float, gen: torch.Generator
+) -> Tensor:
+    """``num_edges`` random edges, each within the source's class with probability
+    ``homophily``, then without self-loops, symmetrised and coalesced.
+
+    The edges are drawn directly (``O(E)``); PyG's ``stochastic_blockmodel_graph`` tries
+    every pair (``O(N^2)`` memory) and draws from the global RNG, not from ``gen``.
+    """
+    num_nodes = y.numel()
     members = [torch.nonzero(y == c).view(-1) for c in range(num_classes)]
-    num_edges = int(round(num_nodes * avg_degree / 2))
     src = torch.randint(num_nodes, (num_edges,), generator=gen)
     same = torch.rand(num_edges, generator=gen) < homophily
     dst = torch.empty_like(src)
@@ -438,5 +460,4 @@ def synthetic_graph(
         idx = torch.randint(len(others), (int(pick_other.sum()),), generator=gen)
         dst[pick_other] = others[idx]
     edge_index, _ = remove_self_loops(torch.stack([src, dst]))
-    edge_index = coalesce(to_undirected(edge_index, num_nodes=num_nodes), num_nodes=num_nodes)
-    return Data(x=x, edge_index=edge_index, y=y)
+    return coalesce(to_undirected(edge_index, num_nodes=num_nodes), num_nodes=num_nodes)

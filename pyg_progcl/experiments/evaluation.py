@@ -1,4 +1,4 @@
-"""Linear-probe evaluation of frozen node embeddings (spec §6).
+"""Linear-probe evaluation of frozen node embeddings (docs/algorithms.md §6).
 
 Two protocols, as in the papers' code:
 
@@ -63,6 +63,13 @@ def random_split(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """A random node split; the rest after train and validation is the test set.
 
+    ``perm = randperm(num_nodes)`` from a generator seeded with ``seed`` (the global RNG is
+    untouched); ``train = perm[:floor(r_train N)]`` (at least one node), ``val`` the next
+    ``floor(r_val N)``, ``test`` the rest.
+
+    Not ``T.RandomNodeSplit``: it draws from the global RNG and takes validation and test
+    nodes first, so a seed would put other nodes in each part than stored results used.
+
     Args:
         num_nodes: Number of nodes.
         train_ratio: Fraction of nodes for training.
@@ -96,6 +103,7 @@ def public_splits(data: Data) -> list[tuple[Tensor, Tensor, Tensor]]:
         raise ValueError("split='public' needs `train_mask` and `test_mask` on the data")
 
     def columns(mask: Optional[Tensor], count: int) -> list[Optional[Tensor]]:
+        """The ``count`` splits' columns of a ``[N]`` or ``[N, S]`` mask."""
         if mask is None:
             return [None] * count
         mask = mask.bool()
@@ -123,6 +131,7 @@ def _ogb_accuracy(name: str):
     evaluator = Evaluator(name)
 
     def accuracy(pred: Tensor, y: Tensor) -> float:
+        """OGB's accuracy of predicted labels."""
         out = evaluator.eval({"y_true": y.view(-1, 1).cpu(), "y_pred": pred.view(-1, 1).cpu()})
         return float(out["acc"])
 
@@ -130,6 +139,7 @@ def _ogb_accuracy(name: str):
 
 
 def _plain_accuracy(pred: Tensor, y: Tensor) -> float:
+    """The fraction of correct predictions (NaN for no nodes)."""
     return float((pred == y).float().mean()) if y.numel() else float("nan")
 
 
@@ -179,12 +189,7 @@ def logistic_regression_probe(
     num_classes = int(y.max()) + 1
     accuracy = _ogb_accuracy(ogb_name) if ogb_name else _plain_accuracy
 
-    gen = torch.Generator().manual_seed(int(seed))
-    bound = 1.0 / math.sqrt(z.size(1))  # nn.Linear's default initialisation
-    weight = torch.empty(num_classes, z.size(1)).uniform_(-bound, bound, generator=gen)
-    bias = torch.empty(num_classes).uniform_(-bound, bound, generator=gen)
-    weight = weight.to(z.device, z.dtype).requires_grad_()
-    bias = bias.to(z.device, z.dtype).requires_grad_()
+    weight, bias = _probe_parameters(num_classes, z, seed)
     optimizer = torch.optim.Adam([weight, bias], lr=lr, weight_decay=weight_decay)
 
     z_train, y_train = z[train_idx], y[train_idx]
@@ -205,6 +210,18 @@ def logistic_regression_probe(
     if not val_idx.numel():
         best["val_accuracy"] = float("nan")
     return best
+
+
+def _probe_parameters(num_classes: int, z: Tensor, seed: int) -> tuple[Tensor, Tensor]:
+    """The probe's initial ``(weight, bias)``, drawn as ``nn.Linear`` initialises them
+    (``U(-1/sqrt(d), 1/sqrt(d))``) from a generator seeded with ``seed``."""
+    gen = torch.Generator().manual_seed(int(seed))
+    bound = 1.0 / math.sqrt(z.size(1))  # nn.Linear's default initialisation
+    weight = torch.empty(num_classes, z.size(1)).uniform_(-bound, bound, generator=gen)
+    bias = torch.empty(num_classes).uniform_(-bound, bound, generator=gen)
+    weight = weight.to(z.device, z.dtype).requires_grad_()
+    bias = bias.to(z.device, z.dtype).requires_grad_()
+    return weight, bias
 
 
 def gca_protocol(
@@ -286,10 +303,6 @@ def grace_protocol(
     Returns:
         ``{"accuracy", "accuracies", "C"}`` (``accuracies`` and ``C``: per split).
     """
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import GridSearchCV
-    from sklearn.multiclass import OneVsRestClassifier
     from sklearn.preprocessing import normalize
 
     y = _check_labels(z, y)
@@ -301,24 +314,38 @@ def grace_protocol(
     grid = {"estimator__C": list(c_grid) if c_grid else [2.0**k for k in range(-10, 10)]}
     X = normalize(z.detach().cpu().double().numpy(), norm="l2")
     labels = y.cpu().numpy()
-    onehot = np.eye(int(labels.max()) + 1, dtype=bool)[labels]
     accs, chosen = [], []
     for train_idx, _, test_idx in splits:
         tr, te = train_idx.cpu().numpy(), test_idx.cpu().numpy()
-        clf = OneVsRestClassifier(LogisticRegression(solver="liblinear"))
-        n_folds = min(int(folds), len(tr))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            warnings.filterwarnings("ignore", message="Label .* present")  # tiny splits
-            if n_folds >= 2:
-                clf = GridSearchCV(clf, grid, cv=n_folds).fit(X[tr], onehot[tr])
-                chosen.append(float(clf.best_params_["estimator__C"]))
-            else:  # too few training nodes to cross-validate
-                clf.fit(X[tr], onehot[tr])
-                chosen.append(1.0)
-            pred = clf.predict_proba(X[te]).argmax(axis=1)
+        pred, c = _grace_fit_predict(X, labels, tr, te, grid, folds)
         accs.append(float((pred == labels[te]).mean()))
+        chosen.append(c)
     return {"accuracy": float(np.mean(accs)), "accuracies": accs, "C": chosen}
+
+
+def _grace_fit_predict(X, labels, tr, te, grid: dict, folds: int):
+    """GRACE's classifier on one split: one-vs-rest liblinear logistic regression on one-hot
+    targets, ``C`` by ``GridSearchCV`` (``C = 1`` without two training nodes to
+    cross-validate); returns the test nodes' most probable classes and the chosen ``C``."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.multiclass import OneVsRestClassifier
+
+    onehot = np.eye(int(labels.max()) + 1, dtype=bool)[labels]
+    clf = OneVsRestClassifier(LogisticRegression(solver="liblinear"))
+    n_folds = min(int(folds), len(tr))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.filterwarnings("ignore", message="Label .* present")  # tiny splits
+        if n_folds >= 2:
+            clf = GridSearchCV(clf, grid, cv=n_folds).fit(X[tr], onehot[tr])
+            chosen = float(clf.best_params_["estimator__C"])
+        else:  # too few training nodes to cross-validate
+            clf.fit(X[tr], onehot[tr])
+            chosen = 1.0
+        pred = clf.predict_proba(X[te]).argmax(axis=1)
+    return pred, chosen
 
 
 def evaluate(

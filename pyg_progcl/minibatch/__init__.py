@@ -1,4 +1,5 @@
-"""Mini-batch contrastive training on sampled subgraphs, and batched inference (spec §9).
+"""Mini-batch contrastive training on sampled subgraphs, and batched inference
+(docs/algorithms.md §9).
 
 When a graph's encoder activations (two augmented views, with autograd) do not fit, each
 step trains on the subgraph sampled around ``batch_size`` seed nodes, as GraphSAGE-style

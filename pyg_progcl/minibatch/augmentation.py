@@ -1,4 +1,5 @@
-"""One view's augmenters applied to sampled subgraphs with the full graph's probabilities."""
+"""One view's augmenters applied to sampled subgraphs with the full graph's probabilities
+(docs/algorithms.md §9)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..augment import (
 
 
 def _members(augment) -> list:
+    """The augmenters of a view, nested :class:`Compose` flattened (``None``: none)."""
     if isinstance(augment, Compose):
         return [m for aug in augment.augmenters for m in _members(aug)]
     return [] if augment is None else [augment]
@@ -67,11 +69,10 @@ class SubgraphAugmenter:
             if i in self.node_drop_prob and n_id is not None:
                 table = self.node_drop_prob[i]
                 prob = table[n_id.to(table.device)[edge_index[1].to(table.device)]]
-                edge_index, edge_weight = drop_edge_weighted(
-                    edge_index, prob.to(edge_index.device), edge_weight
-                )
+                edge_index, edge_mask = drop_edge_weighted(edge_index, prob.to(edge_index.device))
+                edge_weight = None if edge_weight is None else edge_weight[edge_mask]
             elif isinstance(aug, AdaptiveFeatureMask) and aug.is_active() and n_id is not None:
-                x = mask_feature_weighted(x, aug.drop_prob.to(x.device))
+                x, _ = mask_feature_weighted(x, aug.drop_prob.to(x.device))
             else:
                 x, edge_index, edge_weight = aug(x, edge_index, edge_weight)
         return x, edge_index, edge_weight

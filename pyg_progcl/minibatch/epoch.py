@@ -1,4 +1,4 @@
-"""One epoch of contrastive training on sampled subgraphs."""
+"""One epoch of contrastive training on sampled subgraphs (docs/algorithms.md §9)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..losses import FrozenFit
 from .augmentation import SubgraphAugmenter
 from .sampling import seed_count
 
 
 def _graph_of(loader, data: Optional[Data]) -> Data:
+    """The full graph: ``data``, else the loader's ``.data``."""
     data = data if data is not None else getattr(loader, "data", None)
     if not isinstance(data, Data):
         raise ValueError("pass `data` (the full graph) when the loader has no `.data` attribute")
@@ -30,6 +32,19 @@ def _seed_views(model, augmenters, batch: Data, device) -> tuple[Tensor, Tensor]
         z = model(x, edge_index, edge_weight)
         views.append(model.project(z[:seeds]))
     return views[0], views[1]
+
+
+def _train_step(model, loss_fn, augmenters, optimizer, device, batch: Data, fit: bool) -> float:
+    """One optimiser step on a batch's seed views (refitting ``loss_fn`` first if ``fit``);
+    returns the loss."""
+    optimizer.zero_grad()
+    h1, h2 = _seed_views(model, augmenters, batch, device)
+    if fit and callable(getattr(loss_fn, "fit", None)):
+        loss_fn.fit(h1.detach(), h2.detach())
+    loss = loss_fn(h1, h2)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
 
 
 def minibatch_epoch(
@@ -69,7 +84,8 @@ def minibatch_epoch(
     Returns:
         The epoch's mean loss over its seeds.
     """
-    if getattr(loss_fn, "schedule", None) == "frozen":
+    schedule = getattr(loss_fn, "schedule", None)
+    if isinstance(schedule, FrozenFit) or schedule == "frozen":
         raise ValueError(
             "`schedule='frozen'` keeps the views of the nodes it was fitted on; batches hold "
             "other nodes, so train it on the full graph"
@@ -85,14 +101,9 @@ def minibatch_epoch(
         seeds = seed_count(batch)
         if seeds < min_seeds:
             continue
-        optimizer.zero_grad()
-        h1, h2 = _seed_views(model, augmenters, batch, device)
-        if fit and seen == 0 and callable(getattr(loss_fn, "fit", None)):
-            loss_fn.fit(h1.detach(), h2.detach())
-        loss = loss_fn(h1, h2)
-        loss.backward()
-        optimizer.step()
-        total += float(loss.detach()) * seeds
+        first = seen == 0  # ProGCL refits on the epoch's first batch
+        loss = _train_step(model, loss_fn, augmenters, optimizer, device, batch, fit and first)
+        total += loss * seeds
         seen += seeds
     if seen == 0:
         raise ValueError(

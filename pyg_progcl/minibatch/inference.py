@@ -1,4 +1,9 @@
-"""Embeddings of every node computed in batches: exact layer by layer, or sampled."""
+"""Embeddings of every node computed in batches: exact layer by layer, or sampled
+(docs/algorithms.md §9).
+
+Not PyG's ``BasicGNN.inference``: it needs a ``NeighborLoader`` (pyg-lib or torch-sparse)
+and a ``BasicGNN`` model, whose last layer GRACE's encoders activate.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from .sampling import InEdges, neighbor_loader, seed_count
 
 
 def _layerwise_supported(encoder) -> bool:
+    """Whether :func:`_layerwise` computes this encoder exactly (known layers, one hop)."""
     from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
 
     if isinstance(encoder, MLPEncoder):
@@ -57,6 +63,7 @@ def _layer_graph(
 
 
 def _apply_layer(conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
+    """``conv`` on a batch's edges; GCN with the full graph's normalisation weights."""
     from torch_geometric.nn import GCNConv
 
     if isinstance(conv, GCNConv) and conv.normalize:
@@ -68,6 +75,22 @@ def _apply_layer(conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tens
     return conv(x, edge_index)
 
 
+def _layer_on_targets(conv, x: Tensor, graph: InEdges, targets: Tensor, local: Tensor, device):
+    """One layer's (pre-activation) output at ``targets``, from their in-neighbours' rows of
+    ``x``. ``local`` is an all ``-1`` scratch array of node slots, left so."""
+    pos, slot = graph.sample(targets, -1)
+    source = graph.source[pos]
+    local[targets] = torch.arange(targets.numel())
+    others = torch.unique(source[local[source] < 0])
+    local[others] = torch.arange(targets.numel(), targets.numel() + others.numel())
+    nodes = torch.cat([targets, others])
+    sub_ei = torch.stack([local[source], slot]).to(device)
+    weight = None if graph.weight is None else graph.weight[pos].to(device)
+    local[nodes] = -1
+    h = _apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei, weight)
+    return h[: targets.numel()]
+
+
 @torch.no_grad()
 def _layerwise(encoder, x: Tensor, edge_index: Tensor, batch_size: int, device) -> Tensor:
     """Exact encoder output, one layer at a time over target-node batches: a layer's
@@ -75,33 +98,43 @@ def _layerwise(encoder, x: Tensor, edge_index: Tensor, batch_size: int, device) 
     n = x.size(0)
     local = torch.full((n,), -1, dtype=torch.long)
     for conv, act in zip(encoder.layers, encoder.activations):
-        out = None
-        if isinstance(encoder, MLPEncoder):
-            graph = None
-        else:
-            ei, ew = _layer_graph(conv, edge_index.cpu(), n, x.dtype)
-            graph = InEdges(ei, n, ew)
+        out, graph = None, None
+        if not isinstance(encoder, MLPEncoder):
+            layer_edges, layer_weight = _layer_graph(conv, edge_index.cpu(), n, x.dtype)
+            graph = InEdges(layer_edges, n, layer_weight)
         for start in range(0, n, batch_size):
             targets = torch.arange(start, min(start + batch_size, n))
             if graph is None:
                 h = act(conv(x[targets].to(device)))
             else:
-                pos, slot = graph.sample(targets, -1)
-                source = graph.source[pos]
-                local[targets] = torch.arange(targets.numel())
-                others = torch.unique(source[local[source] < 0])
-                local[others] = torch.arange(targets.numel(), targets.numel() + others.numel())
-                nodes = torch.cat([targets, others])
-                sub_ei = torch.stack([local[source], slot]).to(device)
-                weight = None if graph.weight is None else graph.weight[pos].to(device)
-                local[nodes] = -1
-                h = act(_apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei, weight))
-                h = h[: targets.numel()]
+                h = act(_layer_on_targets(conv, x, graph, targets, local, device))
             if out is None:
                 out = x.new_empty(n, h.size(1))
             out[start : start + targets.numel()] = h.to(out.device)
         x = out
     return x
+
+
+def _embed_sampled(model, data: Data, num_neighbors, batch_size: int, device) -> Tensor:
+    """Each batch's seed rows of ``model``'s output on the subgraph sampled around them."""
+    loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False)
+    out = None
+    for batch in loader:
+        seeds = seed_count(batch)
+        batch = batch.to(device)
+        z = model(batch.x, batch.edge_index)[:seeds]
+        if out is None:
+            out = data.x.new_empty(data.num_nodes, z.size(1))
+        out[batch.n_id[:seeds].to(out.device)] = z.to(out.device)
+    return out
+
+
+def _full_neighbourhoods(encoder) -> list[int]:
+    """``[-1] * (L + 1)``: every neighbour over the hops the encoder reaches, plus one."""
+    hops = _reach(encoder)
+    if hops is None:
+        raise ValueError("pass `num_neighbors` for an encoder without `layers` or `num_layers`")
+    return [-1] * (hops + 1)
 
 
 @torch.no_grad()
@@ -150,21 +183,7 @@ def embed_minibatch(
         if num_neighbors is None and _layerwise_supported(encoder):
             return _layerwise(encoder, data.x, data.edge_index, batch_size, device)
         if num_neighbors is None:
-            hops = _reach(encoder)
-            if hops is None:
-                raise ValueError(
-                    "pass `num_neighbors` for an encoder without `layers` or `num_layers`"
-                )
-            num_neighbors = [-1] * (hops + 1)
-        loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False)
-        out = None
-        for batch in loader:
-            seeds = seed_count(batch)
-            batch = batch.to(device)
-            z = model(batch.x, batch.edge_index)[:seeds]
-            if out is None:
-                out = data.x.new_empty(data.num_nodes, z.size(1))
-            out[batch.n_id[:seeds].to(out.device)] = z.to(out.device)
-        return out
+            num_neighbors = _full_neighbourhoods(encoder)
+        return _embed_sampled(model, data, num_neighbors, batch_size, device)
     finally:
         model.train(was_training)

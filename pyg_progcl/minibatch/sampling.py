@@ -1,5 +1,6 @@
-"""Neighbour sampling for mini-batch training: PyG's ``NeighborLoader`` where PyG can
-sample, else a plain-torch sampler that draws the same kind of batches."""
+"""Neighbour sampling for mini-batch training (docs/algorithms.md §9): PyG's
+``NeighborLoader`` where PyG can sample, else a plain-torch sampler that draws the same
+kind of batches."""
 
 from __future__ import annotations
 
@@ -143,30 +144,18 @@ class NeighborSubgraphLoader:
 
     def sample(self, seeds: Tensor) -> Data:
         """The batch of the subgraph sampled around ``seeds`` (distinct node ids)."""
-        local, edges = self._local, self._edges
-        n_id, frontier = [seeds], seeds
+        local = self._local
         local[seeds] = torch.arange(seeds.numel())
-        count = seeds.numel()
-        src, dst, e_pos = [], [], []
+        n_id = [seeds]
         try:
-            for k in self.num_neighbors:
-                pos, slot = edges.sample(frontier, k)
-                source = edges.source[pos]
-                new = torch.unique(source[local[source] < 0])
-                local[new] = torch.arange(count, count + new.numel())
-                count += new.numel()
-                src.append(local[source])
-                dst.append(local[frontier[slot]])
-                e_pos.append(pos)
-                n_id.append(new)
-                frontier = new
-            n_id = torch.cat(n_id)
+            src, dst, e_pos = self._sample_hops(seeds, n_id)
         finally:
-            local[torch.cat(n_id) if isinstance(n_id, list) else n_id] = -1
+            n_id = torch.cat(n_id)
+            local[n_id] = -1
         batch = Data(
             edge_index=torch.stack([torch.cat(src), torch.cat(dst)]),
             n_id=n_id,
-            e_id=edges.perm[torch.cat(e_pos)],
+            e_id=self._edges.perm[torch.cat(e_pos)],
             batch_size=int(seeds.numel()),
             input_id=seeds,
             num_nodes=int(n_id.numel()),
@@ -175,6 +164,26 @@ class NeighborSubgraphLoader:
             if self.data.get(key) is not None:
                 batch[key] = self.data[key][n_id.to(self.data[key].device)]
         return batch
+
+    def _sample_hops(self, seeds: Tensor, n_id: list[Tensor]):
+        """Samples hop after hop from ``seeds``, appending each hop's new nodes to ``n_id``
+        and numbering them in ``self._local``; returns the sampled edges' local sources,
+        local targets and positions in the sorted edge list, one tensor per hop."""
+        local, edges = self._local, self._edges
+        frontier, count = seeds, seeds.numel()
+        src, dst, e_pos = [], [], []
+        for k in self.num_neighbors:
+            pos, slot = edges.sample(frontier, k)
+            source = edges.source[pos]
+            new = torch.unique(source[local[source] < 0])
+            local[new] = torch.arange(count, count + new.numel())
+            count += new.numel()
+            src.append(local[source])
+            dst.append(local[frontier[slot]])
+            e_pos.append(pos)
+            n_id.append(new)
+            frontier = new
+        return src, dst, e_pos
 
 
 def neighbor_loader(
@@ -224,5 +233,6 @@ def neighbor_loader(
 
 
 def seed_count(batch: Data) -> int:
+    """The number of seed nodes of a batch (its first rows): ``batch_size``, else all."""
     size = batch.get("batch_size")
     return int(batch.num_nodes if size is None else size)
