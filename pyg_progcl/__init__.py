@@ -38,6 +38,7 @@ _EXPORTS = {
     "HardInfoNCELoss": "losses",
     "ProGCLLoss": "losses",
     "BetaMixture": "mixture",
+    "MixtureDegeneracyWarning": "mixture",
 }
 
 __all__ = [*_EXPORTS, "enable_huge_pages"]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
+import sys
+import warnings
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +31,27 @@ def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
     x = x.unsqueeze(-1)
     log_norm = torch.lgamma(alpha) + torch.lgamma(beta) - torch.lgamma(alpha + beta)
     return (alpha - 1) * torch.log(x) + (beta - 1) * torch.log1p(-x) - log_norm
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DECORATORS = os.path.join("torch", "utils", "_contextlib.py")
+
+
+def _stacklevel_outside_package() -> int:
+    """The ``stacklevel`` of the caller's first frame outside this package (and torch's
+    ``no_grad`` wrappers): a warning then names the user's line."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+        or frame.f_code.co_filename.endswith(_TORCH_DECORATORS)
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class MixtureDegeneracyWarning(UserWarning):
+    """A fitted :class:`BetaMixture` no longer describes two groups of negative
+    similarities (see :meth:`BetaMixture.degeneracy`)."""
 
 
 class BetaMixture(torch.nn.Module):
@@ -92,6 +117,7 @@ class BetaMixture(torch.nn.Module):
         self.register_buffer("weight", torch.empty(2))
         self.register_buffer("num_fits", torch.zeros((), dtype=torch.long))
         self.n_iter_ = 0
+        self.problems_: list[str] = []  # what the last fit's check found
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -178,39 +204,101 @@ class BetaMixture(torch.nn.Module):
         return torch.log(s) - F.softplus(self.log_odds_false_negative(s))
 
     @torch.no_grad()
-    def fit(self, x: Tensor, max_iter: int | None = None) -> BetaMixture:
+    def fit(
+        self,
+        x: Tensor,
+        max_iter: int | None = None,
+        reduce: Callable[[Tensor], Tensor] | None = None,
+    ) -> BetaMixture:
         """Runs EM on values in ``[0, 1]``, warm-started from the current parameters.
 
         Stops when the mean log-likelihood changes by less than ``tol`` between two
         iterations (moment-matching EM need not increase it monotonically) or after
-        ``max_iter`` iterations (default: the constructor's ``max_iter``).
+        ``max_iter`` iterations (default: the constructor's ``max_iter``). Then checks the
+        fit (:meth:`degeneracy`) and warns with a :class:`MixtureDegeneracyWarning` if it
+        does not describe two groups of negatives.
 
         Args:
             x: 1-D tensor of values in ``[0, 1]`` (e.g. ``(cos + 1) / 2``).
-            max_iter: Iteration budget of this call (ProGCL refits online with 10).
+            max_iter: Iteration budget of this call (ProGCL refits online with 10
+                warm-started iterations; only a fit with the constructor's budget is
+                expected to converge, and warns if it does not).
+            reduce: Sums the sufficient statistics over several samples (e.g. an
+                all-reduce over ranks, :func:`pyg_progcl.distributed.fit_mixture`); the
+                fit then equals one on the union of the samples.
         """
         x = self._check_values(x)
-        max_iter = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
+        budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
+        reduce = reduce or (lambda stats: stats)
+        swapped_from = self.true_negative_index if self.fitted else None
         x = self._clamp(x.double())
         # Sufficient statistics, computed once: the E-step is one [n, 3] @ [3, 2] product
         # and the M-step one [2, n] @ [n, 3] product.
         logs = torch.stack([torch.log(x), torch.log1p(-x), torch.ones_like(x)], dim=1)
         moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
-        total = moments.sum(dim=0)
-        previous = -math.inf
-        for it in range(1, max_iter + 1):
+        total = reduce(moments.sum(dim=0))
+        n = float(total[0])
+        previous, converged = -math.inf, False
+        for it in range(1, budget + 1):
             # Two components: r_1 = σ(joint_1 - joint_0) and log-lik = joint_0 + softplus(·).
             joint = logs @ self._log_coefficients()
             diff = joint[:, 1] - joint[:, 0]
-            second = torch.sigmoid(diff) @ moments
-            self._m_step(torch.stack([total - second, second]), x.numel())
-            current = float((joint[:, 0] + F.softplus(diff)).mean())
+            loglik = (joint[:, 0] + F.softplus(diff)).sum().view(1)
+            stats = reduce(torch.cat([torch.sigmoid(diff) @ moments, loglik]))
+            self._m_step(torch.stack([total - stats[:3], stats[:3]]), n)
+            current = float(stats[3]) / n
             self.n_iter_ = it
             if abs(current - previous) < self.tol:
+                converged = True
                 break
             previous = current
         self.num_fits += 1
+        self._warn_if_degenerate(swapped_from, converged or max_iter is not None)
         return self
+
+    def degeneracy(self, swapped_from: int | None = None) -> list[str]:
+        """What is wrong with the fitted mixture as a model of true and false negatives
+        (empty if nothing): a component whose density is infinite at an end of ``[0, 1]``
+        (``α < 1`` or ``β < 1``; for the false-negative component, ``β < 1`` is a spike at
+        cosine 1), components that merged (a component's weight at the floor, or equal
+        means), or (``swapped_from``: the true-negative index before a fit) components
+        that swapped roles (docs/algorithms.md §5.1)."""
+        tn, fn = self.true_negative_index, 1 - self.true_negative_index
+        a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
+        problems = []
+        if b[fn] < 1:
+            problems.append(
+                f"the false-negative component Beta({a[fn]:.3g}, {b[fn]:.3g}) has beta < 1: a "
+                "spike at cosine 1 that classes every near-duplicate negative as false"
+            )
+        for c, name in ((tn, "true"), (fn, "false")):
+            if a[c] < 1 or (c == tn and b[c] < 1):
+                problems.append(
+                    f"the {name}-negative component Beta({a[c]:.3g}, {b[c]:.3g}) is not "
+                    "unimodal (alpha or beta < 1)"
+                )
+        means = self.means.tolist()
+        if min(w) <= 1.01 * self.min_weight or abs(means[0] - means[1]) < 1e-3:
+            problems.append(f"the components merged (weights {w[0]:.3g}, {w[1]:.3g}; means "
+                            f"{means[0]:.3g}, {means[1]:.3g})")  # fmt: skip
+        if swapped_from is not None and swapped_from != tn:
+            problems.append("the components swapped roles (the true-negative one changed)")
+        return problems
+
+    def _warn_if_degenerate(self, swapped_from: int | None, converged: bool) -> None:
+        problems = self.degeneracy(swapped_from)
+        if not converged:
+            problems.append(f"EM did not converge within {self.max_iter} iterations")
+        self.problems_ = problems
+        if problems:
+            warnings.warn(
+                MixtureDegeneracyWarning(
+                    "BetaMixture fit degenerated: " + "; ".join(problems) + ". ProGCL's "
+                    "weights then stop telling true from false negatives; see "
+                    "docs/algorithms.md §5.4 for schedules that keep a healthy fit."
+                ),
+                stacklevel=_stacklevel_outside_package(),
+            )
 
     def _log_coefficients(self) -> Tensor:
         """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each joint log-density."""

@@ -310,7 +310,9 @@ def false_negative_rate(labels: Tensor) -> float:
 
 
 def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
-    """The components' parameters as plain floats: ``alpha_tn``, ``beta_fn``, ``weight_fn``, ..."""
+    """The components' parameters as plain floats: ``alpha_tn``, ``beta_fn``, ``weight_fn``,
+    ..., and ``degenerate``: 1.0 when :meth:`BetaMixture.degeneracy` finds the fit
+    degenerate (e.g. a false-negative spike at cosine 1), else 0.0."""
     t = mixture.true_negative_index
     out = {}
     for tag, c in (("tn", t), ("fn", 1 - t)):
@@ -318,6 +320,7 @@ def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
         out[f"{prefix}beta_{tag}"] = float(mixture.beta[c])
         out[f"{prefix}weight_{tag}"] = float(mixture.weight[c])
         out[f"{prefix}mean_{tag}"] = float(mixture.means[c])
+    out[f"{prefix}degenerate"] = float(bool(mixture.degeneracy()))  # see BetaMixture.degeneracy
     return out
 
 

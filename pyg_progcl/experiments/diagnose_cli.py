@@ -35,6 +35,7 @@ _TABLE = [
     ("auc_posterior", "AUC post"),
     ("mean_cos_tn", "cos TN"),
     ("mean_cos_fn", "cos FN"),
+    ("loss_degenerate", "degenerate"),
 ]
 
 

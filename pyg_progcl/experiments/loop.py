@@ -206,6 +206,7 @@ def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any
         "final_loss": [r["losses"][-1] for r in records],
         "mixture": [r.get("mixture") for r in records],
         "diagnostics": {str(r["seed"]): r.get("diagnostics", []) for r in records},
+        "degenerate_fits": {str(r["seed"]): r.get("degenerate_fits", []) for r in records},
         "branched": {str(r["seed"]): r["branched"] for r in records if r.get("branched")},
         "num_nodes": int(data.num_nodes),
         "num_edges": int(data.num_edges),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,6 +15,7 @@ from torch_geometric.data import Data
 from ..diagnostics import summarize
 from ..losses import ProGCLLoss
 from ..minibatch import embed_minibatch, minibatch_epoch, neighbor_loader
+from ..mixture import MixtureDegeneracyWarning
 from ..model import GRACEModel
 from .build import build_loss, build_model, seed_everything
 from .checkpoint import (
@@ -91,18 +93,42 @@ class SeedRun:
     def step(self, epoch: int) -> float:
         """Trains one epoch (ProGCL refits first after the warm-up); returns its loss."""
         refit = isinstance(self.loss_fn, ProGCLLoss) and epoch > self.config.warmup_epochs
+        fits = int(self.loss_fn.mixture.num_fits) if refit else 0
         tic = time.perf_counter()
-        if self.loader is not None:
-            value = minibatch_epoch(
-                self.model, self.loss_fn, self.loader, self.optimizer, device=self.device, fit=refit
-            )
-        else:
-            value = full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)
+        with warnings.catch_warnings():  # reported once per run below, recorded every epoch
+            warnings.simplefilter("ignore", MixtureDegeneracyWarning)
+            if self.loader is not None:
+                value = minibatch_epoch(
+                    self.model, self.loss_fn, self.loader, self.optimizer, device=self.device,
+                    fit=refit,
+                )  # fmt: skip
+            else:
+                value = full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.record["epoch_times"].append(time.perf_counter() - tic)
         self.record["losses"].append(value)
+        if refit and int(self.loss_fn.mixture.num_fits) > fits:
+            self.note_degeneracy(epoch, self.loss_fn.mixture.problems_)
         return value
+
+    def note_degeneracy(self, epoch: int, problems: list[str]) -> None:
+        """Records a degenerate mixture fit of ``epoch`` (``degenerate_fits`` in the
+        results) and warns about the run's first one."""
+        if not problems:
+            return
+        noted = self.record.setdefault("degenerate_fits", [])
+        noted.append({"epoch": epoch, "problems": list(problems)})
+        if len(noted) == 1:
+            warnings.warn(
+                MixtureDegeneracyWarning(
+                    f"seed {self.seed}, epoch {epoch}: the Beta mixture degenerated: "
+                    + "; ".join(problems)
+                    + " (reported once per run; every such epoch is "
+                    "listed under 'degenerate_fits' in the results; docs/algorithms.md §5.4)"
+                ),
+                stacklevel=2,
+            )
 
     def evaluate(self, epoch: int, value: float) -> float:
         """Probes the current embeddings; at the last epoch also stores the final result."""
