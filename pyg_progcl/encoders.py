@@ -250,7 +250,7 @@ class GCNEncoder(_StackEncoder):
             (default: :obj:`2`)
         conv (type, optional): Any PyG convolution class, built as
             ``conv(in, out, **conv_kwargs)`` (e.g. :class:`SAGEConv`,
-            :class:`GATConv`; pass ``concat=False`` to multi-head convolutions
+            :class:`~torch_geometric.nn.conv.GATConv`; pass ``concat=False`` to multi-head convolutions
             so that each layer outputs ``out`` channels). (default: :class:`GCNConv`)
         activation (str, torch.nn.Module or callable, optional): See
             :func:`make_activation`. ``'rrelu'`` is a fixed leaky ReLU of slope

@@ -188,20 +188,26 @@ class BetaMixture(torch.nn.Module):
         """Posterior probability that each value of ``x`` (any shape) is a true negative."""
         return torch.sigmoid(self.log_odds_false_negative(x, sign=-1.0))
 
-    def hardness_(self, s: Tensor) -> Tensor:
+    def hardness_(self, s: Tensor, floor: float = 0.0) -> Tensor:
         r"""ProGCL's hardness :math:`b = s \, p(\mathrm{true\ neg.} \mid s)` of similarities
         :math:`s = (\theta + 1)/2`, in place: ``s`` is clamped to ``[eps, 1 - eps]`` and
-        overwritten (docs/algorithms.md §5.1)."""
+        overwritten (docs/algorithms.md §5.1). With ``floor > 0`` the posterior is taken
+        as :math:`\max(p, \mathrm{floor})`."""
         s.clamp_(self.eps, 1.0 - self.eps)
         # (torch.special.xlogy / xlog1py would fuse the products but are not vectorised
         # on the CPU, docs/design.md.)
-        return s.mul_(self._log_odds(s, -1.0).sigmoid_())
+        posterior = self._log_odds(s, -1.0).sigmoid_()
+        return s.mul_(posterior.clamp_(min=floor) if floor > 0 else posterior)
 
-    def log_hardness(self, s: Tensor) -> Tensor:
+    def log_hardness(self, s: Tensor, floor: float = 0.0) -> Tensor:
         r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)`, exact where :math:`b`
-        underflows (a new tensor; ``s`` clamped to ``[eps, 1 - eps]``)."""
+        underflows (a new tensor; ``s`` clamped to ``[eps, 1 - eps]``; ``floor`` as in
+        :meth:`hardness_`)."""
         s = self._clamp(s)
-        return torch.log(s) - F.softplus(self.log_odds_false_negative(s))
+        log_posterior = -F.softplus(self.log_odds_false_negative(s))
+        if floor > 0:
+            log_posterior = log_posterior.clamp(min=math.log(floor))
+        return torch.log(s) + log_posterior
 
     @torch.no_grad()
     def fit(
@@ -224,7 +230,7 @@ class BetaMixture(torch.nn.Module):
                 warm-started iterations; only a fit with the constructor's budget is
                 expected to converge, and warns if it does not).
             reduce: Sums the sufficient statistics over several samples (e.g. an
-                all-reduce over ranks, :func:`pyg_progcl.distributed.fit_mixture`); the
+                all-reduce over ranks, ``pyg_progcl.distributed.fit_mixture``); the
                 fit then equals one on the union of the samples.
         """
         x = self._check_values(x)

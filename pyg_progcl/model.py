@@ -64,8 +64,8 @@ class GRACEModel(torch.nn.Module):
 
     Args:
         encoder (torch.nn.Module): Maps ``(x, edge_index, edge_weight)`` to
-            ``[num_nodes, hidden_channels]``, e.g. :class:`GCNEncoder` or
-            :class:`MLPEncoder`.
+            ``[num_nodes, hidden_channels]``, e.g. :class:`~pyg_progcl.GCNEncoder` or
+            :class:`~pyg_progcl.MLPEncoder`.
         hidden_channels (int): Output size of the encoder.
         proj_channels (int): Hidden size of the projection head.
         augment1 (Augmenter, list or callable, optional): Augmentation of the

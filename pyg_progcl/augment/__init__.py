@@ -27,7 +27,7 @@ features; uniform edge dropping is :func:`torch_geometric.utils.dropout_edge` it
 edge_mask)`` and ``(x, feat_mask)`` like them.
 
 A CSR feature matrix loses the entries of its masked columns (``O(nnz)``, no dense copy),
-which is how :class:`GRACEModel` feeds bag-of-words features to an encoder that takes them
+which is how :class:`~pyg_progcl.GRACEModel` feeds bag-of-words features to an encoder that takes them
 sparse.
 
 Modules: :mod:`.functional` (the functions on tensors), :mod:`.modules` (``Augmenter``,

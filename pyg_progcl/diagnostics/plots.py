@@ -226,7 +226,7 @@ def plot_tracking(
 
     Args:
         history: ``[{'epoch': e, **summary}, ...]`` (e.g. a
-            :class:`~.control.DiagnosticsTracker`'s ``history``), or ``{run: history}``
+            :class:`~.tracker.DiagnosticsTracker`'s ``history``), or ``{run: history}``
             to overlay several runs (one line style each).
         path: Write a PNG here; ``None``: only return the figure.
         dpi: Resolution of the PNG.

@@ -135,7 +135,7 @@ def train_seed(
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
         loss_factory: Builds the loss from the config instead of :func:`build_loss`
-            (e.g. a :class:`ProGCLLoss` with its own :class:`BetaMixture`). A
+            (e.g. a :class:`ProGCLLoss` with its own :class:`~pyg_progcl.BetaMixture`). A
             :class:`ProGCLLoss`, subclasses included, is refitted every epoch after the
             warm-up.
 

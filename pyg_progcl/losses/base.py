@@ -73,7 +73,7 @@ class ContrastiveLoss(torch.nn.Module):
         )  # fmt: skip
 
     def reduce(self, losses: Tensor) -> Tensor:
-        """Applies :attr:`reduction` to per-anchor ``losses``."""
+        """Applies the loss's ``reduction`` to per-anchor ``losses``."""
         if self.reduction == "mean":
             return losses.mean()
         return losses.sum() if self.reduction == "sum" else losses

@@ -7,7 +7,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive, check_views
+from .._checks import check_choice, check_int, check_positive, check_probability, check_views
 from ..mixture import BetaMixture
 from .base import ContrastiveLoss
 from .engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
@@ -62,6 +62,9 @@ class ProGCLLoss(ContrastiveLoss):
             (except with ``'frozen'``, which needs a fit to store its views).
         schedule: ``'online'``, ``'fit-once'``, ``'frozen'`` or a
             :class:`~pyg_progcl.losses.schedules.FitSchedule`.
+        posterior_floor: Lower bound of :math:`p(\mathrm{true\ neg.} \mid s')` in
+            :math:`b`: no negative loses more than this share of its hardness, however
+            sure the mixture is that it is a false negative (0: ProGCL's formula).
         block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
     """
 
@@ -75,6 +78,7 @@ class ProGCLLoss(ContrastiveLoss):
         mix_eps: float = MIX_EPS,
         mixture: Optional[BetaMixture] = None,
         schedule: Union[str, FitSchedule] = "online",
+        posterior_floor: float = 0.0,
         **kwargs,
     ):
         super().__init__(tau, **kwargs)
@@ -85,6 +89,7 @@ class ProGCLLoss(ContrastiveLoss):
         self.mix_eps = check_positive("mix_eps", mix_eps)
         self.mixture = BetaMixture() if mixture is None else mixture
         self.schedule = as_schedule(schedule)
+        self.posterior_floor = check_probability("posterior_floor", posterior_floor)
 
     @classmethod
     def reference_code(
@@ -148,7 +153,7 @@ class ProGCLLoss(ContrastiveLoss):
     def hardness(self, cosine: Tensor) -> Tensor:
         r""":math:`b = s' \, p(\mathrm{true\ neg.} \mid s')`, :math:`s' = (\theta + 1)/2`, any shape."""
         with torch.no_grad():
-            return self.mixture.hardness_(cosine.add(1.0).mul_(0.5))
+            return self.mixture.hardness_(cosine.add(1.0).mul_(0.5), self.posterior_floor)
 
     @torch.no_grad()
     def negative_weights(self, h1: Tensor, h2: Tensor) -> Tensor:
@@ -175,7 +180,7 @@ class ProGCLLoss(ContrastiveLoss):
         return self._weights().term()
 
     def _weights(self) -> HardnessWeights:
-        return HardnessWeights(self.mixture, self.tau, self.schedule)
+        return HardnessWeights(self.mixture, self.tau, self.schedule, self.posterior_floor)
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}
@@ -183,4 +188,6 @@ class ProGCLLoss(ContrastiveLoss):
             opts["num_mix"] = self.num_mix
             if self.mix_eps != MIX_EPS:
                 opts["mix_eps"] = self.mix_eps
+        if self.posterior_floor:
+            opts["posterior_floor"] = self.posterior_floor
         return opts

@@ -1,15 +1,17 @@
-"""ProGCL's fit schedules: when :meth:`ProGCLLoss.fit` refits the mixture, and which
+"""ProGCL's fit schedules: when :meth:`.ProGCLLoss.fit` refits the mixture, and which
 similarities the weights come from (docs/algorithms.md §5.4)."""
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_choice, check_nonnegative
+from ..mixture import MixtureDegeneracyWarning
 from .engine import Pairs, normalize_views
 
 #: MiB of frozen weights :class:`FrozenFit` holds between steps by default (what does not
@@ -18,7 +20,7 @@ FROZEN_CACHE_MIB = 512.0
 
 
 class FitSchedule(torch.nn.Module):
-    """Base of the schedules: what a call of :meth:`ProGCLLoss.fit` does, and from which
+    """Base of the schedules: what a call of :meth:`.ProGCLLoss.fit` does, and from which
     similarities the hardness ``b`` is computed (here: the current ones, at every step)."""
 
     #: Whether the weights of the second direction are those of the first (reference code).
@@ -47,15 +49,40 @@ class FitSchedule(torch.nn.Module):
 
 
 class OnlineFit(FitSchedule):
-    """Every :meth:`ProGCLLoss.fit` refits the mixture, warm-started (ProGCL's online
-    refit); ``b`` comes from the current similarities at every step."""
+    """Every :meth:`.ProGCLLoss.fit` refits the mixture, warm-started (ProGCL's online
+    refit); ``b`` comes from the current similarities at every step.
+
+    Args:
+        keep_healthy: Reject a refit that leaves the mixture degenerate
+            (:meth:`~pyg_progcl.BetaMixture.degeneracy`: e.g. a false-negative spike at
+            cosine 1): the mixture keeps its last healthy parameters (or stays unfitted,
+            the loss GRACE's), and the rejected fit does not warn.
+    """
+
+    def __init__(self, keep_healthy: bool = False):
+        super().__init__()
+        self.keep_healthy = check_bool("keep_healthy", keep_healthy)
+        self.rejected = 0  # refits rejected since construction
 
     def fit(self, loss, h1, h2, generator=None) -> None:
-        loss.refit(h1, h2, generator)
+        if not self.keep_healthy:
+            loss.refit(h1, h2, generator)
+            return
+        mixture = loss.mixture
+        before = {k: t.clone() for k, t in mixture.state_dict().items()}
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always", MixtureDegeneracyWarning)
+            loss.refit(h1, h2, generator)
+        if mixture.problems_:
+            mixture.load_state_dict(before)
+            self.rejected += 1
+
+    def extra_repr(self) -> str:
+        return "keep_healthy=True" if self.keep_healthy else ""
 
 
 class FitOnce(FitSchedule):
-    """The first :meth:`ProGCLLoss.fit` fits the mixture (unless it was passed in fitted),
+    """The first :meth:`.ProGCLLoss.fit` fits the mixture (unless it was passed in fitted),
     later calls keep it; ``b`` comes from the current similarities."""
 
     def fit(self, loss, h1, h2, generator=None) -> None:
@@ -64,7 +91,7 @@ class FitOnce(FitSchedule):
 
 
 class FrozenFit(FitSchedule):
-    """The reference code's schedule: the first :meth:`ProGCLLoss.fit` fits the mixture
+    """The reference code's schedule: the first :meth:`.ProGCLLoss.fit` fits the mixture
     (unless it was passed in fitted) and freezes the two normalised views it was given;
     ``b`` comes from *their* similarities at every later step, so the weights are those of
     the fit epoch.
@@ -81,7 +108,7 @@ class FrozenFit(FitSchedule):
             index by index, as the reference code does: anchor :math:`v_i`'s negatives
             :math:`u_k`, :math:`v_k` get :math:`b(\\theta(u_i, v_k))` instead of the pair's
             own :math:`b(\\theta(v_i, u_k))`. Only to imitate that code
-            (:meth:`ProGCLLoss.reference_code`).
+            (:meth:`.ProGCLLoss.reference_code`).
     """
 
     def __init__(self, cache_mib: float = FROZEN_CACHE_MIB, shared_weights: bool = False):

@@ -27,10 +27,12 @@ class HardnessWeights:
         tau: The loss's temperature (blocks hold logits ``(θ - 1)/τ``).
         schedule: The loss's :class:`~.schedules.FitSchedule`: which similarities ``b``
             is computed from, and (frozen) the weight blocks it holds between steps.
+        floor: Lower bound of the posterior ``p(TN | s')`` in ``b``
+            (:meth:`BetaMixture.hardness_`; 0: none).
     """
 
-    def __init__(self, mixture: BetaMixture, tau: float, schedule: FitSchedule):
-        self.mixture, self.tau, self.schedule = mixture, tau, schedule
+    def __init__(self, mixture: BetaMixture, tau: float, schedule: FitSchedule, floor: float = 0.0):
+        self.mixture, self.tau, self.schedule, self.floor = mixture, tau, schedule, floor
 
     def term(self) -> NegativeTerm:
         """ProGCL-weight's :class:`~.engine.NegativeTerm`, on every path."""
@@ -51,7 +53,7 @@ class HardnessWeights:
             one = logits.new_ones(())
             for rows in row_chunks(logits):
                 s = torch.add(one, logits[rows], alpha=self.tau / 2, out=b[rows])
-                self.mixture.hardness_(s)
+                self.mixture.hardness_(s, self.floor)
             return b
 
     def block_weights(

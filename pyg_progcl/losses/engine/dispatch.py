@@ -1,14 +1,14 @@
 """The dispatcher: which path computes a loss, decided up front from the inputs and options.
 
-=============  ===============================================================  ==============
-path           when                                                             memory
-=============  ===============================================================  ==============
-``sampled``    ``num_negatives=k``: ``k`` uniform negatives per anchor and view  ``O(B·k)``
-``one-pass``   the loss's ``log Ng`` follows from exponential sums               ``O(B·N)``
-               (:class:`~.onepass.ExpSums`) that stay normal floats at this ``τ``
-``dense``      otherwise, one block of all ``N`` anchors per direction           ``O(N²)``
-``row-blocks`` otherwise, ``B`` anchors per block, recomputed in backward        ``O(B·N)``
-=============  ===============================================================  ==============
+==============  ==================================================================  ==============
+path            when                                                                memory
+==============  ==================================================================  ==============
+``sampled``     ``num_negatives=k``: ``k`` uniform negatives per anchor and view    ``O(B·k)``
+``one-pass``    the loss's ``log Ng`` follows from exponential sums                 ``O(B·N)``
+                (:class:`~.onepass.ExpSums`) that stay normal floats at this ``τ``
+``dense``       otherwise, one block of all ``N`` anchors per direction             ``O(N²)``
+``row-blocks``  otherwise, ``B`` anchors per block, recomputed in backward          ``O(B·N)``
+==============  ==================================================================  ==============
 
 ``B`` is ``block_size``, or chosen: all ``N`` anchors up to :data:`DENSE_MAX_NODES` nodes,
 else :data:`BLOCK_ELEMENTS` ``/ N``. The one-pass engine works in linear space; anchors
