@@ -38,11 +38,14 @@ from pyg_progcl.experiments.presets import TrainConfig  # noqa: E402
 SCHEDULE_LABELS = {
     "fit-once": "mixture fitted once",
     "frozen": "reference schedule: frozen per-pair weights",
+    "guarded": "degenerate refits rejected",
 }
 
 
 #: Mixture options that make a run a setting of its own, and how its label names them.
 MIXTURE_LABELS = {"min_beta_high": "β ≥ {:g}", "mixture_weight_init": "initial w = {:g}"}
+#: Loss options that make a run a setting of its own (when not at their default).
+OPTION_LABELS = {"posterior_floor": "p(TN) ≥ {:g}"}
 
 
 #: How a run's label names the frozen schedule with ``shared_weights`` (the reference code).
@@ -56,6 +59,7 @@ def _label(run: dict) -> str:
     schedule = SHARED_LABEL if config.get("shared_weights") else None
     parts = [run.get("variant") or schedule or SCHEDULE_LABELS.get(config.get("schedule"))]
     parts += [f.format(config[k]) for k, f in MIXTURE_LABELS.items() if config.get(k) is not None]
+    parts += [f.format(config[k]) for k, f in OPTION_LABELS.items() if config.get(k)]
     parts = [p for p in parts if p]
     return run["method"] + (f" ({', '.join(parts)})" if parts else "")
 

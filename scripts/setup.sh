@@ -1,21 +1,50 @@
 #!/usr/bin/env bash
-# Sets up .venv at the repository root with the library, its optional extras
-# and the development tools. Idempotent: a second run only checks.
-# PYG_PROGCL_SCATTER=0 skips the (optional, ~3 min) torch_scatter build.
+# Sets up .venv at the repository root. Idempotent: a second run only checks.
+#
+#   ./scripts/setup.sh         the library and its run-time dependencies: enough for
+#                              `python -m pyg_progcl`
+#   ./scripts/setup.sh --dev   also the development tools (the `dev` extra: pytest, ruff,
+#                              Sphinx, import-linter, ogb, matplotlib) and the optional
+#                              compiled torch_scatter, built from source (a few minutes)
+#
+# --dev after a plain run upgrades the same .venv. PYG_PROGCL_SCATTER=0 skips the
+# torch_scatter build; PYTHON picks the interpreter that creates .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-pip=(.venv/bin/python -m pip --quiet --disable-pip-version-check)
-if ! .venv/bin/python -c "import pyg_progcl, torch_geometric, ogb, pytest" 2>/dev/null; then
-    "${pip[@]}" install -c constraints-dev.txt torch==2.13.0
-    "${pip[@]}" install -c constraints-dev.txt -e ".[dev]"
+
+case "${1:-}" in
+    "") dev=0 ;;
+    --dev) dev=1 ;;
+    *) echo "setup.sh: unknown option '$1' (use --dev or nothing)" >&2; exit 2 ;;
+esac
+[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+
+# pip warns about each configured local index that lacks a package; only those lines go.
+pip_install() {
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+        -c constraints-dev.txt "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; }
+    return "${PIPESTATUS[0]}"
+}
+
+needs="pyg_progcl torch_geometric sklearn networkx tqdm filelock"
+[ "$dev" = 1 ] && needs="$needs pytest ruff sphinx importlinter ogb matplotlib"
+installed='import importlib.util as u, sys; sys.exit(any(not u.find_spec(m) for m in sys.argv[1:]))'
+if ! .venv/bin/python -c "$installed" $needs 2>/dev/null; then
+    pip_install torch==2.13.0  # first, so that no dependency pulls another torch build
+    if [ "$dev" = 1 ]; then pip_install -e ".[dev]"; else pip_install -e .; fi
 fi
-if [ "${PYG_PROGCL_SCATTER:-1}" != 0 ] && ! .venv/bin/python -c "import torch_scatter" 2>/dev/null; then
+
+# torch_scatter (optional at run time; the tests cover its code path) is source-only on
+# PyPI and builds against the installed torch, so without build isolation; its extension
+# modules compile side by side, without debug info (which its link strips anyway).
+if [ "$dev" = 1 ] && [ "${PYG_PROGCL_SCATTER:-1}" != 0 ] \
+    && ! .venv/bin/python -c "import torch_scatter" 2>/dev/null; then
+    echo "setup.sh: building torch_scatter from source (a few minutes)..." >&2
     cfg=$(mktemp)
-    printf '[build_ext]\nparallel = 2\n' > "$cfg"
-    echo "building torch_scatter from source (optional, about 3 minutes)..." >&2
-    DIST_EXTRA_CONFIG="$cfg" "${pip[@]}" install -c constraints-dev.txt --no-build-isolation \
-        "torch_scatter>=2.1" || echo "warning: torch_scatter did not build; pyg_progcl runs without it" >&2
-    rm -f "$cfg"
+    trap 'rm -f "$cfg"' EXIT
+    printf '[build_ext]\nparallel = 4\n' > "$cfg"
+    flags="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")') -g0"
+    DIST_EXTRA_CONFIG="$cfg" CFLAGS="$flags" CXXFLAGS="$flags" \
+        pip_install --no-build-isolation "torch_scatter>=2.1" \
+        || echo "setup.sh: torch_scatter did not build; pyg_progcl runs without it" >&2
 fi

@@ -1,4 +1,13 @@
-"""Shared fixtures: an isolated dataset cache, the shared data folder, read-only copies."""
+"""Shared fixtures (an isolated dataset cache, the shared data folder, read-only copies)
+and the ``slow`` marker.
+
+Tests marked ``@pytest.mark.slow`` (subprocesses, signals, file locks, plots, end-to-end
+training) are skipped unless ``--slow`` is given or ``PYG_PROGCL_SLOW=1`` is set; a
+``-m`` expression that names ``slow`` (``-m slow``) or a test named by its node id runs
+them too. CI runs everything: ``pytest --slow``.
+
+Helpers shared by several test modules live in ``helpers.py`` (``from helpers import ...``).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +19,18 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # tests run without an installed package too
-    sys.path.insert(0, str(REPO))
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+for _path in (REPO, TESTS):  # tests run without an installed package too; `import helpers`
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 SHARED_DATA_ENV = "PYG_PROGCL_SHARED_DATA"
+SLOW_ENV = "PYG_PROGCL_SLOW"
+
+# ogb checks PyPI for a newer version at import (a thread doing network I/O, and a warning
+# when it fails): tests import ogb without it, in every process (pytest-xdist workers too).
+sys.modules.setdefault("outdated", None)
 
 # The tests' tensors are small, and the machine is shared: with several torch
 # threads, OpenMP's barriers stall whenever a core is busy elsewhere (measured
@@ -25,6 +41,52 @@ if _threads > 0:
     import torch
 
     torch.set_num_threads(_threads)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        default=False,
+        help=f"also run the tests marked slow (or set {SLOW_ENV}=1)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow: subprocess, signal, file-lock, plotting or end-to-end training test; skipped "
+        f"unless --slow or {SLOW_ENV}=1",
+    )
+
+
+def _run_slow(config) -> bool:
+    if config.getoption("--slow") or os.environ.get(SLOW_ENV, "0") not in ("", "0"):
+        return True
+    return "slow" in (config.getoption("markexpr", "") or "")  # `-m slow`: the user chose
+
+
+def pytest_collection_modifyitems(config, items):
+    if _run_slow(config):
+        return
+    named = {arg.split("[")[0] for arg in config.args if "::" in arg}  # asked for by node id
+    skip = pytest.mark.skip(reason=f"slow: run with --slow or {SLOW_ENV}=1")
+    for item in items:
+        if "slow" in item.keywords and not _named(item, named):
+            item.add_marker(skip)
+
+
+def _named(item, named: set) -> bool:
+    if not named:
+        return False
+    path = str(item.path)
+    name = item.nodeid.split("::", 1)[1].split("[")[0]
+    for arg in named:
+        file, _, rest = arg.partition("::")
+        same_file = path.endswith(os.path.normpath(file)) or os.path.abspath(file) == path
+        if same_file and (name == rest or name.startswith(rest + "::")):
+            return True
+    return False
 
 
 @pytest.fixture(autouse=True, scope="session")

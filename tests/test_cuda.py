@@ -8,19 +8,26 @@ another torch device.
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
 import reference as ref
 import torch
 import torch_geometric.transforms as T
-from test_losses import assert_matches, fitted_mixture, params, views
-from test_mixture import sample_mixture
+from helpers import (
+    assert_matches,
+    fitted_mixture,
+    params,
+    sample_mixture,
+    small_config,
+    small_graph,
+    views,
+)
 
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel
 from pyg_progcl.experiments import train_seed
 from pyg_progcl.experiments.datasets import synthetic_graph
-from pyg_progcl.experiments.presets import get_preset
 from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from pyg_progcl.mixture import BetaMixture
 
@@ -120,7 +127,10 @@ def test_fit_samples_on_the_views_device():
     loss = ProGCLLoss(0.4, num_samples=5000).to(DEVICE).fit(h1, h2)
     assert loss.fitted and loss.mixture.alpha.device.type == DEVICE.type
     value = loss(h1, h2)
-    assert value.device.type == DEVICE.type and torch.isfinite(value)
+    assert value.device.type == DEVICE.type
+    # the device's fit, used on the CPU: the same loss
+    on_cpu = ProGCLLoss(0.4, mixture=copy.deepcopy(loss.mixture).cpu())
+    torch.testing.assert_close(value.cpu(), on_cpu(h1.cpu(), h2.cpu()), rtol=1e-6, atol=1e-8)
 
 
 def test_model_views_and_backward_on_device():
@@ -130,21 +140,22 @@ def test_model_views_and_backward_on_device():
     h1, h2 = model.views(data.x, data.edge_index)
     loss = ProGCLLoss(0.5).to(DEVICE)
     loss.fit(h1.detach(), h2.detach())
-    loss(h1, h2).backward()
+    value = loss(h1, h2)
+    value.backward()
     grads = [p.grad for p in model.parameters()]
     assert all(
         g is not None and g.device.type == DEVICE.type and torch.isfinite(g).all() for g in grads
     )
+    # the same views and mixture on the CPU: the same loss (to float32 accuracy)
+    on_cpu = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture).cpu())
+    expected = on_cpu(h1.detach().cpu(), h2.detach().cpu())
+    torch.testing.assert_close(value.detach().cpu(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # end-to-end training (run with --slow on the accelerator)
 def test_trainer_on_device_learns_and_resumes(tmp_path):
-    graph = T.NormalizeFeatures()(
-        synthetic_graph(num_nodes=300, num_classes=3, homophily=0.8, topic_prob=0.15)
-    )
-    config = get_preset(
-        "synthetic", "progcl-weight", epochs=12, warmup_epochs=4, hidden=32, proj=32,
-        lr=0.01, probe_epochs=200, eval_every=6, num_samples=2000,
-    )  # fmt: skip
+    graph = small_graph()
+    config = small_config(epochs=12, warmup_epochs=4, eval_every=6)
     _, _, whole = train_seed(config, graph, seed=2, device=DEVICE, progress=False)
     assert whole["accuracy"] > 0.6, whole["accuracy"]  # chance: 1/3
 

@@ -172,25 +172,36 @@ def test_random_embeddings_are_at_chance():
 def test_summary_is_plain_json_floats(sbm):
     s = summarize(make_model(GCNEncoder), sbm, num_samples=2000, loss=ProGCLLoss())
     assert all(type(v) is float for v in s.values())
-    json.dumps(s)
-    for key in ("fn_rate", "fn_share_topk", "fn_share_topk_hardness", "auc_posterior"):
-        assert 0.0 <= s[key] <= 1.0
+    assert json.loads(json.dumps(s)) == s
+    sizes = (s["num_nodes"], s["num_classes"], s["num_samples"], s["top_k"])
+    assert sizes == (400.0, 4.0, 2000.0, 10.0)
+    assert s["fn_rate"] == pytest.approx(99 / 399, abs=1e-12)  # 4 classes of 100 nodes
+    assert s["fn_share_topk_lift"] == pytest.approx(s["fn_share_topk"] / s["fn_rate"])
+    for key in ("fn_share_topk", "fn_share_topk_hardness"):  # shares of 400 x 10 negatives
+        assert s[key] * 4000 == pytest.approx(round(s[key] * 4000), abs=1e-6)
+    assert s["sample_fn_rate"] * 2000 == pytest.approx(round(s["sample_fn_rate"] * 2000))
     assert s["mean_tn"] < s["mean_fn"]  # components named by their means
     assert s["weight_tn"] + s["weight_fn"] == pytest.approx(1.0)
     assert not any(k.startswith("loss_") for k in s)  # the loss's mixture is not fitted
 
 
 def test_fitted_loss_mixture_is_reported(sbm):
+    """The loss_* entries describe the loss's own mixture and weights at the sampled
+    pairs (:func:`loss_summary`), next to the diagnosis's cold fit."""
+    from pyg_progcl.diagnostics.core import loss_summary, mixture_summary
+
     model = make_model(GCNEncoder)
     loss = ProGCLLoss(num_samples=2000)
     loss.fit(*model.views(sbm.x, sbm.edge_index))
-    s = summarize(model, sbm, num_samples=2000, loss=loss)
-    assert 0.0 <= s["loss_auc_posterior"] <= 1.0
-    assert s["loss_alpha_tn"] == pytest.approx(
+    d = diagnose(model, sbm, num_samples=2000, loss=loss)
+    assert summarize(model, sbm, num_samples=2000, loss=loss) == d.summary
+    expected = loss_summary(loss.mixture, loss.tau, d.sample)
+    assert {k: d.summary[k] for k in expected} == pytest.approx(expected)
+    assert expected["loss_alpha_tn"] == pytest.approx(
         float(loss.mixture.alpha[loss.mixture.true_negative_index])
     )
-    for key in ("loss_flagged_fraction", "fn_mass", "loss_fn_mass"):
-        assert 0.0 <= s[key] <= 1.0
+    assert {k: d.summary[k] for k in mixture_summary(d.mixture)} == mixture_summary(d.mixture)
+    assert d.summary["alpha_tn"] != d.summary["loss_alpha_tn"]  # two different fits
 
 
 def test_frozen_loss_is_diagnosed_with_the_weights_of_its_fit():
@@ -338,6 +349,7 @@ def test_bad_sources_raise_value_error(sbm):
 # ----------------------------------------------------------------------------- plots
 
 
+@pytest.mark.slow  # matplotlib: renders three figures
 def test_plots_write_non_empty_pngs(tmp_path, sbm):
     pytest.importorskip("matplotlib")
     diag = diagnose(make_model(GCNEncoder), sbm, num_samples=3000)
@@ -385,25 +397,30 @@ def test_tracker_records_without_changing_training():
     assert "loss_auc_posterior" in tracker.history[-1] and loss.fitted
 
 
+SMALL = ["--dataset", "synthetic", "--hidden", "16", "--proj", "16", "--probe-epochs", "20"]
+DIAGNOSE_TRAINING = ["diagnose", *SMALL, "--epochs", "2", "--every", "1", "--warmup-epochs", "1"]
+RUNS = {
+    "GCN, initial",
+    "GCN, 2 epochs progcl-weight",
+    "MLP, initial",
+    "MLP, 2 epochs progcl-weight",
+}
+
+
 def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     from pyg_progcl.__main__ import main
 
-    small = ["--dataset", "synthetic", "--hidden", "16", "--proj", "16", "--probe-epochs", "20"]
     out = tmp_path / "out"
-    argv = ["diagnose", *small, "--epochs", "2", "--every", "1", "--warmup-epochs", "1"]
-    assert main([*argv, "--num-pairs", "2000", "--out", str(out), "-q"]) == 0
+    argv = [*DIAGNOSE_TRAINING, "--num-pairs", "2000", "--out", str(out), "--no-plot", "-q"]
+    assert main(argv) == 0
     result = json.loads((out / "diagnostics.json").read_text())
-    assert set(result["runs"]) == {
-        "GCN, initial", "GCN, 2 epochs progcl-weight", "MLP, initial", "MLP, 2 epochs progcl-weight",
-    }  # fmt: skip
+    assert set(result["runs"]) == RUNS
     assert [r["epoch"] for r in result["history"]["GCN"]] == [0.0, 1.0, 2.0]
     assert set(result["probe_accuracy"]) == {"gcn", "mlp"}
-    for name in ("similarity.png", "tracking.png"):
-        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+    assert not list(out.glob("*.png"))
 
     ckpt = tmp_path / "ckpt"
-    assert main(["train", *small, "--epochs", "2", "--checkpoint", str(ckpt), "-q"]) == 0
+    assert main(["train", *SMALL, "--epochs", "2", "--checkpoint", str(ckpt), "-q"]) == 0
     out2 = tmp_path / "out2"
     argv = ["diagnose", "--checkpoint", str(ckpt), "--out", str(out2), "--no-plot", "-q"]
     assert main([*argv, "--num-pairs", "1000"]) == 0
@@ -420,6 +437,18 @@ def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*argv, "--encoder", "mlp"])  # one encoder was trained: the checkpoint's
     assert "drop --encoder (the checkpoint's is gcn)" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # matplotlib: renders the comparison and the tracking figures
+def test_cli_writes_its_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pyg_progcl.__main__ import main
+
+    out = tmp_path / "out"
+    assert main([*DIAGNOSE_TRAINING, "--num-pairs", "2000", "--out", str(out), "-q"]) == 0
+    assert set(json.loads((out / "diagnostics.json").read_text())["runs"]) == RUNS
+    for name in ("similarity.png", "tracking.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_train import _InterruptError, stop_at
+from helpers import InterruptError as _InterruptError
+from helpers import stop_at
 from torch_geometric.nn import SAGEConv
 
 import pyg_progcl.minibatch as mb

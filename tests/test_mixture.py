@@ -1,18 +1,10 @@
+"""BetaMixture: EM recovers known mixtures, warm starts, densities, degenerate data."""
+
 import pytest
 import torch
+from helpers import sample_mixture
 
 from pyg_progcl.mixture import BetaMixture
-
-
-def sample_mixture(n, components, weights, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    which = torch.multinomial(torch.tensor(weights), n, replacement=True, generator=g)
-    torch.manual_seed(seed)
-    out = torch.empty(n, dtype=torch.float64)
-    for c, (a, b) in enumerate(components):
-        mask = which == c
-        out[mask] = torch.distributions.Beta(float(a), float(b)).sample((int(mask.sum()),)).double()
-    return out
 
 
 def test_recovers_known_mixture_from_default_start():

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_script
 
-REPO = Path(__file__).resolve().parents[1]
 NUM_NODES, NUM_CLASSES, NUM_FEATURES = 60, 40, 128
 
 
@@ -49,25 +47,21 @@ def write_arxiv_layout(root: Path, seed: int = 0, name: str = "ogbn-arxiv") -> P
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location(
-        "ogbn_arxiv", REPO / "benchmarks" / "ogbn_arxiv.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ogbn_arxiv")
 
 
 @pytest.fixture()
 def evaluator_calls(monkeypatch):
-    sys.modules.setdefault("outdated", None)
-    from ogb.nodeproppred import Evaluator
+    """``(dataset, nodes scored, accuracy)`` of every call of OGB's official evaluator."""
+    from ogb.nodeproppred import Evaluator  # (conftest: without ogb's network version check)
 
     calls = []
     original = Evaluator.eval
 
     def spy(self, input_dict):
-        calls.append((self.name, int(input_dict["y_true"].shape[0])))
-        return original(self, input_dict)
+        out = original(self, input_dict)
+        calls.append((self.name, int(input_dict["y_true"].shape[0]), out["acc"]))
+        return out
 
     monkeypatch.setattr(Evaluator, "eval", spy)
     return calls
@@ -86,13 +80,15 @@ def test_ogbn_arxiv_script_end_to_end(script, tmp_path, evaluator_calls, capsys)
     assert result["dataset"] == "ogbn-arxiv" and result["method"] == "progcl-weight"
     assert result["num_nodes"] == NUM_NODES
     assert result["config"]["epochs"] == 3 and result["config"]["split"] == "public"
-    assert len(result["accuracies"]) == 1 and 0.0 <= result["accuracy_mean"] <= 1.0
+    assert len(result["accuracies"]) == 1
     assert result["mixture"][0] is not None  # refitted after the warm-up
     assert result["ogb"]["split_sizes"] == {"train": 30, "valid": 15, "test": 15}
     assert result["ogb"]["evaluator"] == "ogb.nodeproppred.Evaluator('ogbn-arxiv')"
-    # The official evaluator scored the validation (15) and test (15) nodes.
-    assert {name for name, _ in evaluator_calls} == {"ogbn-arxiv"}
-    assert {size for _, size in evaluator_calls} == {15}
+    # The official evaluator scored the validation (15) and test (15) nodes, and the
+    # reported accuracy is one of its scores.
+    assert {name for name, _, _ in evaluator_calls} == {"ogbn-arxiv"}
+    assert {size for _, size, _ in evaluator_calls} == {15}
+    assert result["accuracy_mean"] in {acc for _, _, acc in evaluator_calls}
     assert "ogbn-arxiv / progcl-weight: test accuracy" in capsys.readouterr().out
 
 
@@ -102,9 +98,9 @@ def test_ogbn_arxiv_script_sampled_negatives_and_minibatch(script, tmp_path, eva
     config = result["config"]
     assert (config["num_negatives"], config["batch_size"]) == (8, 32)
     assert config["num_neighbors"] == [5, 5]
-    assert result["method"] == "grace" and 0.0 <= result["accuracy_mean"] <= 1.0
+    assert result["method"] == "grace"
     assert result["ogb"]["published_accuracy"] == [71.51, 0.11]
-    assert evaluator_calls
+    assert result["accuracy_mean"] in {acc for _, _, acc in evaluator_calls}
 
 
 def test_ogbn_arxiv_script_rejects_non_ogb_datasets(script):
@@ -117,4 +113,5 @@ def test_ogbn_products_through_the_same_script(script, tmp_path, evaluator_calls
     result = run(script, tmp_path, *flags, name="ogbn-products")
     assert result["dataset"] == "ogbn-products" and result["num_nodes"] == NUM_NODES
     assert result["config"]["batch_size"] == 32
-    assert {name for name, _ in evaluator_calls} == {"ogbn-products"}
+    assert {name for name, _, _ in evaluator_calls} == {"ogbn-products"}
+    assert result["accuracy_mean"] in {acc for _, _, acc in evaluator_calls}

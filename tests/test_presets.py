@@ -1,13 +1,31 @@
-"""Presets: the docs/algorithms.md §7 values, method deltas, overrides, round trips."""
+"""Presets: every (dataset, method) builds and round-trips; a preset is the dataset's base
+row, then the method's delta, then the overrides (docs/algorithms.md §7)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import pytest
 
 from pyg_progcl.experiments.datasets import DATASETS
-from pyg_progcl.experiments.presets import METHODS, TrainConfig, get_preset
+from pyg_progcl.experiments.presets import (
+    DATASET_PRESETS,
+    METHOD_PRESETS,
+    METHODS,
+    TrainConfig,
+    get_preset,
+)
+
+# docs/algorithms.md §7, base rows: whose configuration each dataset takes.
+PROGCL_ROWS = ("Amazon-Photo", "Amazon-Computers", "Coauthor-CS", "WikiCS")  # ProGCL's own
+GCA_ROWS = ("Coauthor-Physics",)  # GCA's: ProGCL ran out of memory there
+GRACE_ROWS = ("Cora", "CiteSeer", "PubMed")
+
+
+def differences(a: TrainConfig, b: TrainConfig) -> set[str]:
+    """The fields in which two configs differ."""
+    return {f.name for f in fields(TrainConfig) if getattr(a, f.name) != getattr(b, f.name)}
 
 
 @pytest.mark.parametrize("dataset", list(DATASETS))
@@ -20,50 +38,81 @@ def test_every_preset_builds_and_round_trips(dataset, method):
     assert json.loads(config.to_json())["method"] == method
 
 
-# (dataset, lr, hidden, proj, activation, pe1, pe2, pf1, pf2, tau, epochs) of docs/algorithms.md §7.
-PROGCL_TABLE = [
-    ("Amazon-Computers", 0.01, 128, 128, "rrelu", 0.6, 0.3, 0.2, 0.3, 0.2, 2000),
-    ("Amazon-Photo", 0.01, 128, 128, "rrelu", 0.6, 0.3, 0.2, 0.3, 0.2, 2500),
-    ("Coauthor-CS", 1e-4, 256, 256, "rrelu", 0.3, 0.2, 0.3, 0.4, 0.2, 1000),
-    ("WikiCS", 0.01, 256, 256, "prelu", 0.2, 0.3, 0.1, 0.1, 0.4, 3000),
-    ("Coauthor-Physics", 0.01, 128, 64, "rrelu", 0.4, 0.1, 0.1, 0.4, 0.5, 1500),
-]
-GRACE_TABLE = [
-    ("Cora", 5e-4, 128, 128, "relu", 0.2, 0.4, 0.3, 0.4, 0.4, 200),
-    ("CiteSeer", 1e-3, 256, 256, "prelu", 0.2, 0.0, 0.3, 0.2, 0.9, 200),
-    ("PubMed", 1e-3, 256, 256, "relu", 0.4, 0.1, 0.0, 0.2, 0.7, 1500),
-]
-KEYS = ("lr", "hidden", "proj", "activation", "pe1", "pe2", "pf1", "pf2", "tau", "epochs")
+def test_round_trips_keep_lists_and_unset_values():
+    config = get_preset("synthetic", "progcl-weight", batch_size=64, num_neighbors=[5, 3])
+    assert config.num_samples is not None and config.min_beta_high is None
+    again = TrainConfig.from_json(config.to_json())
+    assert again == config and again.num_neighbors == [5, 3] and again.min_beta_high is None
+    assert get_preset("synthetic", "progcl-weight", config=again.to_dict()) == config
 
 
-@pytest.mark.parametrize("row", PROGCL_TABLE, ids=[r[0] for r in PROGCL_TABLE])
-def test_progcl_presets_match_the_published_configs(row):
-    config = get_preset(row[0], "progcl-weight")
-    assert tuple(getattr(config, k) for k in KEYS) == row[1:]
-    assert config.augmentation == "evc" and config.protocol == "gca"
-    assert config.weight_decay == 1e-5 and config.num_layers == 2
-    assert config.warmup_epochs == 400
+@pytest.mark.parametrize("dataset", list(DATASETS))
+def test_a_preset_is_the_dataset_row_with_the_method_delta(dataset):
+    """Every field is the method delta's, else the dataset row's, else the default."""
+    for method in METHODS:
+        config = get_preset(dataset, method)
+        for key, default in TrainConfig.defaults().items():
+            if key in ("dataset", "method"):
+                continue
+            row = DATASET_PRESETS[dataset].get(key, default)
+            assert getattr(config, key) == METHOD_PRESETS[method].get(key, row), (method, key)
 
 
-@pytest.mark.parametrize("row", GRACE_TABLE, ids=[r[0] for r in GRACE_TABLE])
-def test_grace_presets_match_the_published_configs(row):
-    config = get_preset(row[0], "grace")
-    assert tuple(getattr(config, k) for k in KEYS) == row[1:]
-    assert config.augmentation == "uniform" and config.protocol == "grace"
+@pytest.mark.parametrize("dataset", list(DATASETS))
+def test_methods_differ_by_their_deltas_only(dataset):
+    """GRACE, GCA, DCL and HCL differ in the augmentation and the loss's own parameters;
+    ProGCL keeps the dataset's backbone (and so equals GRACE or GCA but for the loss)."""
+    grace, gca = get_preset(dataset, "grace"), get_preset(dataset, "gca")
+    assert (grace.augmentation, gca.augmentation) == ("uniform", "evc")
+    assert differences(grace, gca) == {"method", "augmentation"}
+    dcl, hcl = get_preset(dataset, "dcl"), get_preset(dataset, "hcl")
+    assert differences(grace, dcl) <= {"method", "tau_plus"} and dcl.tau_plus == 0.1
+    assert differences(grace, hcl) <= {"method", "tau_plus", "beta"}
+    assert (hcl.tau_plus, hcl.beta) == (0.1, 1.0)  # the HCL paper's defaults for graphs
+    progcl = get_preset(dataset, "progcl-weight")
+    backbone = gca if progcl.augmentation == "evc" else grace
+    assert differences(backbone, progcl) == {"method"}
+    assert progcl.augmentation == DATASET_PRESETS[dataset]["augmentation"]
+    mix = get_preset(dataset, "progcl-mix")
+    assert differences(progcl, mix) <= {"method", "num_mix"} and mix.num_mix == 1000
 
 
-def test_method_deltas():
-    assert get_preset("Amazon-Photo", "grace").augmentation == "uniform"
-    assert get_preset("Cora", "gca").augmentation == "evc"
-    assert get_preset("Cora", "progcl-mix").augmentation == "uniform"  # GRACE's backbone
-    assert get_preset("Amazon-Photo", "progcl-mix").augmentation == "evc"  # GCA's
-    assert get_preset("Cora", "progcl-weight").warmup_epochs == 100  # half of 200
-    hcl = get_preset("Cora", "hcl")
-    assert (hcl.tau_plus, hcl.beta, hcl.augmentation) == (0.1, 1.0, "uniform")
-    assert get_preset("WikiCS", "grace").split == "public"
-    # Method deltas change nothing else: grace and progcl share the optimiser setup.
-    a, b = get_preset("Amazon-Photo", "grace"), get_preset("Amazon-Photo", "progcl-weight")
-    assert a.replace(augmentation="evc", method="progcl-weight") == b
+def test_base_rows_take_their_papers_backbones():
+    """§7: ProGCL's (and GCA's) rows train GCA's backbone, GRACE's rows GRACE's; where
+    ProGCL published no row (Cora, CiteSeer) it warms up for half the epochs."""
+    for dataset in PROGCL_ROWS + GCA_ROWS:
+        config = get_preset(dataset, "progcl-weight")
+        assert (config.augmentation, config.protocol, config.num_layers) == ("evc", "gca", 2)
+        assert config.weight_decay == 1e-5
+        assert dataset in GCA_ROWS or config.warmup_epochs == 400  # ProGCL's warm-up
+    for dataset in GRACE_ROWS:
+        config = get_preset(dataset, "progcl-weight")
+        assert (config.augmentation, config.protocol) == ("uniform", "grace")
+    for dataset in ("Cora", "CiteSeer"):
+        config = get_preset(dataset, "progcl-weight")
+        assert 2 * config.warmup_epochs == config.epochs
+    public = {d for d in DATASETS if get_preset(d).split == "public"}
+    assert public == {"WikiCS", "ogbn-arxiv", "ogbn-products"}  # their own splits
+
+
+@pytest.mark.parametrize("dataset", list(DATASETS))
+def test_warmup_keeps_its_share_of_fewer_or_more_epochs(dataset):
+    preset = get_preset(dataset, "progcl-weight")
+    for epochs in (1, 2, 3, 7, 50, preset.epochs - 1, 10_000):
+        config = get_preset(dataset, "progcl-weight", epochs=epochs)
+        assert config.warmup_epochs == round(preset.warmup_epochs * epochs / preset.epochs)
+        assert config.warmup_epochs < epochs  # a shortened run still fits its mixture
+        assert differences(preset, config) <= {"epochs", "warmup_epochs"}
+
+
+def test_overrides_win_over_config_over_method_over_dataset():
+    # Cora's row: uniform augmentation, tau 0.4; HCL's delta: beta 1.0
+    assert get_preset("Cora", "gca").augmentation == "evc"  # the method over the dataset
+    assert get_preset("Cora", "hcl", config={"beta": 2.0}).beta == 2.0  # config over method
+    assert get_preset("Cora", "hcl", config={"beta": 2.0}, beta=3.0).beta == 3.0  # kwargs last
+    config = get_preset("Cora", "hcl", tau=0.33, hidden=17, augmentation="degree")
+    assert (config.tau, config.hidden, config.augmentation) == (0.33, 17, "degree")
+    assert differences(get_preset("Cora", "hcl"), config) == {"tau", "hidden", "augmentation"}
 
 
 def test_overrides_and_warmup_scaling():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import reference as ref
 import torch
-from test_losses import BLOCKS, assert_matches, fitted_mixture, params, views
+from helpers import BLOCKS, assert_matches, fitted_mixture, params, views
 
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import get_preset
@@ -112,10 +112,15 @@ def test_reference_code_options_live_in_one_place():
     with pytest.raises(ValueError, match="`shared_weights` must be True or False"):
         FrozenFit(shared_weights="yes")
     loss = ProGCLLoss.reference_code(0.4)
-    assert isinstance(loss.schedule, FrozenFit) and loss.schedule.shared_weights
     assert loss.mixture.min_beta_high == 1.01
     assert "shared_weights=True" in repr(loss) and not loss.fitted
-    assert loss.negative_term().sums.weight is None  # GRACE's until the fit
+    h1, h2 = views()
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.4)(h1, h2), rtol=0, atol=0)  # GRACE's
+    # until the fit; then frozen at the fit's views, both directions by the first's matrix
+    (f1, f2), (g1, g2) = fit_views(), fit_views(seed=6)
+    loss.double().mixture.load_state_dict(fitted_mixture().state_dict())
+    loss.fit(f1, f2).fit(g1, g2)  # a later fit changes nothing
+    assert_matches(loss, _shared_reference(fitted_mixture(), (f1, f2)), h1, h2)
 
 
 @pytest.mark.parametrize("block_size,keep", [(None, True), (7, True), (7, False)])

@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_script, views
 
-from pyg_progcl import ProGCLLoss
-from pyg_progcl.losses import OnlineFit
-
-REPO = Path(__file__).resolve().parents[1]
+from pyg_progcl import InfoNCELoss
 
 
 @pytest.fixture(scope="module")
 def schedules():
-    sys.path.insert(0, str(REPO / "benchmarks"))  # schedules.py imports compare.py
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "schedules", REPO / "benchmarks" / "schedules.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    return module
+    return load_script("schedules")
 
 
 def test_only_the_beta_guard_needs_a_loss_factory(schedules):
@@ -37,10 +23,15 @@ def test_only_the_beta_guard_needs_a_loss_factory(schedules):
     for variant in ("online", "fit-once", "frozen", "grace"):
         assert schedules.loss_factory(variant) is None  # the config's loss
     guard = schedules.loss_factory("beta-guard")(config)
-    assert isinstance(guard, ProGCLLoss) and isinstance(guard.schedule, OnlineFit)
     assert guard.tau == 0.3 and guard.mixture.min_beta_high == 1.01
+    h1, h2 = views(n=60)
+    torch.testing.assert_close(guard(h1, h2), InfoNCELoss(0.3)(h1, h2), rtol=0, atol=0)  # GRACE's
+    guard.fit(h1, h2).fit(h1, h2)  # until fitted; then refitted at every call (online)
+    assert guard.mixture.num_fits == 2 and guard.fitted
+    assert float(guard.mixture.beta[1 - guard.mixture.true_negative_index]) >= 1.01
 
 
+@pytest.mark.slow  # four training runs of the synthetic preset (800 nodes)
 def test_variants_run_the_library_schedules(schedules, tmp_path):
     argv = ["--dataset", "synthetic", "--epochs", "3", "--warmup-epochs", "1", "--seeds", "0"]
     argv += ["--variants", "frozen", "frozen-clean", "fit-once", "grace"]

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import reference as ref
 import torch
-from test_losses import fitted_mixture, params, views
+from helpers import fitted_mixture, load_script, params, views
 
 from pyg_progcl import InfoNCELoss, ProGCLLoss
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = REPO / "benchmarks" / "tau_sensitivity.py"
-    spec = importlib.util.spec_from_file_location("tau_sensitivity", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tau_sensitivity")
 
 
 def test_denominator_shift_matches_the_formula(bench):
@@ -45,10 +37,20 @@ def test_view_gradient_and_unfitted_progcl_is_grace(bench):
     assert bench.denominator_shift(unfitted, h1.detach(), h2.detach()) == 0.0
 
 
-def test_compare_is_finite_and_nonzero(bench):
-    h1, h2 = (h.detach().float() for h in views(n=60, d=8, grad=False))
+def test_compare_measures_progcl_against_grace(bench):
+    """(relative gradient change, gradient cosine, denominator shift) of ProGCL-weight fitted
+    with the seed's generator, against GRACE, by the dense reference's gradients."""
+    h1, h2 = (h.detach() for h in views(n=60, d=8, grad=False))
     rel, cos, shift = bench.compare(h1, h2, 0.5, seed=0)
-    assert 0 < rel < 1 and 0.5 < cos <= 1 + 1e-6 and 0 < shift < 1
+    progcl = ProGCLLoss(0.5).fit(h1, h2, torch.Generator().manual_seed(0))
+    a, b = h1.clone().requires_grad_(), h2.clone().requires_grad_()
+    g = torch.cat([x.flatten() for x in torch.autograd.grad(ref.grace(a, b, 0.5), (a, b))])
+    weighted = ref.progcl_weight(a, b, 0.5, params(progcl.mixture))
+    p = torch.cat([x.flatten() for x in torch.autograd.grad(weighted, (a, b))])
+    assert rel == pytest.approx(float((p - g).norm() / g.norm()), rel=1e-5)
+    assert cos == pytest.approx(float(torch.nn.functional.cosine_similarity(p, g, dim=0)), rel=1e-6)
+    assert shift == pytest.approx(bench.denominator_shift(progcl, h1, h2), rel=1e-12)
+    assert rel > 1e-3 and shift > 1e-3  # the fitted weights do act
 
 
 def test_main_prints_a_table_on_the_synthetic_graph(bench, capsys):

@@ -10,62 +10,98 @@ import subprocess
 import sys
 
 import pytest
+import reference as ref
 import torch
-import torch_geometric.transforms as T
+from helpers import (
+    REPO,
+    TINY,
+    InterruptError,
+    assert_matches,
+    fitted_mixture,
+    params,
+    run_main,
+    small_config,
+    small_graph,
+    stop_at,
+    views,
+)
 
-from pyg_progcl.__main__ import main
+from pyg_progcl.experiments import build_loss, evaluate, train, train_seed
 from pyg_progcl.experiments import machine as pyg_machine
-from pyg_progcl.experiments import train, train_seed
-from pyg_progcl.experiments.datasets import synthetic_graph
-from pyg_progcl.experiments.presets import get_preset
-from pyg_progcl.losses import FrozenFit
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from pyg_progcl.experiments.presets import METHODS, get_preset
 
 
-@pytest.fixture(scope="module")
-def small_graph():
-    graph = synthetic_graph(num_nodes=300, num_classes=3, homophily=0.8, topic_prob=0.15)
-    return T.NormalizeFeatures()(graph)
+@pytest.fixture(scope="module", name="small_graph")
+def small_graph_fixture():
+    return small_graph()
 
 
-def small_config(method="progcl-weight", **kw):
-    values = dict(
-        epochs=30, warmup_epochs=10, hidden=32, proj=32, lr=0.01, probe_epochs=200,
-        eval_every=15, num_samples=2000,
-    )  # fmt: skip
-    values.update(kw)
-    return get_preset("synthetic", method, **values)
+def with_mixture(loss, mixture=None):
+    """``loss`` in float64 with a fitted mixture's parameters (``fitted_mixture()``)."""
+    loss = loss.double()
+    loss.mixture.load_state_dict((mixture or fitted_mixture()).state_dict())
+    return loss
 
 
-def test_end_to_end_beats_chance_and_writes_json(small_graph, tmp_path):
+def probe_again(model, graph, config, seed):
+    """The probe accuracy of ``model``'s encoder output, evaluated here."""
+    model.eval()
+    with torch.no_grad():
+        z = model(graph.x, graph.edge_index)
+    result = evaluate(
+        z, graph, config.protocol, split=config.split, seed=seed, probe_epochs=config.probe_epochs
+    )
+    return result["accuracy"]
+
+
+def test_train_writes_its_result_with_config_machine_and_history(small_graph, tmp_path):
     out = tmp_path / "res" / "result.json"
-    result = train(small_config(), small_graph, seeds=2, progress=False, output=out)
+    config = small_config(epochs=6, warmup_epochs=2, eval_every=3, probe_epochs=20)
+    result = train(config, small_graph, seeds=2, progress=False, output=out)
     loaded = json.loads(out.read_text())
-    for key in ("dataset", "method", "config", "accuracies", "accuracy_mean", "accuracy_std"):
-        assert key in loaded
+    assert loaded == json.loads(json.dumps(result))  # the file is the returned result
     assert loaded["dataset"] == "synthetic" and loaded["method"] == "progcl-weight"
-    assert loaded["config"]["epochs"] == 30 and loaded["seeds"] == [0, 1]
+    assert loaded["config"] == config.to_dict() and loaded["seeds"] == [0, 1]
     assert loaded["versions"]["torch"] == torch.__version__
     machine = loaded["machine"]  # where the numbers come from
     assert machine["cores"] == os.cpu_count() and machine["device"] == "cpu"
     assert machine["cpu"] and machine["torch_threads"] == torch.get_num_threads()
     assert pyg_machine("auto")["device"] == "auto"  # as benchmarks name it (not resolved)
-    assert loaded["epoch_time_s"] > 0 and len(loaded["history"]["0"]) == 2  # epochs 15, 30
+    assert loaded["epoch_time_s"] > 0
     accs = loaded["accuracies"]
-    assert len(accs) == 2 and all(0.0 <= a <= 1.0 for a in accs)
+    for seed, acc in zip((0, 1), accs):  # evaluated at epochs 3 and 6; the result is the last
+        history = loaded["history"][str(seed)]
+        assert [h["epoch"] for h in history] == [3, 6] and history[-1]["accuracy"] == acc
+        assert history[-1]["loss"] == loaded["final_loss"][seed]
+        mixture = loaded["mixture"][seed]  # fitted after the warm-up
+        assert len(mixture["alpha"]) == 2 and mixture["true_negative"] in (0, 1)
     assert loaded["accuracy_mean"] == pytest.approx(sum(accs) / 2)
-    assert min(accs) > 0.6, f"chance is 1/3, got {accs}"
+    assert loaded["accuracy_std"] == pytest.approx(abs(accs[0] - accs[1]) / 2)  # population
+    assert (loaded["num_nodes"], loaded["num_edges"]) == (300, small_graph.num_edges)
+
+
+@pytest.mark.slow  # end-to-end training: 2 seeds x 30 epochs, 200-epoch probes
+def test_end_to_end_beats_chance(small_graph):
+    result = train(small_config(), small_graph, seeds=2, progress=False)
+    accs = result["accuracies"]
+    assert len(accs) == 2 and min(accs) > 0.6, f"chance is 1/3, got {accs}"
     assert result["mixture"][0] is not None  # the mixture was fitted after warm-up
     assert len(result["mixture"][0]["alpha"]) == 2
 
 
 @pytest.mark.parametrize("method", ["grace", "dcl", "hcl", "progcl-mix"])
-def test_every_method_trains(method, small_graph):
+def test_every_method_trains_and_reports_its_probe(method, small_graph):
     config = small_config(method, epochs=4, warmup_epochs=2, eval_every=0, probe_epochs=20)
-    result = train(config, small_graph, progress=False)
-    assert 0.0 <= result["accuracy_mean"] <= 1.0
-    assert all(torch.isfinite(torch.tensor(result["final_loss"])))
+    model, loss_fn, record = train_seed(config, small_graph, seed=1, progress=False)
+    losses = torch.tensor(record["losses"])
+    assert losses.shape == (4,) and torch.isfinite(losses).all()
+    # the reported accuracy is the probe's on the returned encoder
+    assert record["accuracy"] == probe_again(model, small_graph, config, seed=1)
+    if method.startswith("progcl"):  # refitted at each epoch after the warm-up
+        assert loss_fn.mixture.num_fits == 2
+        assert record["mixture"]["alpha"] == loss_fn.mixture.alpha.tolist()
+    else:
+        assert record["mixture"] is None
 
 
 def test_loss_factory_replaces_the_preset_loss(small_graph):
@@ -86,20 +122,6 @@ def test_loss_factory_replaces_the_preset_loss(small_graph):
     assert len(built) == 3 and result["mixture"][1]["beta"] == built[-1].mixture.beta.tolist()
 
 
-class _InterruptError(Exception):
-    pass
-
-
-def stop_at(stop: int):
-    """A training callback that interrupts the run after epoch ``stop`` (and its checkpoint)."""
-
-    def callback(epoch, info):
-        if epoch == stop:
-            raise _InterruptError
-
-    return callback
-
-
 @pytest.mark.parametrize("schedule,fits_by_6", [("online", 2), ("frozen", 1)])
 def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6):
     config = small_config(
@@ -108,7 +130,7 @@ def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6)
     model_a, loss_a, rec_a = train_seed(config, small_graph, seed=3, progress=False)
 
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(_InterruptError):
+    with pytest.raises(InterruptError):
         train_seed(
             config, small_graph, seed=3, checkpoint_dir=ckpt, checkpoint_every=3,
             progress=False, callback=stop_at(8),
@@ -139,6 +161,7 @@ def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6)
     assert rec_c["accuracy"] == rec_a["accuracy"]
 
 
+@pytest.mark.slow  # a signal sent to the test process itself
 def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
     small_graph, tmp_path
 ):
@@ -202,7 +225,6 @@ def test_mixture_options_reach_the_mixture_from_config_and_command_line(
 
 
 def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
-    from pyg_progcl.experiments import build_loss
     from pyg_progcl.experiments.train_cli import config_from_args
 
     out = tmp_path / "shared.json"
@@ -212,8 +234,20 @@ def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
     saved = json.loads(out.read_text())["config"]
     assert saved["shared_weights"] is True
     args = argparse.Namespace(dataset=None, method=None, config=str(out))
-    loss = build_loss(config_from_args(args))
-    assert isinstance(loss.schedule, FrozenFit) and loss.schedule.shared_weights
+    config = config_from_args(args)
+    # The loss of the saved config is the reference code's: frozen at the fit's views
+    # (f1, f2), both directions weighted by the first direction's matrix.
+    loss = with_mixture(build_loss(config))
+    f1, f2 = (h.detach() for h in views(seed=5))
+    loss.fit(f1, f2)
+    m = fitted_mixture()
+    assert_matches(
+        loss,
+        lambda a, b: ref.progcl_weight(
+            a, b, config.tau, params(m), fit_views=(f1, f2), shared=True
+        ),
+        *views(),
+    )
     for bad, words in ((["--shared-weights", "maybe"], "--shared-weights"),
                        (["--shared-weights", "true"], "shared_weights")):  # fmt: skip
         status, _, err = run_main(capsys, "train", *TINY, *bad)
@@ -227,7 +261,7 @@ def test_checkpoints_of_older_versions_resume(small_graph, tmp_path):
     _, _, whole = train_seed(config, small_graph, progress=False)
 
     ckpt = tmp_path / "ckpt"
-    with pytest.raises(_InterruptError):
+    with pytest.raises(InterruptError):
         train_seed(
             config, small_graph, checkpoint_dir=ckpt, checkpoint_every=4, progress=False,
             callback=stop_at(5),
@@ -277,7 +311,7 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
     _, loss_whole, whole = train_seed(variant, small_graph, seed=4, progress=False)
 
     shared = tmp_path / "shared"
-    with pytest.raises(_InterruptError):  # the default variant, past its warm-up
+    with pytest.raises(InterruptError):  # the default variant, past its warm-up
         train_seed(
             config, small_graph, seed=4, checkpoint_dir=shared, checkpoint_every=4,
             progress=False, callback=stop_at(9),
@@ -339,7 +373,7 @@ def test_methods_of_one_warmup_branch_into_each_other_as_if_run_whole(small_grap
             progcl.replace(method="dcl"), small_graph, seed=4, checkpoint_dir=runs["dcl"],
             resume=True, progress=False,
         )  # fmt: skip
-    with pytest.raises(_InterruptError):  # GCA's own checkpoint at epoch 4, then ProGCL-mix
+    with pytest.raises(InterruptError):  # GCA's own checkpoint at epoch 4, then ProGCL-mix
         train_seed(
             gca, small_graph, seed=4, checkpoint_dir=runs["mix"], checkpoint_every=4,
             progress=False, callback=stop_at(5),
@@ -349,7 +383,7 @@ def test_methods_of_one_warmup_branch_into_each_other_as_if_run_whole(small_grap
     )
     assert branched["losses"] == mix_whole["losses"]
     assert branched["accuracy"] == mix_whole["accuracy"]
-    with pytest.raises(_InterruptError):  # past the warm-up the methods differ
+    with pytest.raises(InterruptError):  # past the warm-up the methods differ
         train_seed(
             gca, small_graph, seed=4, checkpoint_dir=runs["late"], checkpoint_every=8,
             progress=False, callback=stop_at(9),
@@ -395,22 +429,6 @@ def test_runs_extend_and_grace_trained_checkpoints_branch_into_a_longer_warmup(
 
 
 # ----------------------------------------------------------------------------- command line
-
-
-def run_main(capsys, *argv):
-    """Runs the CLI in-process; returns (exit status, stdout, stderr)."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:
-        status = exc.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-TINY = [
-    "--epochs", "3", "--hidden", "16", "--proj", "16", "--probe-epochs", "20",
-    "--quiet", "--threads", "1",
-]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -481,20 +499,33 @@ def test_cli_output_config_round_trip_and_resume(capsys, tmp_path):
     assert second["accuracies"] == first["accuracies"]
 
 
-def test_cli_loads_a_read_only_dataset_copy(capsys, readonly_root, tmp_path):
+def _tree(root):
+    """``(relative path, mode, size, mtime)`` of everything under ``root``."""
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_mode, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+    )
+
+
+@pytest.mark.slow  # copies, locks and processes the real Cora, then trains on it
+def test_cli_loads_a_read_only_dataset_copy(capsys, readonly_root, _isolated_cache, tmp_path):
+    before = _tree(readonly_root)
     out = tmp_path / "cora.json"
     argv = ["--dataset", "cora", "--root", str(readonly_root), "--method", "grace", *TINY]
     status, _, err = run_main(capsys, *argv, "--protocol", "gca", "--output", str(out))
     assert status == 0, err
     result = json.loads(out.read_text())
-    assert result["dataset"] == "Cora" and result["num_nodes"] == 2708
-    assert 0.0 <= result["accuracy_mean"] <= 1.0
+    assert result["dataset"] == "Cora"
+    assert (result["num_nodes"], result["num_edges"]) == (2708, 10556)  # PyG's Cora
+    assert _tree(readonly_root) == before  # nothing written there: PyG processed a copy
+    assert list(_isolated_cache.rglob("Cora/processed/*.pt"))
 
 
+@pytest.mark.slow  # two interpreters importing torch
 def test_python_dash_m_subprocess(tmp_path):
     """The real entry point: a short run writes JSON; a bad flag gives one line, exit 2."""
     out = tmp_path / "r.json"
-    env = {**os.environ, "PYTHONPATH": REPO}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     ok = subprocess.run(
         [sys.executable, "-m", "pyg_progcl", *TINY, "--output", str(out)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
@@ -509,6 +540,7 @@ def test_python_dash_m_subprocess(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a subprocess stopped by a signal
 def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
     import signal
     import time
@@ -517,7 +549,7 @@ def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
     argv = [*TINY, "--epochs", "2000", "--eval-every", "0", "--checkpoint", str(ckpt)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyg_progcl", *argv, "--checkpoint-every", "1"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO}, text=True,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -533,20 +565,22 @@ def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
 
 
 def test_diagnostics_are_tracked_into_the_results(tmp_path):
-    from pyg_progcl.experiments import train
+    from pyg_progcl.diagnostics import DiagnosticsTracker, false_negative_rate
     from pyg_progcl.experiments.datasets import synthetic_graph
-    from pyg_progcl.experiments.presets import get_preset
 
     config = get_preset(
         "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, diagnose_every=3, probe_epochs=20
     )
-    result = train(
-        config, synthetic_graph(num_nodes=120, seed=1), progress=False, output=tmp_path / "r.json"
-    )
+    graph = synthetic_graph(num_nodes=120, seed=1)
+    tracker = DiagnosticsTracker(graph, every=3, seed=0)  # what the trainer records, by hand
+    result = train(config, graph, progress=False, output=tmp_path / "r.json", callback=tracker)
     tracked = result["diagnostics"]["0"]
     assert [entry["epoch"] for entry in tracked] == [3, 6]
-    assert 0 < tracked[-1]["fn_rate"] < 1 and 0 <= tracked[-1]["fn_share_topk"] <= 1
-    assert "diagnostics" in json.loads((tmp_path / "r.json").read_text())
+    assert [{**entry, "epoch": float(entry["epoch"])} for entry in tracked] == tracker.history
+    assert tracked[-1]["fn_rate"] == pytest.approx(false_negative_rate(graph.y))
+    assert "loss_auc_posterior" in tracked[-1]  # the loss's mixture, fitted after epoch 2
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["diagnostics"] == json.loads(json.dumps(result["diagnostics"]))
 
 
 def test_progress_bar_shows_the_false_negative_component():
@@ -564,32 +598,57 @@ def test_progress_bar_shows_the_false_negative_component():
     assert f"beta_FN={loss.mixture.beta[fn].item():.2f}" in text
 
 
-@pytest.mark.parametrize(
-    "method, loss_cls, attrs",
-    [
-        ("grace", "InfoNCELoss", {}),
-        ("gca", "InfoNCELoss", {}),
-        ("dcl", "DebiasedInfoNCELoss", {"tau_plus": 0.1}),
-        ("hcl", "HardInfoNCELoss", {"tau_plus": 0.1, "beta": 1.0}),
-        ("progcl-weight", "ProGCLLoss", {"mode": "weight"}),
-        ("progcl-mix", "ProGCLLoss", {"mode": "mix", "num_mix": 1000}),
-    ],
-)
-def test_each_method_builds_its_loss_and_augmenters(method, loss_cls, attrs):
-    from pyg_progcl.augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, EdgeDrop, FeatureMask
-    from pyg_progcl.experiments import build_augmentations, build_loss
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_builds_the_loss_of_its_formula(method):
+    """The built loss equals the dense reference of the method's formula (τ, τ⁺, β and
+    K from the config), values and gradients; ProGCL is GRACE's loss until fitted."""
+    config = get_preset("Amazon-Photo", method, num_mix=1)  # K = 1: the reference's mix
+    loss = build_loss(config).double()
+    h1, h2 = views()
+    tau, m = config.tau, fitted_mixture()
+    if method.startswith("progcl"):
+        torch.testing.assert_close(loss(h1, h2), ref.grace(h1, h2, tau), rtol=1e-10, atol=1e-10)
+        loss = with_mixture(loss, m)
+    formulas = {
+        "grace": lambda a, b: ref.grace(a, b, tau),
+        "gca": lambda a, b: ref.grace(a, b, tau),
+        "dcl": lambda a, b: ref.dcl(a, b, tau, config.tau_plus),
+        "hcl": lambda a, b: ref.hcl(a, b, tau, config.tau_plus, config.beta),
+        "progcl-weight": lambda a, b: ref.progcl_weight(a, b, tau, params(m)),
+        "progcl-mix": lambda a, b: ref.progcl_mix_one(a, b, tau, params(m)),
+    }
+    assert_matches(loss, formulas[method], h1, h2)
 
-    overrides = {"schedule": "frozen", "min_beta_high": 1.01} if method == "progcl-weight" else {}
-    config = get_preset("Amazon-Photo", method, **overrides)
-    loss = build_loss(config)
-    assert type(loss).__name__ == loss_cls and loss.tau == config.tau == 0.2
-    assert {k: getattr(loss, k) for k in attrs} == attrs
-    if method == "progcl-weight":
-        assert loss.mixture.min_beta_high == 1.01 and isinstance(loss.schedule, FrozenFit)
-    adaptive = method in ("gca", "progcl-weight", "progcl-mix")  # GCA's evc augmentation
-    for aug, (pe, pf) in zip(build_augmentations(config), [(0.6, 0.2), (0.3, 0.3)]):
+
+def test_progcl_options_reach_the_built_loss():
+    config = get_preset("Amazon-Photo", "progcl-weight", schedule="frozen", min_beta_high=1.01)
+    loss = with_mixture(build_loss(config))
+    assert loss.mixture.min_beta_high == 1.01
+    f1, f2 = (h.detach() for h in views(seed=5))
+    loss.fit(f1, f2)  # frozen: the weights of these views, for every later step
+    m = fitted_mixture()
+    assert_matches(
+        loss, lambda a, b: ref.progcl_weight(a, b, config.tau, params(m), fit_views=(f1, f2)),
+        *views(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_builds_its_augmenters_from_the_config(method):
+    from pyg_progcl.augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, EdgeDrop, FeatureMask
+    from pyg_progcl.experiments import build_augmentations
+
+    config = get_preset("Amazon-Photo", method)
+    assert config.pe1 != config.pf1 and (config.pe1, config.pf1) != (config.pe2, config.pf2)
+    adaptive = config.augmentation != "uniform"  # GCA's, with the config's centrality
+    kinds = (AdaptiveEdgeDrop, AdaptiveFeatureMask) if adaptive else (EdgeDrop, FeatureMask)
+    expected = [(config.pe1, config.pf1), (config.pe2, config.pf2)]
+    augmentations = build_augmentations(config)
+    assert len(augmentations) == 2
+    for aug, (pe, pf) in zip(augmentations, expected):
         edge, feature = aug.augmenters
-        kinds = (AdaptiveEdgeDrop, AdaptiveFeatureMask) if adaptive else (EdgeDrop, FeatureMask)
         assert type(edge) is kinds[0] and type(feature) is kinds[1]
         assert (edge.p, feature.p) == (pe, pf)
-        assert not adaptive or edge.centrality == feature.centrality == "evc"
+        if adaptive:
+            assert edge.centrality == feature.centrality == config.augmentation
+            assert edge.threshold == feature.threshold == config.aug_threshold

@@ -4,28 +4,18 @@ on held-out seeds."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 from pyg_progcl.experiments.train_cli import add_arguments, config_from_args
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
 def tune():
-    sys.path.insert(0, str(REPO / "benchmarks"))  # tune.py imports compare.py
-    try:
-        spec = importlib.util.spec_from_file_location("tune", REPO / "benchmarks" / "tune.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    return module
+    return load_script("tune")  # a fresh module per test: each patches its `launch`
 
 
 def fake_trainer(calls: list, devices: list | None = None):

@@ -79,6 +79,7 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
     if config.method == "hcl":
         return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
     progcl = {"mode": config.method.split("-", 1)[1], "num_mix": config.num_mix, **common}
+    progcl["posterior_floor"] = config.posterior_floor
     if config.num_samples is not None:
         progcl["num_samples"] = config.num_samples
     mixture = {"min_beta_high": config.min_beta_high, "weight_init": config.mixture_weight_init}

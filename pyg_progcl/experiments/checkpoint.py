@@ -26,6 +26,7 @@ _RESUME_FREE = {"eval_every", "diagnose_every", "frozen_cache_mib"}
 #: variants branch from one shared warm-up (each from a copy of ``seed{s}_warmup.pt``).
 _AFTER_WARMUP = {
     "schedule", "min_beta_high", "mixture_weight_init", "num_samples", "shared_weights",
+    "posterior_floor",
 }  # fmt: skip
 #: Methods that train alike through the warm-up (the GRACE loss; GCA is GRACE on adaptive
 #: augmentation, a config field of its own): a checkpoint of one written within the warm-up

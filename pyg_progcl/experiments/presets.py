@@ -105,6 +105,8 @@ class TrainConfig:
         frozen_cache_mib: ProGCL with ``schedule='frozen'``: MiB of frozen weights held
             between steps (``None``: the loss's 512); more trades memory for time and
             changes no result.
+        posterior_floor: ProGCL: lower bound of ``p(TN | s')`` in the hardness ``b``
+            (:class:`~pyg_progcl.ProGCLLoss`; 0: ProGCL's formula).
         mixture_weight_init: ProGCL: initial weight of the mixture's high-similarity
             component (``None``: the reference code's default, 0.05; its Amazon-Photo
             parameter file says 0.15, a value its script reads only from the command line).
@@ -152,6 +154,7 @@ class TrainConfig:
     shared_weights: bool = False
     frozen_cache_mib: Optional[float] = None
     mixture_weight_init: Optional[float] = None
+    posterior_floor: float = 0.0
     num_mix: int = 1000
     block_size: Optional[int] = None
     num_negatives: Optional[int] = None
@@ -225,6 +228,7 @@ class TrainConfig:
                     "`frozen_cache_mib` sizes the frozen weights of schedule='frozen' "
                     f"(got schedule={self.schedule!r})"
                 )
+        check_probability("posterior_floor", self.posterior_floor)
         if self.mixture_weight_init is not None:
             value = check_probability(
                 "mixture_weight_init", self.mixture_weight_init, upper_open=True

@@ -4,6 +4,7 @@ similarities the weights come from (docs/algorithms.md §5.4)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Callable, Optional, Union
 
@@ -186,6 +187,7 @@ class FrozenFit(FitSchedule):
 #: Schedules by name (``ProGCLLoss(schedule=...)``).
 SCHEDULES: dict[str, Callable[[], FitSchedule]] = {
     "online": OnlineFit,
+    "guarded": functools.partial(OnlineFit, keep_healthy=True),
     "fit-once": FitOnce,
     "frozen": FrozenFit,
 }
@@ -200,5 +202,7 @@ def as_schedule(schedule: Union[str, FitSchedule]) -> FitSchedule:
 
 def schedule_name(schedule: FitSchedule) -> str:
     """The name a schedule has in :data:`SCHEDULES` (its class name if none)."""
-    names = {cls: name for name, cls in SCHEDULES.items()}
+    if isinstance(schedule, OnlineFit) and schedule.keep_healthy:
+        return "guarded"
+    names = {cls: name for name, cls in SCHEDULES.items() if isinstance(cls, type)}
     return names.get(type(schedule), type(schedule).__name__)

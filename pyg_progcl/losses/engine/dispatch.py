@@ -18,7 +18,7 @@ whose ProGCL weights underflow there are recomputed on the row-block path in log
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -85,15 +85,23 @@ def choose_path(
     term: NegativeTerm,
     block_size: Optional[int] = None,
     num_negatives: Optional[int] = None,
+    num_anchors: Optional[int] = None,
 ) -> Path:
-    """The path of a loss with these options on ``num_nodes`` nodes (see the module's table)."""
+    """The path of a loss with these options on ``num_nodes`` nodes (see the module's
+    table), for ``num_anchors`` of them as anchors (default: all; a part of them is never
+    ``dense``)."""
+    part = num_anchors is not None and num_anchors < num_nodes
     if num_negatives is not None:
         return Path("sampled", block_size or auto_block_size(num_nodes, num_negatives + 1))
-    block_size = auto_block_size(num_nodes) if block_size is None else block_size
-    blocked = block_size is not None and block_size < num_nodes
+    if block_size is None:
+        block_size = BLOCK_ELEMENTS // num_nodes if part else auto_block_size(num_nodes)
+    rows = num_anchors if part else num_nodes
+    blocked = block_size is not None and block_size < rows
     if term.sums is not None and term.sums.fits(tau):
         return Path("one-pass", block_size if blocked else None)
-    return Path("row-blocks", block_size) if blocked else Path("dense")
+    if blocked or part:
+        return Path("row-blocks", min(block_size or rows, rows))
+    return Path("dense")
 
 
 def contrastive_losses(
@@ -105,8 +113,11 @@ def contrastive_losses(
     num_negatives: Optional[int] = None,
     pool: Optional[BlockPool] = None,
     generator: Optional[torch.Generator] = None,
+    anchors: Optional[slice] = None,
+    reduce: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Tensor:
-    """``[2, N]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the views' anchors.
+    """``[2, M]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the anchors ``i`` in
+    ``anchors`` (default: all ``N`` nodes), each against all nodes.
 
     Args:
         h1, h2: Projected views ``[N, d]`` (checked by the caller; normalised here).
@@ -115,29 +126,37 @@ def contrastive_losses(
         block_size, num_negatives: As :func:`choose_path` takes them.
         pool: The loss's :class:`~.pool.BlockPool` for the one-pass engine's matrices.
         generator: Random generator of the negative sampling.
+        anchors: A range of rows: the anchors whose losses are returned.
+        reduce: For ``anchors`` a part of the rows on the one-pass path: sums a tensor
+            over the processes that hold the other parts (an all-reduce,
+            ``pyg_progcl.distributed``).
     """
     u, v = normalize_views(h1, h2)
     n = u.size(0)
-    path = choose_path(n, tau, term, block_size, num_negatives)
+    lo, hi, _ = (anchors or slice(0, n)).indices(n)
+    path = choose_path(n, tau, term, block_size, num_negatives, hi - lo)
+    rows = slice(lo, hi)
     if path.name == "sampled":
         return sampled_losses(
-            u, v, tau, term.log_negatives, path.block_size, num_negatives, generator
+            u, v, tau, term.log_negatives, path.block_size, num_negatives, generator, rows
         )
     if path.name == "one-pass":
-        return _one_pass(u, v, tau, term, path.block_size or n, pool)
+        return _one_pass(u, v, tau, term, path.block_size or hi - lo, pool, rows, reduce)
     if path.name == "dense":
         return dense_losses(u, v, tau, term.log_negatives)
-    return row_block_losses(u, v, tau, term.log_negatives, path.block_size)
+    return row_block_losses(u, v, tau, term.log_negatives, path.block_size, rows)
 
 
 def _one_pass(
-    u: Tensor, v: Tensor, tau: float, term: NegativeTerm, block_size: int, pool
+    u: Tensor, v: Tensor, tau: float, term: NegativeTerm, block_size: int, pool, rows, reduce
 ) -> Tensor:
     """The one-pass losses, with the anchors it reports as underflowed recomputed in log
     space (their linear-space entries get no gradient)."""
-    losses, underflow = one_pass_losses(u, v, tau, term.sums, block_size, pool)
+    losses, underflow = one_pass_losses(u, v, tau, term.sums, block_size, pool, rows, reduce)
     if not bool(underflow.any()):
         return losses
-    exact = chosen_anchor_losses(u, v, tau, term.log_negatives, underflow, block_size)
+    exact = chosen_anchor_losses(
+        u, v, tau, term.log_negatives, underflow, block_size, first=rows.start
+    )
     replaced = losses.detach().index_put(tuple(underflow.nonzero().T), exact)
     return torch.where(underflow, replaced, losses)

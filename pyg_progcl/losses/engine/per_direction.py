@@ -27,15 +27,21 @@ def dense_losses(u: Tensor, v: Tensor, tau: float, log_negatives: LogNegatives) 
 
 
 def row_block_losses(
-    u: Tensor, v: Tensor, tau: float, log_negatives: LogNegatives, block_size: int
+    u: Tensor,
+    v: Tensor,
+    tau: float,
+    log_negatives: LogNegatives,
+    block_size: int,
+    anchors: slice | None = None,
 ) -> Tensor:
-    """``[2, N]`` losses from row blocks of ``block_size`` anchors, direction by direction."""
-    n = u.size(0)
+    """``[2, M]`` losses of the ``anchors`` (default: all) from row blocks of
+    ``block_size`` anchors against all nodes, direction by direction."""
+    lo, hi, _ = (anchors or slice(0, u.size(0))).indices(u.size(0))
     directions = []
     for view, (a, o) in enumerate(((u, v), (v, u))):
         blocks = []
-        for start in range(0, n, block_size):
-            args = (a, o, slice(start, min(start + block_size, n)), view)
+        for start in range(lo, hi, block_size):
+            args = (a, o, slice(start, min(start + block_size, hi)), view)
             blocks.append(block_losses(row_block, args, tau, log_negatives))
         directions.append(torch.cat(blocks))
     return torch.stack(directions)
@@ -49,16 +55,19 @@ def sampled_losses(
     block_size: int,
     num_negatives: int,
     generator: torch.Generator | None = None,
+    anchors: slice | None = None,
 ) -> Tensor:
-    """``[2, N]`` losses with ``num_negatives`` uniformly sampled negatives per anchor and
-    view, one sample shared by each block of anchors (drawn block by block, view 0 first)."""
+    """``[2, M]`` losses of the ``anchors`` (default: all) with ``num_negatives`` uniformly
+    sampled negatives (among all nodes) per anchor and view, one sample shared by each
+    block of anchors (drawn block by block, view 0 first)."""
     n = u.size(0)
+    lo, hi, _ = (anchors or slice(0, n)).indices(n)
     directions = []
     for view, (a, o) in enumerate(((u, v), (v, u))):
         blocks = []
-        for start in range(0, n, block_size):
+        for start in range(lo, hi, block_size):
             cols = torch.randperm(n, generator=generator, device="cpu")[: num_negatives + 1]
-            rows = slice(start, min(start + block_size, n))
+            rows = slice(start, min(start + block_size, hi))
             args = (a, o, rows, view, cols.to(a.device))
             blocks.append(block_losses(sampled_block, args, tau, log_negatives))
         directions.append(torch.cat(blocks))
@@ -72,12 +81,13 @@ def chosen_anchor_losses(
     log_negatives: LogNegatives,
     chosen: Tensor,
     block_size: int,
+    first: int = 0,
 ) -> Tensor:
-    """The losses of the anchors where ``chosen`` (``[2, N]`` bool) holds, against all
+    """The losses of the anchors ``first + i`` where ``chosen[view, i]`` holds, against all
     nodes, in row blocks; in the order of ``chosen.nonzero()``."""
     out = []
     for view, (a, o) in enumerate(((u, v), (v, u))):
-        rows = chosen[view].nonzero().view(-1)
+        rows = chosen[view].nonzero().view(-1) + first
         for start in range(0, rows.numel(), block_size):
             args = (a, o, rows[start : start + block_size], view)
             out.append(block_losses(row_block, args, tau, log_negatives))

@@ -1,0 +1,150 @@
+"""Helpers shared by the test modules: ``from helpers import views, small_config, ...``.
+
+``tests/`` is on ``sys.path`` (see ``conftest.py``). What lives here is used by more than
+one test module; a helper of one module stays in that module. ``reference.py`` is not a
+helper: it is the independent dense reference of the losses and imports nothing from the
+package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ----------------------------------------------------------------------------- losses
+
+#: Row blocks of the loss tests: dense, and blocks that do / do not divide N = 23.
+BLOCKS = [None, 1, 7, 64]
+
+
+def views(n=23, d=5, seed=0, dtype=torch.float64, grad=True):
+    """Two correlated ``[n, d]`` views (float64 by default, with gradients)."""
+    g = torch.Generator().manual_seed(seed)
+    h1 = torch.randn(n, d, generator=g, dtype=dtype)
+    h2 = h1 + 0.7 * torch.randn(n, d, generator=g, dtype=dtype)  # correlated views
+    return h1.requires_grad_(grad), h2.requires_grad_(grad)
+
+
+def fitted_mixture(alpha=(2.0, 6.0), beta=(5.0, 2.0), weight=(0.8, 0.2)):
+    """A float64 :class:`BetaMixture` with these parameters, marked as fitted once."""
+    from pyg_progcl.mixture import BetaMixture
+
+    m = BetaMixture().double()
+    m.alpha.copy_(torch.tensor(alpha))
+    m.beta.copy_(torch.tensor(beta))
+    m.weight.copy_(torch.tensor(weight))
+    m.num_fits.fill_(1)
+    return m
+
+
+def params(m):
+    """``(alpha, beta, weight)`` of a mixture, as ``reference.py`` takes them."""
+    return m.alpha, m.beta, m.weight
+
+
+def assert_matches(loss_fn, ref_fn, h1, h2):
+    """Values and gradients of the loss equal the dense reference."""
+    out, expected = loss_fn(h1, h2), ref_fn(h1, h2)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    g = torch.autograd.grad(out, (h1, h2))
+    g_ref = torch.autograd.grad(expected, (h1, h2))
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- mixture
+
+
+def sample_mixture(n, components, weights, seed=0):
+    """``n`` float64 draws of the Beta mixture ``components`` = ``[(a, b), ...]``."""
+    g = torch.Generator().manual_seed(seed)
+    which = torch.multinomial(torch.tensor(weights), n, replacement=True, generator=g)
+    torch.manual_seed(seed)
+    out = torch.empty(n, dtype=torch.float64)
+    for c, (a, b) in enumerate(components):
+        mask = which == c
+        out[mask] = torch.distributions.Beta(float(a), float(b)).sample((int(mask.sum()),)).double()
+    return out
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def small_graph():
+    """300 nodes, 3 classes, homophilous: 30 epochs of ProGCL reach > 0.6 (chance 1/3)."""
+    import torch_geometric.transforms as T
+
+    from pyg_progcl.experiments.datasets import synthetic_graph
+
+    graph = synthetic_graph(num_nodes=300, num_classes=3, homophily=0.8, topic_prob=0.15)
+    return T.NormalizeFeatures()(graph)
+
+
+def small_config(method="progcl-weight", **kw):
+    """The synthetic preset of ``method``, made small (narrow, 30 epochs, short probe)."""
+    from pyg_progcl.experiments.presets import get_preset
+
+    values = dict(
+        epochs=30, warmup_epochs=10, hidden=32, proj=32, lr=0.01, probe_epochs=200,
+        eval_every=15, num_samples=2000,
+    )  # fmt: skip
+    values.update(kw)
+    return get_preset("synthetic", method, **values)
+
+
+class InterruptError(Exception):
+    """Raised by :func:`stop_at`'s callback: a run interrupted after some epoch."""
+
+
+def stop_at(stop: int):
+    """A training callback that interrupts the run after epoch ``stop`` (and its checkpoint)."""
+
+    def callback(epoch, info):
+        if epoch == stop:
+            raise InterruptError
+
+    return callback
+
+
+# ----------------------------------------------------------------------------- command line
+
+#: ``train`` flags of a run that takes a fraction of a second.
+TINY = [
+    "--epochs", "3", "--hidden", "16", "--proj", "16", "--probe-epochs", "20",
+    "--quiet", "--threads", "1",
+]  # fmt: skip
+
+
+def run_main(capsys, *argv):
+    """Runs the CLI in-process; returns ``(exit status, stdout, stderr)``."""
+    from pyg_progcl.__main__ import main
+
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:
+        status = exc.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+
+def load_script(name: str) -> ModuleType:
+    """Imports ``benchmarks/<name>.py`` as a module (its folder on ``sys.path`` meanwhile,
+    for the scripts that import ``compare.py``)."""
+    folder = str(REPO / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module

@@ -1,0 +1,55 @@
+"""The package's shape: imports point down its layers, no cycles, nothing at import."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+importlinter = pytest.importorskip("importlinter.cli")
+
+
+def test_import_contracts_hold(monkeypatch, tmp_path, capsys):
+    # pyproject.toml's contracts: entry point > harness > diagnostics > library, and no
+    # import cycle between the modules of any package.
+    monkeypatch.chdir(REPO)
+    status = importlinter.lint_imports(
+        config_filename="pyproject.toml", no_cache=True, no_logo=True
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "2 kept, 0 broken" in out
+
+
+def test_a_layer_violation_breaks_the_contracts(tmp_path, monkeypatch, capsys):
+    # The same check on a copy of the package whose library imports the harness fails.
+    import shutil
+
+    copy = tmp_path / "pyg_progcl"
+    shutil.copytree(REPO / "pyg_progcl", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "mixture.py", "a") as fh:
+        fh.write("\nfrom .experiments import presets  # noqa\n")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "pyg_progcl" or m.startswith("pyg_progcl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    status = importlinter.lint_imports(
+        config_filename="pyproject.toml", no_cache=True, no_logo=True
+    )
+    assert status != 0 and "BROKEN" in capsys.readouterr().out
+
+
+def test_importing_the_package_changes_nothing():
+    code = (
+        "import json, os, sys; before = dict(os.environ); import pyg_progcl; "
+        "print(json.dumps([dict(os.environ) == before, 'torch' in sys.modules]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    env["PYTHONPATH"] = str(REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == [True, False]  # no environment change, not even torch loaded
