@@ -230,7 +230,7 @@ class BetaMixture(torch.nn.Module):
                 warm-started iterations; only a fit with the constructor's budget is
                 expected to converge, and warns if it does not).
             reduce: Sums the sufficient statistics over several samples (e.g. an
-                all-reduce over ranks, ``pyg_progcl.distributed.fit_mixture``); the
+                all-reduce over ranks, :func:`pyg_progcl.distributed.fit_mixture`); the
                 fit then equals one on the union of the samples.
         """
         x = self._check_values(x)

@@ -10,7 +10,7 @@ import random
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -166,8 +166,12 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     return payload
 
 
-def checkpoint_payload(epoch, config, model, optimizer, loss_fn, record) -> dict[str, Any]:
-    """Everything a resumed run needs to continue bit-identically."""
+def checkpoint_payload(
+    epoch, config, model, optimizer, loss_fn, record, rng: Optional[list] = None
+) -> dict[str, Any]:
+    """Everything a resumed run needs to continue bit-identically; ``rng``: every rank's
+    generator states (default: this process's)."""
+    rng = [rng_state()] if rng is None else rng
     return {
         "format": CHECKPOINT_FORMAT,
         "config": config.to_dict(),
@@ -175,17 +179,27 @@ def checkpoint_payload(epoch, config, model, optimizer, loss_fn, record) -> dict
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "loss": loss_fn.state_dict(),
-        "rng": rng_state(),
+        "rng": rng[0],
+        "rng_ranks": rng,
         "record": record,
     }
 
 
-def restore_checkpoint(path, config, model, optimizer, loss_fn) -> tuple[int, dict[str, Any]]:
+def restore_checkpoint(
+    path, config, model, optimizer, loss_fn, ranks=None
+) -> tuple[int, dict[str, Any]]:
     """Loads a checkpoint into the objects; returns ``(epoch, record)``. A branch from a
     warm-up checkpoint (other after-warm-up fields, another warm-up method) keeps its own,
     not yet fitted loss; every resumed config difference (a branch, other ``epochs``) is
     noted in ``record["branched"]``."""
     payload = load_checkpoint(path, config)
+    rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
+    states = payload.get("rng_ranks", [payload["rng"]])
+    if len(states) != world_size:
+        raise ValueError(
+            f"{path} was written by {len(states)} process(es); resume it with as many "
+            f"(got {world_size})"
+        )
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
     record, branched_from = payload["record"], payload["branched_from"]
@@ -193,5 +207,5 @@ def restore_checkpoint(path, config, model, optimizer, loss_fn) -> tuple[int, di
         record.setdefault("branched", []).append({"epoch": payload["epoch"], "from": branched_from})
     if not set(branched_from) & (_AFTER_WARMUP | {"method"}):
         loss_fn.load_state_dict(payload["loss"])
-    set_rng_state(payload["rng"])
+    set_rng_state(states[rank])
     return payload["epoch"], record

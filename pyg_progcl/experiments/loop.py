@@ -23,6 +23,7 @@ from ..model import GRACEModel
 from .checkpoint import TrainingInterruptedError, stop_requests
 from .datasets import load_dataset
 from .evaluation import mean_std
+from .parallel import ONE, Ranks
 from .presets import TrainConfig, get_preset
 from .run import mixture_state, start_seed
 
@@ -105,6 +106,7 @@ def train_seed(
     progress: bool = True,
     callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
     loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
+    ranks: Ranks = ONE,
 ) -> tuple[GRACEModel, torch.nn.Module, dict[str, Any]]:
     """Trains and evaluates one model with one seed.
 
@@ -138,6 +140,10 @@ def train_seed(
             (e.g. a :class:`ProGCLLoss` with its own :class:`~pyg_progcl.BetaMixture`). A
             :class:`ProGCLLoss`, subclasses included, is refitted every epoch after the
             warm-up.
+        ranks: This process's place among several training processes
+            (:func:`~pyg_progcl.experiments.parallel.join`): data parallel mini-batch
+            training; rank 0 alone writes checkpoints and shows progress, and a SIGTERM
+            on any rank stops every rank after the same epoch.
 
     Returns:
         ``(model, loss_fn, record)``; ``record`` holds ``seed``, ``accuracy``,
@@ -149,7 +155,7 @@ def train_seed(
     checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
-    run, start = start_seed(config, data, seed, device, checkpoint_dir, resume, loss_factory)
+    run, start = start_seed(config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks)
     if start >= config.epochs and "accuracy" in run.record:
         return run.model, run.loss_fn, run.record
 
@@ -157,7 +163,7 @@ def train_seed(
         total=config.epochs,
         initial=start,
         desc=f"{config.dataset}/{config.method} seed {seed}",
-        disable=not progress,
+        disable=not (progress and ranks.main),
         dynamic_ncols=True,
         leave=False,
     )
@@ -170,7 +176,7 @@ def train_seed(
             last = epoch == config.epochs
             if last or (config.eval_every and epoch % config.eval_every == 0):
                 accuracy = run.evaluate(epoch, value)
-                if progress and not last:
+                if progress and ranks.main and not last:
                     bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
             if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
                 run.diagnose(epoch)
@@ -179,7 +185,7 @@ def train_seed(
                 run.checkpoint(epoch)
             if callback is not None:
                 callback(epoch, {"loss": value, "model": run.model, "loss_fn": run.loss_fn})
-            if stop and not last:
+            if ranks.any(bool(stop)) and not last:  # every rank stops after the same epoch
                 if not saved:
                     run.checkpoint(epoch)
                 raise TrainingInterruptedError(epoch, run.path)
@@ -230,6 +236,7 @@ def train(
     output: Optional[Union[str, os.PathLike]] = None,
     callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
     loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
+    ranks: Ranks = ONE,
 ) -> dict[str, Any]:
     """Trains ``config`` with several seeds and reports the probe accuracy.
 
@@ -243,7 +250,8 @@ def train(
         device: Torch device.
         checkpoint_dir, checkpoint_every, resume, progress, callback, loss_factory:
             See :func:`train_seed` (one checkpoint file per seed).
-        output: Also write the result as JSON to this file.
+        output: Also write the result as JSON to this file (rank 0 only).
+        ranks: See :func:`train_seed`; every rank returns rank 0's result.
 
     Returns:
         A JSON-serialisable dict: ``dataset``, ``method``, ``config``,
@@ -281,10 +289,12 @@ def train(
             progress=progress,
             callback=callback,
             loss_factory=loss_factory,
+            ranks=ranks,
         )
         records.append(record)
     result = _summarize(config, data, device, records, time.perf_counter() - tic)
-    if output is not None:
+    result["world_size"] = ranks.world_size
+    if output is not None and ranks.main:
         write_json(result, output)
     return result
 

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
 from ..diagnostics import summarize
+from ..distributed import DistributedLoss
 from ..losses import ProGCLLoss
-from ..minibatch import embed_minibatch, minibatch_epoch, neighbor_loader
+from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
 from ..mixture import MixtureDegeneracyWarning
 from ..model import GRACEModel
 from .build import build_loss, build_model, seed_everything
@@ -22,10 +24,12 @@ from .checkpoint import (
     checkpoint_path,
     checkpoint_payload,
     restore_checkpoint,
+    rng_state,
     save_checkpoint,
     warmup_checkpoint_path,
 )
 from .evaluation import evaluate
+from .parallel import ONE, Ranks
 from .presets import TrainConfig
 
 
@@ -42,16 +46,25 @@ def mixture_state(loss: torch.nn.Module) -> Optional[dict[str, Any]]:
     }
 
 
-def probe(model, data, config, seed) -> dict[str, Any]:
-    """Linear-probe evaluation of the encoder output (OGB graphs: the official evaluator)."""
+def probe(model, data, config, seed, ranks: Ranks = ONE) -> dict[str, Any]:
+    """Linear-probe evaluation of the encoder output (OGB graphs: the official evaluator).
+    With several ranks each embeds its part of the nodes, rank 0 probes, every rank gets
+    rank 0's result."""
     was_training = model.training
     model.eval()
     with torch.no_grad():
         if config.batch_size is None:
             z = model(data.x, data.edge_index)
         else:  # exact, layer by layer over batches of nodes
-            z = embed_minibatch(model, data, config.batch_size)
+            gather = ranks.row_gather(data.num_nodes)
+            z = embed_minibatch(model, data, config.batch_size, part=ranks.part(), gather=gather)
     model.train(was_training)
+    if not ranks.main:
+        return ranks.from_main(None)
+    return ranks.from_main(_probe(z, data, config, seed))
+
+
+def _probe(z, data, config, seed) -> dict[str, Any]:
     return evaluate(
         z,
         data,
@@ -75,6 +88,30 @@ def full_graph_epoch(model, loss_fn, optimizer, data: Data, refit: bool) -> floa
     return float(loss.detach())
 
 
+class EpochLoader:
+    """Mini-batch training's loader of one epoch: this rank's seeds of the epoch
+    (:func:`~pyg_progcl.minibatch.epoch_seeds`, a permutation shared by the ranks) and the
+    subgraphs sampled around them."""
+
+    def __init__(self, data: Data, config: TrainConfig, seed: int, ranks: Ranks):
+        self.data, self.seed, self.ranks = data, seed, ranks
+        self.fanout = config.num_neighbors or [10] * config.num_layers
+        self.batch_size = config.batch_size
+
+    def __call__(self, epoch: int):
+        seeds = epoch_seeds(
+            self.data.num_nodes, self.batch_size, epoch, self.seed, *self.ranks.part()
+        )
+        if seeds.numel() == 0:
+            raise ValueError(
+                f"--batch-size {self.batch_size} on {self.ranks.world_size} rank(s) leaves no "
+                f"seed of the {self.data.num_nodes} nodes to a rank"
+            )
+        return neighbor_loader(
+            self.data, self.fanout, self.batch_size, shuffle=False, input_nodes=seeds
+        )
+
+
 @dataclasses.dataclass
 class SeedRun:
     """One seed's training state: what an epoch advances and a checkpoint saves."""
@@ -86,9 +123,12 @@ class SeedRun:
     model: GRACEModel
     loss_fn: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    loader: Optional[Any]  # neighbour loader of mini-batch training, else None
+    loader: Optional[EpochLoader]  # mini-batch training, else None
     path: Optional[Path]  # checkpoint file, if any
     record: dict[str, Any]
+    ranks: Ranks = ONE
+    objective: Optional[torch.nn.Module] = None  # what trains: loss_fn, or its DistributedLoss
+    views: Optional[torch.nn.Module] = None  # the seeds' views, DDP-wrapped with several ranks
 
     def step(self, epoch: int) -> float:
         """Trains one epoch (ProGCL refits first after the warm-up); returns its loss."""
@@ -99,14 +139,16 @@ class SeedRun:
             warnings.simplefilter("ignore", MixtureDegeneracyWarning)
             if self.loader is not None:
                 value = minibatch_epoch(
-                    self.model, self.loss_fn, self.loader, self.optimizer, device=self.device,
-                    fit=refit,
+                    self.model, self.objective or self.loss_fn, self.loader(epoch),
+                    self.optimizer, device=self.device, fit=refit, data=self.data,
+                    views=self.views,
                 )  # fmt: skip
             else:
                 value = full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.record["epoch_times"].append(time.perf_counter() - tic)
+        value = self.ranks.mean(value)  # the loss of the global batches
         self.record["losses"].append(value)
         if refit and int(self.loss_fn.mixture.num_fits) > fits:
             self.note_degeneracy(epoch, self.loss_fn.mixture.problems_)
@@ -132,7 +174,7 @@ class SeedRun:
 
     def evaluate(self, epoch: int, value: float) -> float:
         """Probes the current embeddings; at the last epoch also stores the final result."""
-        result = probe(self.model, self.data, self.config, self.seed)
+        result = probe(self.model, self.data, self.config, self.seed, self.ranks)
         self.record["history"].append(
             {"epoch": epoch, "accuracy": result["accuracy"], "loss": value}
         )
@@ -145,7 +187,10 @@ class SeedRun:
     def diagnose(self, epoch: int) -> None:
         """Appends the false-negative summary of this epoch to the record."""
         loss = self.loss_fn if isinstance(self.loss_fn, ProGCLLoss) else None
-        summary = summarize(self.model, self.data, loss=loss, seed=self.seed)
+        summary = None
+        if self.ranks.main:
+            summary = summarize(self.model, self.data, loss=loss, seed=self.seed)
+        summary = self.ranks.from_main(summary)
         self.record.setdefault("diagnostics", []).append({"epoch": epoch, **summary})
 
     def ends_warmup(self, epoch: int) -> bool:
@@ -154,35 +199,50 @@ class SeedRun:
 
     def checkpoint(self, epoch: int) -> None:
         """Saves the run; the warm-up's last epoch also to :func:`warmup_checkpoint_path`."""
-        if self.path is not None:
+        if self.path is None:
+            return
+        rng = self.ranks.gather(rng_state())  # every rank's generators, for rank 0 to save
+        if self.ranks.main:
             payload = checkpoint_payload(
-                epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record
+                epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record, rng
             )
             save_checkpoint(self.path, payload)
             if self.ends_warmup(epoch):
                 save_checkpoint(warmup_checkpoint_path(self.path), payload)
+        self.ranks.any(False)  # (the others wait until the checkpoint is written)
 
 
 def start_seed(
-    config, data, seed, device, checkpoint_dir, resume, loss_factory
+    config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks: Ranks = ONE
 ) -> tuple[SeedRun, int]:
     """Builds a seed's model, loss and optimiser (restored from its checkpoint when
-    resuming); returns the run and the number of epochs already done."""
+    resuming); returns the run and the number of epochs already done. With several ranks:
+    data parallel mini-batch training (DistributedDataParallel over the seeds' views, a
+    :class:`~pyg_progcl.distributed.DistributedLoss`), each rank seeded ``seed + rank``."""
+    if ranks.distributed and config.batch_size is None:
+        raise ValueError("--distributed trains on mini-batches of seed nodes: set --batch-size")
     loader = None
     if config.batch_size is None:
         data = data.to(device)
     else:  # the graph stays where it is; sampled batches go to the device
-        fanout = config.num_neighbors or [10] * config.num_layers
-        loader = neighbor_loader(data, fanout, config.batch_size, shuffle=True)
+        loader = EpochLoader(data, config, seed, ranks)
     path = None if checkpoint_dir is None else checkpoint_path(Path(checkpoint_dir), seed)
 
-    seed_everything(seed)
+    seed_everything(seed + ranks.rank)
     model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
     loss_fn = (loss_factory or build_loss)(config).to(device)
+    objective, views = None, None
+    if ranks.distributed:
+        objective = DistributedLoss(loss_fn)
+        ids = [device.index] if device.type == "cuda" else None
+        views = DistributedDataParallel(SeedViews(model, data), device_ids=ids)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}
     start = 0
-    if resume and path is not None and path.exists():
-        start, record = restore_checkpoint(path, config, model, optimizer, loss_fn)
-    run = SeedRun(config, data, seed, device, model, loss_fn, optimizer, loader, path, record)
+    if resume and path is not None and ranks.any(path.exists()):
+        start, record = restore_checkpoint(path, config, model, optimizer, loss_fn, ranks)
+    run = SeedRun(
+        config, data, seed, device, model, loss_fn, optimizer, loader, path, record, ranks,
+        objective, views,
+    )  # fmt: skip
     return run, start

@@ -17,6 +17,7 @@ import torch
 from .checkpoint import TrainingInterruptedError
 from .datasets import DATASETS, canonical_name
 from .loop import train
+from .parallel import ONE, join, leave
 from .presets import METHODS, TrainConfig, get_preset
 
 _FIELD_HELP = {
@@ -127,6 +128,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="first seed")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 or auto")
     parser.add_argument(
+        "--distributed", action="store_true",
+        help="data parallel training on torch.distributed, one process per rank, started by "
+        "torchrun (or another launcher); needs --batch-size; cuda: one GPU per rank",
+    )  # fmt: skip
+    parser.add_argument(
         "--threads",
         type=int_at_least(1),
         help="torch CPU threads (default: 1 for the small synthetic graph, where OpenMP "
@@ -210,22 +216,27 @@ def run_cli(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     seeds = list(range(args.seed, args.seed + args.seeds))
+    ranks, device = join(args.device) if args.distributed else (ONE, args.device)
     try:
         result = train(
             config,
             seeds=seeds,
             root=args.root,
-            device=args.device,
+            device=device,
             checkpoint_dir=args.checkpoint,
             checkpoint_every=args.checkpoint_every,
             resume=args.resume,
             progress=not args.quiet,
             output=args.output,
+            ranks=ranks,
         )
     except TrainingInterruptedError as exc:
-        print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)
+        if ranks.main:
+            print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)
         return 128 + signal.SIGTERM
-    if not args.quiet:
+    finally:
+        leave()
+    if not args.quiet and ranks.main:
         accs = ", ".join(f"{a:.4f}" for a in result["accuracies"])
         print(
             f"{result['dataset']} / {result['method']}: accuracy "

@@ -25,14 +25,16 @@ Python::
 """
 
 from .augmentation import SubgraphAugmenter
-from .epoch import minibatch_epoch
+from .epoch import SeedViews, minibatch_epoch
 from .inference import embed_minibatch
-from .sampling import NeighborSubgraphLoader, neighbor_loader, pyg_can_sample
+from .sampling import NeighborSubgraphLoader, epoch_seeds, neighbor_loader, pyg_can_sample
 
 __all__ = [
     "NeighborSubgraphLoader",
+    "SeedViews",
     "SubgraphAugmenter",
     "embed_minibatch",
+    "epoch_seeds",
     "minibatch_epoch",
     "neighbor_loader",
     "pyg_can_sample",

@@ -21,24 +21,39 @@ def _graph_of(loader, data: Optional[Data]) -> Data:
     return data
 
 
-def _seed_views(model, augmenters, batch: Data, device) -> tuple[Tensor, Tensor]:
-    """Projected views ``(h1, h2)`` of the batch's seed nodes."""
-    batch = batch.to(device)
-    seeds = seed_count(batch)
-    n_id = batch.get("n_id")
-    views = []
-    for augment in augmenters:
-        x, edge_index, edge_weight = augment(batch.x, batch.edge_index, n_id)
-        z = model(x, edge_index, edge_weight)
-        views.append(model.project(z[:seeds]))
-    return views[0], views[1]
+class SeedViews(torch.nn.Module):
+    """The projected views ``(h1, h2)`` of a batch's seed nodes: both augmented views of
+    the batch's subgraph encoded, the seed rows projected. A module, so that
+    :class:`~torch.nn.parallel.DistributedDataParallel` can wrap one training step's
+    forward (:mod:`pyg_progcl.distributed`).
+
+    Args:
+        model: A :class:`~pyg_progcl.GRACEModel`.
+        graph: The full graph (adaptive augmenters fit on it).
+    """
+
+    def __init__(self, model: torch.nn.Module, graph: Data):
+        super().__init__()
+        self.model = model
+        self.augmenters = [SubgraphAugmenter(a, graph) for a in (model.augment1, model.augment2)]
+
+    def forward(self, batch: Data) -> tuple[Tensor, Tensor]:
+        """The projected views of ``batch``'s seed nodes (its first rows)."""
+        seeds = seed_count(batch)
+        n_id = batch.get("n_id")
+        views = []
+        for augment in self.augmenters:
+            x, edge_index, edge_weight = augment(batch.x, batch.edge_index, n_id)
+            z = self.model(x, edge_index, edge_weight)
+            views.append(self.model.project(z[:seeds]))
+        return views[0], views[1]
 
 
-def _train_step(model, loss_fn, augmenters, optimizer, device, batch: Data, fit: bool) -> float:
+def _train_step(views, loss_fn, optimizer, device, batch: Data, fit: bool) -> float:
     """One optimiser step on a batch's seed views (refitting ``loss_fn`` first if ``fit``);
     returns the loss."""
     optimizer.zero_grad()
-    h1, h2 = _seed_views(model, augmenters, batch, device)
+    h1, h2 = views(batch.to(device))
     if fit and callable(getattr(loss_fn, "fit", None)):
         loss_fn.fit(h1.detach(), h2.detach())
     loss = loss_fn(h1, h2)
@@ -56,6 +71,7 @@ def minibatch_epoch(
     device: str | torch.device | None = None,
     fit: bool = False,
     data: Optional[Data] = None,
+    views: Optional[torch.nn.Module] = None,
 ) -> float:
     r"""One epoch of contrastive training on sampled subgraphs.
 
@@ -80,6 +96,9 @@ def minibatch_epoch(
         device: Where batches go; default: the model's device.
         fit: Refit ``loss_fn``'s mixture at the start of this epoch (after warm-up).
         data: The full graph (default: ``loader.data``), for adaptive augmenters.
+        views: The module computing a batch's ``(h1, h2)`` (default:
+            :class:`SeedViews` of ``model``); e.g. a ``DistributedDataParallel`` wrapping
+            one, built once, for multi-process training.
 
     Returns:
         The epoch's mean loss over its seeds.
@@ -93,8 +112,7 @@ def minibatch_epoch(
     if device is None:
         device = next(model.parameters()).device
     model.train()
-    graph = _graph_of(loader, data)
-    augmenters = [SubgraphAugmenter(a, graph) for a in (model.augment1, model.augment2)]
+    views = views if views is not None else SeedViews(model, _graph_of(loader, data))
     min_seeds = max(2, (getattr(loss_fn, "num_negatives", None) or 0) + 1)
     total, seen = 0.0, 0
     for batch in loader:
@@ -102,7 +120,7 @@ def minibatch_epoch(
         if seeds < min_seeds:
             continue
         first = seen == 0  # ProGCL refits on the epoch's first batch
-        loss = _train_step(model, loss_fn, augmenters, optimizer, device, batch, fit and first)
+        loss = _train_step(views, loss_fn, optimizer, device, batch, fit and first)
         total += loss * seeds
         seen += seeds
     if seen == 0:

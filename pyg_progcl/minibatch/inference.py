@@ -8,7 +8,7 @@ and a ``BasicGNN`` model, whose last layer GRACE's encoders activate.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -91,42 +91,60 @@ def _layer_on_targets(conv, x: Tensor, graph: InEdges, targets: Tensor, local: T
     return h[: targets.numel()]
 
 
+Gather = Callable[[Tensor], Tensor]
+
+
+def node_part(num_nodes: int, part: tuple[int, int]) -> slice:
+    """The nodes of part ``p`` of ``P`` (``part = (p, P)``): contiguous, sizes within one."""
+    p, parts = part
+    return slice(num_nodes * p // parts, num_nodes * (p + 1) // parts)
+
+
 @torch.no_grad()
-def _layerwise(encoder, x: Tensor, edge_index: Tensor, batch_size: int, device) -> Tensor:
+def _layerwise(
+    encoder, x: Tensor, edge_index: Tensor, batch_size: int, device, part, gather
+) -> Tensor:
     """Exact encoder output, one layer at a time over target-node batches: a layer's
-    output at a node needs only its in-neighbours' inputs (and, for GCN, degrees)."""
+    output at a node needs only its in-neighbours' inputs (and, for GCN, degrees). Each
+    layer computes the ``part``'s nodes and ``gather`` assembles all of them."""
     n = x.size(0)
+    own = node_part(n, part)
     local = torch.full((n,), -1, dtype=torch.long)
     for conv, act in zip(encoder.layers, encoder.activations):
         out, graph = None, None
         if not isinstance(encoder, MLPEncoder):
             layer_edges, layer_weight = _layer_graph(conv, edge_index.cpu(), n, x.dtype)
             graph = InEdges(layer_edges, n, layer_weight)
-        for start in range(0, n, batch_size):
-            targets = torch.arange(start, min(start + batch_size, n))
+        for start in range(own.start, own.stop, batch_size):
+            targets = torch.arange(start, min(start + batch_size, own.stop))
             if graph is None:
                 h = act(conv(x[targets].to(device)))
             else:
                 h = act(_layer_on_targets(conv, x, graph, targets, local, device))
             if out is None:
-                out = x.new_empty(n, h.size(1))
-            out[start : start + targets.numel()] = h.to(out.device)
-        x = out
+                out = x.new_empty(own.stop - own.start, h.size(1))
+            out[start - own.start : start - own.start + targets.numel()] = h.to(out.device)
+        x = out if gather is None else gather(out)
     return x
 
 
-def _embed_sampled(model, data: Data, num_neighbors, batch_size: int, device) -> Tensor:
-    """Each batch's seed rows of ``model``'s output on the subgraph sampled around them."""
-    loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False)
+def _embed_sampled(
+    model, data: Data, num_neighbors, batch_size: int, device, part, gather
+) -> Tensor:
+    """Each batch's seed rows of ``model``'s output on the subgraph sampled around them,
+    for the ``part``'s nodes, assembled by ``gather``."""
+    own = node_part(data.num_nodes, part)
+    nodes = torch.arange(own.start, own.stop)
+    loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False, input_nodes=nodes)
     out = None
     for batch in loader:
         seeds = seed_count(batch)
         batch = batch.to(device)
         z = model(batch.x, batch.edge_index)[:seeds]
         if out is None:
-            out = data.x.new_empty(data.num_nodes, z.size(1))
-        out[batch.n_id[:seeds].to(out.device)] = z.to(out.device)
-    return out
+            out = data.x.new_empty(own.stop - own.start, z.size(1))
+        out[batch.n_id[:seeds].to(out.device) - own.start] = z.to(out.device)
+    return out if gather is None else gather(out)
 
 
 def _full_neighbourhoods(encoder) -> list[int]:
@@ -145,6 +163,8 @@ def embed_minibatch(
     num_neighbors: Optional[Sequence[int]] = None,
     *,
     device: str | torch.device | None = None,
+    part: tuple[int, int] = (0, 1),
+    gather: Optional[Gather] = None,
 ) -> Tensor:
     r"""Encoder embeddings ``f(G)`` of every node, computed in batches of nodes.
 
@@ -166,6 +186,10 @@ def embed_minibatch(
         num_neighbors: Sampled neighbours per hop; ``None``: exact inference.
         device: Where batches are encoded (default: the model's device); the result is on
             ``data.x``'s device.
+        part: ``(p, P)``: compute only part ``p`` of ``P`` of the nodes
+            (:func:`~pyg_progcl.minibatch.inference.node_part`), the work of one of ``P`` processes.
+        gather: With several parts: assembles every part's rows (in part order) from this
+            part's (an all-gather over the processes); called once per layer.
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings.
@@ -180,10 +204,12 @@ def embed_minibatch(
         if not isinstance(data.get("x"), Tensor):
             raise ValueError("`data` needs node features `x` to embed")
         check_input_width(data.x, encoder)
+        if part[1] > 1 and gather is None:
+            raise ValueError("computing one `part` of the nodes needs `gather` to assemble them")
         if num_neighbors is None and _layerwise_supported(encoder):
-            return _layerwise(encoder, data.x, data.edge_index, batch_size, device)
+            return _layerwise(encoder, data.x, data.edge_index, batch_size, device, part, gather)
         if num_neighbors is None:
             num_neighbors = _full_neighbourhoods(encoder)
-        return _embed_sampled(model, data, num_neighbors, batch_size, device)
+        return _embed_sampled(model, data, num_neighbors, batch_size, device, part, gather)
     finally:
         model.train(was_training)

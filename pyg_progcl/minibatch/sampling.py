@@ -232,6 +232,37 @@ def neighbor_loader(
     return NeighborSubgraphLoader(data, num_neighbors, batch_size, input_nodes, shuffle, drop_last)
 
 
+def epoch_seeds(
+    num_nodes: int,
+    batch_size: int,
+    epoch: int,
+    seed: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Tensor:
+    """This rank's seed nodes of one epoch, in batch order: a permutation drawn from
+    ``(seed, epoch)`` alone (the same on every rank), cut into global batches of
+    ``world_size · batch_size`` seeds, of which rank ``r`` takes the ``r``-th slice.
+
+    Every rank thus gets as many batches, of equal sizes, and no seed twice. The last
+    global batch, if smaller, is split evenly too; the fewer than ``world_size`` seeds it
+    cannot split are left out of that epoch. With one rank this is a plain shuffle.
+    Load the result with ``neighbor_loader(data, ..., batch_size, shuffle=False,
+    input_nodes=...)``.
+    """
+    num_nodes, batch_size = check_int("num_nodes", num_nodes), check_int("batch_size", batch_size)
+    rank, world_size = check_int("rank", rank, 0), check_int("world_size", world_size)
+    if rank >= world_size:
+        raise ValueError(f"`rank` must be < `world_size` (got {rank} and {world_size})")
+    generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+    perm = torch.randperm(num_nodes, generator=generator)
+    step = world_size * batch_size
+    full = num_nodes // step * step
+    tail = (num_nodes - full) // world_size  # the last, smaller batch's share per rank
+    own = perm[:full].view(-1, world_size, batch_size)[:, rank].reshape(-1)
+    return torch.cat([own, perm[full + rank * tail : full + (rank + 1) * tail]])
+
+
 def seed_count(batch: Data) -> int:
     """The number of seed nodes of a batch (its first rows): ``batch_size``, else all."""
     size = batch.get("batch_size")

@@ -129,7 +129,7 @@ def contrastive_losses(
         anchors: A range of rows: the anchors whose losses are returned.
         reduce: For ``anchors`` a part of the rows on the one-pass path: sums a tensor
             over the processes that hold the other parts (an all-reduce,
-            ``pyg_progcl.distributed``).
+            :mod:`pyg_progcl.distributed`).
     """
     u, v = normalize_views(h1, h2)
     n = u.size(0)

@@ -86,7 +86,7 @@ def one_pass_losses(
     ``pool`` supplies the CPU block matrices and takes them back after backward. With
     ``anchors`` a part of the rows, the pass yields the column sums of those rows only:
     ``reduce`` must sum them with the other parts' (an all-reduce over the processes that
-    hold the other rows, ``pyg_progcl.distributed``), and it sums the column sums'
+    hold the other rows, :mod:`pyg_progcl.distributed`), and it sums the column sums'
     gradients in backward.
 
     Returns:

@@ -1,0 +1,45 @@
+"""ProGCL's Beta mixture fitted on every rank's sample at once."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from ..mixture import BetaMixture
+from .comm import Group, all_ok, all_reduce_sum, world
+
+
+@torch.no_grad()
+def fit_mixture(
+    mixture: BetaMixture, samples: Tensor, max_iter: int | None = None, group: Group = None
+) -> BetaMixture:
+    """EM on this rank's ``samples`` (values in ``[0, 1]``) with the sufficient statistics
+    summed over the ranks (one small all-reduce per iteration).
+
+    Every rank ends with the same parameters, those of ``mixture.fit`` on the
+    concatenation of all ranks' samples (up to the order of floating-point sums), and
+    stops at the same iteration: the convergence test reads the summed log-likelihood.
+    The ranks' mixtures must start alike (they do when every rank built and fitted its
+    loss alike). Invalid samples on any rank raise the same ``ValueError`` on every rank.
+
+    Args:
+        mixture: The :class:`~pyg_progcl.BetaMixture` to fit (warm-started).
+        samples: This rank's 1-D sample (ranks may hold different numbers of values).
+        max_iter: Iteration budget (default: the mixture's own).
+        group: The process group (default: the default group).
+
+    Returns:
+        ``mixture``.
+    """
+    world(group)
+    valid = isinstance(samples, Tensor) and samples.dim() == 1 and samples.numel() >= 2
+    valid = valid and bool(((samples >= 0) & (samples <= 1)).all())
+    device = samples.device if isinstance(samples, Tensor) else "cpu"
+    if not all_ok(valid, device, group):
+        raise ValueError(
+            "`samples` must be a 1-D tensor of at least 2 values in [0, 1] on every rank (map cosines "
+            "by (cos + 1) / 2)"
+        )
+    return mixture.fit(samples, max_iter, reduce=functools.partial(all_reduce_sum, group=group))

@@ -1,0 +1,205 @@
+"""What each of the 2 gloo processes of ``test_distributed.py`` runs (spawned once per
+module): every scenario in turn, results saved to ``<out>/rank<r>.pt`` for the tests."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import traceback
+
+import torch
+import torch.distributed as dist
+from helpers import fitted_mixture, sample_mixture, views
+from torch.nn.parallel import DistributedDataParallel
+
+from pyg_progcl.distributed import DistributedLoss, fit_mixture
+
+#: (name, loss factory) of the equivalence cases; factories take no arguments.
+LOSSES = {
+    "infonce": lambda: _losses().InfoNCELoss(0.4),
+    "infonce-blocks": lambda: _losses().InfoNCELoss(0.4, block_size=5),
+    "infonce-small-tau": lambda: _losses().InfoNCELoss(0.01, block_size=5),
+    "dcl": lambda: _losses().DebiasedInfoNCELoss(0.4, 0.1),
+    "hcl": lambda: _losses().HardInfoNCELoss(0.4, 0.1, 1.0, block_size=7),
+    "hcl-all-sampled": lambda: _losses().HardInfoNCELoss(0.4, 0.1, 1.0, num_negatives=23),
+    "progcl-weight": lambda: _losses().ProGCLLoss(0.4, mixture=fitted_mixture()),
+    "progcl-weight-blocks": lambda: _losses().ProGCLLoss(
+        0.4, mixture=fitted_mixture(), block_size=5
+    ),
+    "progcl-mix": lambda: _losses().ProGCLLoss(
+        0.4, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=5
+    ),
+    "infonce-sum": lambda: _losses().InfoNCELoss(0.4, reduction="sum"),
+}
+#: The global batch of the equivalence cases: 2 ranks x 12 rows.
+ROWS = 12
+
+
+def _losses():
+    import pyg_progcl.losses as losses
+
+    return losses
+
+
+def loss_cases(rank: int, world: int) -> dict:
+    """Each loss over this rank's rows of fixed float64 views: value and local gradients."""
+    h1, h2 = views(n=ROWS * world, grad=False)
+    rows = slice(rank * ROWS, (rank + 1) * ROWS)
+    out = {}
+    for name, make in LOSSES.items():
+        a, b = h1[rows].clone().requires_grad_(), h2[rows].clone().requires_grad_()
+        value = DistributedLoss(make())(a, b)
+        out[name] = (value.detach(), *torch.autograd.grad(value, (a, b)))
+    return out
+
+
+def mixture_case(rank: int, world: int) -> dict:
+    """A distributed fit of samples that differ by rank (and in size)."""
+    x = sample_mixture(20_000 + 3_000 * rank, [(2, 8), (9, 3)], [0.8, 0.2], seed=rank)
+    m = fit_mixture(_mixture(), x)
+    return {"sample": x, "params": torch.cat([m.alpha, m.beta, m.weight]), "iters": m.n_iter_}
+
+
+def _mixture():
+    from pyg_progcl.mixture import BetaMixture
+
+    return BetaMixture().double()
+
+
+def refit_case(rank: int, world: int) -> dict:
+    """Two online refits of a ProGCL loss through DistributedLoss (each rank's own draws)."""
+    torch.manual_seed(10 + rank)
+    h1, h2 = views(n=40 * world, grad=False)
+    rows = slice(rank * 40, (rank + 1) * 40)
+    loss = DistributedLoss(_losses().ProGCLLoss(0.4, num_samples=3_000))
+    loss.fit(h1[rows], h2[rows]).fit(h1[rows], h2[rows])
+    m = loss.mixture
+    return {"params": torch.cat([m.alpha, m.beta, m.weight]), "fits": int(m.num_fits)}
+
+
+def complete_graph(n: int = 16, features: int = 6):
+    """A complete graph (every subgraph around any seeds holds every node and edge)."""
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(3)
+    src, dst = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    keep = src != dst
+    x = torch.randn(n, features, generator=g, dtype=torch.float64)
+    return Data(x=x, edge_index=torch.stack([src[keep], dst[keep]]), y=torch.arange(n) % 2)
+
+
+def train_steps(rank: int, world: int, mixtures=None) -> dict:
+    """Two epochs of mini-batch training (2 steps each, a refit at epoch 2), without
+    augmentation, from the same initial model on every rank; with ``mixtures`` (the
+    mixtures the distributed run fitted) one process replays it over the global batches."""
+    from torch_geometric.nn import GraphSAGE
+
+    from pyg_progcl import GRACEModel, ProGCLLoss
+    from pyg_progcl.minibatch import SeedViews, epoch_seeds, minibatch_epoch, neighbor_loader
+
+    data = complete_graph()
+    torch.manual_seed(0)
+    model = GRACEModel(GraphSAGE(data.num_features, 8, num_layers=2), 8, 8).double()
+    loss = ProGCLLoss(0.5, num_samples=500)
+    if mixtures is not None:  # replay: the fits the ranks made together
+        fitted = iter(mixtures)
+        loss.refit = lambda *a, **k: loss.mixture.load_state_dict(next(fitted))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    distributed = mixtures is None
+    objective = DistributedLoss(loss) if distributed else loss
+    step_views = DistributedDataParallel(SeedViews(model, data)) if distributed else None
+    batch, seen = (4, []) if distributed else (4 * world, [])
+    for epoch in (1, 2):
+        seeds = epoch_seeds(16, batch, epoch, 7, *((rank, world) if distributed else (0, 1)))
+        loader = neighbor_loader(data, [-1, -1], batch, shuffle=False, input_nodes=seeds)
+        minibatch_epoch(
+            model, objective, loader, optimizer, fit=epoch == 2, data=data, views=step_views
+        )
+        if epoch == 2:
+            seen.append({k: v.clone() for k, v in loss.mixture.state_dict().items()})
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return {"params": params, "mixtures": seen}
+
+
+def error_cases(rank: int, world: int) -> dict:
+    """Bad setups: unequal local batches; a frozen schedule; no process group needed."""
+    out = {}
+    h1, h2 = views(n=10 + rank, grad=False)
+    for name, call in {
+        "unequal": lambda: DistributedLoss(_losses().InfoNCELoss())(h1, h2),
+        "frozen": lambda: DistributedLoss(_losses().ProGCLLoss(schedule="frozen")),
+        "unequal-fit": lambda: DistributedLoss(_losses().ProGCLLoss()).fit(h1, h2),
+        "bad-samples": lambda: fit_mixture(_mixture(), torch.rand(50) + rank),
+    }.items():
+        try:
+            call()
+            out[name] = None
+        except ValueError as exc:
+            out[name] = str(exc)
+    return out
+
+
+def interrupted_training(rank: int, world: int, folder: str) -> dict:
+    """The trainer on 2 ranks: uninterrupted, then a SIGTERM on rank 1 at epoch 3 and a
+    resume, from the same seed."""
+    from pyg_progcl.experiments import TrainingInterruptedError, get_preset, train_seed
+    from pyg_progcl.experiments.datasets import synthetic_graph
+    from pyg_progcl.experiments.parallel import Ranks
+
+    ranks = Ranks(rank, world, distributed=True)
+    data = synthetic_graph(num_nodes=160)
+    config = get_preset(
+        "synthetic", "progcl-weight", epochs=5, warmup_epochs=2, batch_size=40,
+        probe_epochs=30, num_samples=1000, eval_every=0,
+    )  # fmt: skip
+    kwargs = dict(progress=False, ranks=ranks, checkpoint_every=100)
+    _, _, whole = train_seed(config, data, 0, checkpoint_dir=f"{folder}/whole", **kwargs)
+
+    def sigterm_at_3(epoch, info):
+        if epoch == 3 and rank == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    stopped = None
+    try:
+        train_seed(config, data, 0, checkpoint_dir=f"{folder}/cut", callback=sigterm_at_3, **kwargs)
+    except TrainingInterruptedError as exc:
+        stopped = exc.epoch
+    _, _, resumed = train_seed(
+        config, data, 0, checkpoint_dir=f"{folder}/cut", resume=True, **kwargs
+    )
+    keys = ("accuracy", "losses", "history")
+    return {"whole": {k: whole[k] for k in keys}, "resumed": {k: resumed[k] for k in keys},
+            "stopped": stopped}  # fmt: skip
+
+
+def main(rank: int, world: int, init_file: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )  # fmt: skip
+    results = {}
+    try:
+        for name, case in {
+            "losses": loss_cases, "mixture": mixture_case, "refit": refit_case,
+            "train": train_steps, "errors": error_cases,
+        }.items():  # fmt: skip
+            results[name] = case(rank, world)
+        results["interrupted"] = interrupted_training(rank, world, out)
+    except Exception:
+        results["failure"] = traceback.format_exc()
+    finally:
+        torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+        dist.destroy_process_group()
+
+
+def raise_on_rank_one(rank: int, world: int, init_file: str) -> None:
+    """Rank 1 fails before its first collective; rank 0 waits in one."""
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )  # fmt: skip
+    if rank == 1:
+        raise RuntimeError("rank 1 failed")
+    dist.all_reduce(torch.zeros(1))

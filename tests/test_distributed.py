@@ -1,0 +1,140 @@
+"""torch.distributed: 2 gloo processes spawned once for this module (``dist_worker.py``)
+against one process; and the torchrun command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from dist_worker import LOSSES, ROWS, train_steps
+from helpers import REPO, views
+
+from pyg_progcl.mixture import BetaMixture
+
+WORLD = 2
+TIMEOUT = 120  # the workers' own collectives time out after 60 s
+
+
+def spawn(fn, args, nprocs=WORLD, timeout=TIMEOUT):
+    """Runs ``fn(rank, *args)`` in ``nprocs`` spawned processes; raises what they raise,
+    or ``TimeoutError`` (after killing them) if they do not end in time."""
+    context = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=max(0.0, deadline - time.monotonic())):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            raise TimeoutError(f"the processes did not end within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Every scenario's results, by rank."""
+    from dist_worker import main
+
+    out = tmp_path_factory.mktemp("dist")
+    spawn(main, (WORLD, str(out / "init"), str(out)))
+    results = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    for r, result in enumerate(results):
+        assert "failure" not in result, f"rank {r}:\n{result.get('failure')}"
+    return results
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_split_views_give_the_single_process_loss_and_gradients(ranks, name):
+    # Mean over ranks = the loss of the global batch; the gradient reaching a rank's
+    # rows = W x the single-process gradient there (DDP then averages).
+    h1, h2 = views(n=ROWS * WORLD)
+    expected = LOSSES[name]()(h1, h2)
+    g1, g2 = torch.autograd.grad(expected, (h1, h2))
+    values = torch.stack([r["losses"][name][0] for r in ranks])
+    torch.testing.assert_close(values.mean(), expected.detach(), rtol=1e-10, atol=1e-12)
+    for got, single in ((1, g1), (2, g2)):
+        local = torch.cat([r["losses"][name][got] for r in ranks])
+        torch.testing.assert_close(local, WORLD * single, rtol=1e-10, atol=1e-10)
+
+
+def test_distributed_fit_equals_the_fit_of_the_union(ranks):
+    samples = torch.cat([r["mixture"]["sample"] for r in ranks])
+    single = BetaMixture().double().fit(samples)
+    assert torch.equal(ranks[0]["mixture"]["params"], ranks[1]["mixture"]["params"])
+    assert ranks[0]["mixture"]["iters"] == ranks[1]["mixture"]["iters"] == single.n_iter_
+    expected = torch.cat([single.alpha, single.beta, single.weight])
+    torch.testing.assert_close(ranks[0]["mixture"]["params"], expected, rtol=1e-10, atol=0)
+
+
+def test_refits_leave_every_rank_with_the_same_mixture(ranks):
+    assert torch.equal(ranks[0]["refit"]["params"], ranks[1]["refit"]["params"])
+    assert ranks[0]["refit"]["fits"] == 2
+
+
+def test_training_steps_equal_one_process_over_the_global_batches(ranks):
+    assert torch.equal(ranks[0]["train"]["params"], ranks[1]["train"]["params"])
+    replay = train_steps(0, WORLD, mixtures=ranks[0]["train"]["mixtures"])
+    moved = ranks[0]["train"]["params"] - replay["params"]
+    assert float(moved.abs().max()) < 1e-9
+
+
+def test_bad_setups_fail_alike_on_every_rank(ranks):
+    for r in ranks:
+        errors = r["errors"]
+        assert "as many rows on every rank" in errors["unequal"]
+        assert "as many rows on every rank" in errors["unequal-fit"]
+        assert "schedule='frozen'" in errors["frozen"]
+        assert "on every rank" in errors["bad-samples"]  # rank 1's values are > 1
+
+
+def test_a_sigterm_on_one_rank_stops_all_and_resume_equals_uninterrupted(ranks):
+    for r in ranks:
+        interrupted = r["interrupted"]
+        assert interrupted["stopped"] == 3
+        assert interrupted["resumed"] == interrupted["whole"]
+    assert ranks[0]["interrupted"]["whole"] == ranks[1]["interrupted"]["whole"]
+
+
+def test_a_failing_rank_ends_both_processes(tmp_path):
+    from dist_worker import raise_on_rank_one
+
+    tic = time.monotonic()
+    with pytest.raises(mp.ProcessRaisedException, match="rank 1 failed"):
+        spawn(raise_on_rank_one, (WORLD, str(tmp_path / "init")), timeout=90)
+    assert time.monotonic() - tic < 60
+
+
+def _torchrun(tmp_path, nproc, *args):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc-per-node={nproc}", "-m", "pyg_progcl", "train", "--distributed", *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+TINY = ["--epochs", "3", "--warmup-epochs", "1", "--batch-size", "100", "--probe-epochs", "50"]
+
+
+@pytest.mark.slow
+def test_torchrun_trains_and_only_rank_zero_writes(tmp_path):
+    run = _torchrun(tmp_path, 2, *TINY, "--output", "out.json", "--checkpoint", "ckpt")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "out.json"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["seed0.pt", "seed0_warmup.pt"]
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["world_size"] == 2 and result["config"]["batch_size"] == 100
+    assert run.stdout.count("accuracy") == 1  # the summary line, from rank 0 only
+
+
+@pytest.mark.slow
+def test_one_rank_equals_the_plain_mini_batch_run(tmp_path):
+    run = _torchrun(tmp_path, 1, *TINY, "--output", "one.json", "--quiet")
+    assert run.returncode == 0, run.stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    plain = [sys.executable, "-m", "pyg_progcl", "train", *TINY, "--output", "plain.json", "-q"]
+    subprocess.run(plain, cwd=tmp_path, env=env, check=True, timeout=300)
+    one, ref = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "plain.json"))
+    assert one["final_loss"] == ref["final_loss"] and one["accuracies"] == ref["accuracies"]
+    assert one["history"] == ref["history"]
