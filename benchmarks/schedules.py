@@ -18,6 +18,10 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
 * ``frozen-clean``: ``frozen`` whose fit is redone (cold) right after its epoch on the
   projected embeddings of the un-augmented graph: the frozen weights without one
   epoch's augmentation noise (a probe of why ``frozen`` loses on CiteSeer);
+* ``guarded``: ``online`` that rejects a degenerate refit and keeps the last healthy fit
+  (``ProGCLLoss(schedule='guarded')``);
+* ``floor-0.5``: ``online`` with ``posterior_floor=0.5``: no negative loses more than half
+  its hardness, however sure the mixture is that it is a false negative;
 * ``grace``: the baseline, the dataset's GRACE preset (on Cora / CiteSeer ProGCL runs on
   the same uniform augmentation; on Amazon / Coauthor it runs on GCA's adaptive one).
 
@@ -53,6 +57,7 @@ LABELS = {
     "beta-guard": "reference β guard",
     **SCHEDULE_LABELS,
     "frozen-clean": "frozen weights of the un-augmented graph",
+    "floor-0.5": None,  # (compare.py labels it from the config's posterior_floor)
     "grace": None,
 }
 
@@ -93,8 +98,10 @@ def run(variant: str, args: argparse.Namespace) -> Path:
     overrides = {"epochs": args.epochs}
     if method != "grace" and args.warmup_epochs is not None:
         overrides["warmup_epochs"] = args.warmup_epochs
-    if variant in ("fit-once", "frozen", "frozen-clean"):
+    if variant in ("fit-once", "frozen", "frozen-clean", "guarded"):
         overrides["schedule"] = variant.removesuffix("-clean")
+    if variant == "floor-0.5":
+        overrides["posterior_floor"] = 0.5
     config = get_preset(args.dataset, method, **overrides)
     data = load_dataset(config.dataset, args.root)
     callback = clean_refit(config, data) if variant == "frozen-clean" else None

@@ -138,3 +138,21 @@ def test_one_rank_equals_the_plain_mini_batch_run(tmp_path):
     one, ref = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "plain.json"))
     assert one["final_loss"] == ref["final_loss"] and one["accuracies"] == ref["accuracies"]
     assert one["history"] == ref["history"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--schedule", "frozen", "--batch-size", "100"], "schedule='frozen'"),
+        ([], "set --batch-size"),
+    ],
+)
+def test_a_bad_setup_ends_every_rank_with_one_error_line(tmp_path, args, message):
+    tic = time.monotonic()
+    run = _torchrun(tmp_path, 2, "--method", "progcl-weight", "--epochs", "2", *args)
+    assert time.monotonic() - tic < 60
+    assert run.returncode != 0
+    errors = [line for line in run.stderr.splitlines() if "error:" in line and message in line]
+    assert len(errors) == 2, run.stderr[-3000:]  # one line from each rank
+    assert not list(tmp_path.iterdir())
