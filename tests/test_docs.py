@@ -154,3 +154,14 @@ def test_a_broken_reference_fails_the_build(tmp_path, capsys, body, target):
     status, warnings = sphinx_build(tiny_project(tmp_path, body), tmp_path / "out", capsys)
     assert status != 0, f"the build passed despite a reference to {target}"
     assert "reference target not found" in warnings and target in warnings, warnings
+
+
+def test_the_readme_is_a_user_guide_that_opens_with_the_two_commands():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; details belong in docs/"
+    assert lines[2:6] == [
+        "```bash",
+        "./scripts/setup.sh && .venv/bin/python -m pyg_progcl",
+        "./scripts/setup.sh --dev && .venv/bin/python -m pytest",
+        "```",
+    ]

@@ -52,19 +52,25 @@ class DistributedLoss(torch.nn.Module):
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
         """The loss of this rank's anchors against the global batch (see the class)."""
-        rank, size = world(self.group)
-        check_views(h1, h2)
-        same_rows(h1, "h1", self.group)
-        u, v = (all_gather_with_grad(h, self.group) for h in (h1, h2))
+        u, v, anchors = self._global_batch(h1, h2)
         self.loss.check_inputs(u, v)
-        b = h1.size(0)
         losses = contrastive_losses(
             u, v, self.loss.tau, self.loss.negative_term(), self.loss.block_size,
-            self.loss.num_negatives, self.loss.pool, anchors=slice(rank * b, (rank + 1) * b),
+            self.loss.num_negatives, self.loss.pool, anchors=anchors,
             reduce=functools.partial(all_reduce_sum, group=self.group),
         )  # fmt: skip
         out = self.loss.reduce(losses)
-        return out * size if self.loss.reduction == "sum" else out
+        return out * world(self.group)[1] if self.loss.reduction == "sum" else out
+
+    def _global_batch(self, h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor, slice]:
+        """Every rank's views gathered (gradients flowing back to their owners) and this
+        rank's rows of them; the same error on every rank for unequal local batches."""
+        rank = world(self.group)[0]
+        check_views(h1, h2)
+        same_rows(h1, "h1", self.group)
+        u, v = (all_gather_with_grad(h, self.group) for h in (h1, h2))
+        b = h1.size(0)
+        return u, v, slice(rank * b, (rank + 1) * b)
 
     @property
     def mixture(self):
@@ -90,13 +96,9 @@ class DistributedLoss(torch.nn.Module):
         over the ranks (:func:`fit_mixture`); drawn from ``generator`` (default: torch's
         global one, which should differ between ranks: seed each rank with its own seed)."""
         loss = self._progcl()
-        rank, size = world(self.group)
-        check_views(h1, h2)
-        same_rows(h1, "h1", self.group)
-        u, v = (all_gather_with_grad(h.detach(), self.group) for h in (h1, h2))
-        b = h1.size(0)
-        num = math.ceil(loss.num_samples / size)
-        theta = sample_negative_similarities(u, v, num, generator, slice(rank * b, (rank + 1) * b))
+        u, v, anchors = self._global_batch(h1.detach(), h2.detach())
+        num = math.ceil(loss.num_samples / world(self.group)[1])
+        theta = sample_negative_similarities(u, v, num, generator, anchors)
         fit_mixture(loss.mixture, (theta + 1) / 2, loss.fit_iters, self.group)
         return self
 

@@ -179,7 +179,6 @@ def checkpoint_payload(
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "loss": loss_fn.state_dict(),
-        "rng": rng[0],
         "rng_ranks": rng,
         "record": record,
     }
@@ -194,7 +193,7 @@ def restore_checkpoint(
     noted in ``record["branched"]``."""
     payload = load_checkpoint(path, config)
     rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
-    states = payload.get("rng_ranks", [payload["rng"]])
+    states = payload.get("rng_ranks") or [payload["rng"]]  # (one "rng" before 4015645)
     if len(states) != world_size:
         raise ValueError(
             f"{path} was written by {len(states)} process(es); resume it with as many "

@@ -46,6 +46,11 @@ class Ranks:
         dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_cpu_group())
         return bool(value)
 
+    def wait(self) -> None:
+        """Returns when every rank has called it (a barrier)."""
+        if self.distributed:
+            dist.barrier(group=_cpu_group())
+
     def mean(self, value: float) -> float:
         """The mean of ``value`` over the ranks (every rank gets the same answer)."""
         if not self.distributed:

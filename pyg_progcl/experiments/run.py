@@ -59,9 +59,7 @@ def probe(model, data, config, seed, ranks: Ranks = ONE) -> dict[str, Any]:
             gather = ranks.row_gather(data.num_nodes)
             z = embed_minibatch(model, data, config.batch_size, part=ranks.part(), gather=gather)
     model.train(was_training)
-    if not ranks.main:
-        return ranks.from_main(None)
-    return ranks.from_main(_probe(z, data, config, seed))
+    return ranks.from_main(_probe(z, data, config, seed) if ranks.main else None)
 
 
 def _probe(z, data, config, seed) -> dict[str, Any]:
@@ -209,7 +207,7 @@ class SeedRun:
             save_checkpoint(self.path, payload)
             if self.ends_warmup(epoch):
                 save_checkpoint(warmup_checkpoint_path(self.path), payload)
-        self.ranks.any(False)  # (the others wait until the checkpoint is written)
+        self.ranks.wait()  # the others, until the checkpoint is written
 
 
 def start_seed(

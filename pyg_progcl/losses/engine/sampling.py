@@ -53,9 +53,8 @@ def sample_negative_similarities(
     if n < SAMPLE_COLUMNS or rows > hi - lo:
         i, k = sample_negative_pairs(n, num_samples, u.device, generator, slice(lo, hi))
         return (u[i] * v[k]).sum(1).clamp_(-1.0, 1.0)
-    picked = torch.randperm(hi - lo, generator=generator)[:rows] + lo
+    picked = (torch.randperm(hi - lo, generator=generator)[:rows] + lo).to(u.device)
     nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(u.device)
-    picked = picked.to(u.device)
     theta = u[picked] @ v[nodes].T
     negative = picked.unsqueeze(1) != nodes.unsqueeze(0)
     return theta[negative][:num_samples].clamp_(-1.0, 1.0)
