@@ -595,6 +595,74 @@ def test_losses_without_exp_sums_use_per_direction_row_blocks(monkeypatch):
     assert len(calls) == 6
 
 
+def test_progcl_mix_takes_the_one_pass_path_as_one_block(monkeypatch):
+    # GRACE's sums on the one-pass engine plus the mixed term read from the whole matrix:
+    # all anchors in one block up to WHOLE_MATRIX_MAX_NODES, per direction above it, with
+    # a block size below N, for a part of the anchors, and with the reference code's
+    # shared weights.
+    import pyg_progcl.losses.engine.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "DENSE_MAX_NODES", 30)
+    monkeypatch.setattr(dispatch, "WHOLE_MATRIX_MAX_NODES", 50)
+    monkeypatch.setattr(dispatch, "BLOCK_ELEMENTS", 60 * 20)
+    term = ProGCLLoss(0.4, "mix", mixture=fitted_mixture()).negative_term()
+    assert choose_path(40, 0.4, term) == Path("one-pass")
+    assert choose_path(40, 0.4, InfoNCELoss().negative_term()) == Path("one-pass", 30)
+    assert choose_path(60, 0.4, term) == Path("row-blocks", 20)
+    assert choose_path(40, 0.4, term, 20) == Path("row-blocks", 20)
+    assert choose_path(40, 0.4, term, num_anchors=20) == Path("row-blocks", 20)
+    assert choose_path(40, 0.01, term) == Path("row-blocks", 30)  # exponentials underflow
+    shared = ProGCLLoss.reference_code(0.4, "mix", mixture=fitted_mixture())
+    shared.schedule.frozen_u = torch.zeros(40, 2)  # (fitted: the weighted term)
+    assert choose_path(40, 0.4, shared.negative_term()) == Path("row-blocks", 30)
+    assert choose_path(30, 0.4, shared.negative_term()) == Path("dense")
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 23])
+@pytest.mark.parametrize("k", [1, 6, 22])
+def test_progcl_mix_one_pass_in_row_chunks_matches_reference(monkeypatch, chunk_rows, k):
+    # The one-pass mixed term works in row chunks of the matrix and of its transpose; any
+    # chunking gives the reference's values and gradients with π drawn as randperm(k) for
+    # the u anchors, then for the v anchors.
+    import pyg_progcl.losses.mixing as mixing
+
+    h1, h2 = views()
+    n = h1.size(0)
+    monkeypatch.setattr(mixing, "MIX_CHUNK_ELEMENTS", chunk_rows * n)
+    torch.manual_seed(5)
+    perms = tuple(torch.randperm(k).expand(n, k) for _ in range(2))
+    loss = ProGCLLoss(0.4, "mix", num_mix=k, mixture=fitted_mixture())
+    torch.manual_seed(5)
+    assert_matches(
+        loss, lambda a, b: ref.progcl_mix(a, b, 0.4, params(loss.mixture), k, perms), h1, h2
+    )
+
+
+def test_progcl_mix_one_pass_rows_of_underflowed_b_are_uniform(monkeypatch):
+    # An anchor whose b all underflowed mixes its first k negatives with b = 1 (GRACE's
+    # row), on the one-pass path as on the per-direction path.
+    h1, h2 = views(n=12)
+    hardness = HardnessWeights.of_logits
+
+    def underflow_first_rows(self, logits, out=None):
+        b = hardness(self, logits, out)
+        b[:3] = 1e-320 if b.dtype == torch.float64 else 0.0
+        return b
+
+    monkeypatch.setattr(HardnessWeights, "of_logits", underflow_first_rows)
+    results = []
+    for block_size in (None, 12):  # one pass / per direction, dense (one π per direction)
+        loss = ProGCLLoss(0.4, "mix", num_mix=4, mixture=fitted_mixture(), block_size=block_size)
+        term = loss.negative_term()
+        term = term if block_size is None else NegativeTerm(term.log_negatives)
+        torch.manual_seed(0)
+        out = contrastive_losses(h1, h2, 0.4, term, block_size).mean()
+        results.append((out, *torch.autograd.grad(out, (h1, h2))))
+    for a, b in zip(*results):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_block_size_of_all_nodes_is_the_dense_path(monkeypatch):
     import pyg_progcl.losses.engine.per_direction as per_direction
 

@@ -29,8 +29,8 @@ class ContrastiveLoss(torch.nn.Module):
     Args:
         tau: Temperature :math:`\tau > 0`.
         block_size: Anchors per row block (exact, ``O(B·N)`` memory). ``None`` computes all
-            anchors at once up to 4096 nodes and in blocks of ``2^23 / N`` anchors above;
-            ``block_size >= N`` forces one block.
+            anchors at once up to 4096 nodes (ProGCL-mix: 8192) and in blocks of
+            ``2^23 / N`` anchors above; ``block_size >= N`` forces one block.
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)
             instead of all ``2(N-1)``; ``None`` uses all of them.
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'``: the ``[2, N]``

@@ -7,11 +7,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .engine import NegativeBlock
+from .engine import NegativeBlock, row_chunks
 from .weights import HardnessWeights
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
+#: Elements per row chunk of :class:`MixedSums` on the CPU (2 MiB of float32).
+MIX_CHUNK_ELEMENTS = 1 << 19
 
 
 class MixedNegatives:
@@ -48,10 +50,8 @@ class MixedNegatives:
                 idx, b_top, perm = selection  # int32: Amazon-Photo keeps 2 × 7650 × 1000 × 4 B
                 self.selections[key] = idx.int(), b_top, perm
         idx, b_top, perm = selection
-        theta = (block.inter.gather(1, idx.long()) * block.tau + 1.0).clamp(min=-1.0)
-        b_pair, theta_pair = b_top.index_select(1, perm), theta.index_select(1, perm)
-        mixed = (b_top * theta + b_pair * theta_pair) / (b_top + b_pair + self.mix_eps)
-        return torch.logsumexp((mixed - 1.0) / block.tau, dim=1)
+        theta = block.inter.gather(1, idx.long()) * block.tau + 1.0
+        return log_mixed_sum(theta, b_top, perm, block.tau, self.mix_eps)
 
     @torch.no_grad()
     def select(self, block: NegativeBlock) -> tuple[Tensor, Tensor, Tensor]:
@@ -69,6 +69,93 @@ class MixedNegatives:
         return idx, torch.exp(log_b.gather(1, idx)), torch.randperm(k, device=idx.device)
 
 
+def log_mixed_sum(theta: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float) -> Tensor:
+    """``log Σ_a e^{(θ_mix(a) - 1)/τ}`` per row of the selected negatives' cosines ``theta``
+    and hardness ``b`` (``[B, K]``), paired by ``perm``; cosines below -1 (rounding) count
+    as -1."""
+    theta = theta.clamp(min=-1.0)
+    b_pair, theta_pair = b.index_select(1, perm), theta.index_select(1, perm)
+    mixed = (b * theta + b_pair * theta_pair) / (b + b_pair + eps)
+    return torch.logsumexp((mixed - 1.0) / tau, dim=1)
+
+
+def _mixed_logits(theta: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float):
+    """``((θ_mix - 1)/τ, b_π, b + b_π + ε)`` of :func:`log_mixed_sum` (no autograd)."""
+    theta = theta.clamp(min=-1.0)
+    b_pair = b.index_select(1, perm)
+    den = torch.add(b, b_pair).add_(eps)
+    mixed = torch.mul(b, theta).add_(b_pair * theta.index_select(1, perm)).div_(den)
+    return mixed.sub_(1.0).div_(tau), b_pair, den
+
+
+class MixedSums:
+    """ProGCL-mix's synthesised negatives as the one-pass engine's extra term
+    (:class:`~pyg_progcl.losses.engine.onepass.ExtraTerm`), read from the whole inter-view matrix at once.
+
+    The ``u`` anchors' hardest negatives are in the rows of ``b(u·vᵀ)``, the ``v``
+    anchors' in its columns; forward selects both (``π`` drawn for ``u``, then ``v``: the
+    per-direction path's order), backward adds the mixed term's gradient at the selected
+    entries to the engine's ``∂J/∂(u·vᵀ)``, so the term costs no Gram product of its own.
+    Both work in row chunks that stay in cache. One object serves one forward call.
+    """
+
+    def __init__(self, weights: HardnessWeights, num_mix: int, mix_eps: float = MIX_EPS):
+        self.weights, self.num_mix, self.mix_eps = weights, num_mix, mix_eps
+        self.saved: list[tuple] = []  # per view: π and its chunks' gradient factors
+
+    @torch.no_grad()
+    def forward(self, logits: Tensor) -> Tensor:
+        n, tau = logits.size(0), self.weights.tau
+        k = min(self.num_mix, n - 1)
+        perms = [torch.randperm(k, device=logits.device) for _ in range(2)]
+        b_all = self.weights.block_weights(logits, None, slice(0, n))
+        b_all.fill_diagonal_(0.0)  # (the anchor itself)
+        out = logits.new_empty(2, n)
+        for view, perm in enumerate(perms):
+            chunks = []
+            if view == 1:  # the v anchors: the columns (gathered from the transposed view)
+                logits, b_all = logits.T, b_all.T.contiguous()
+            for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
+                cosine, b = logits[rows], _uniform_if_underflowed(b_all[rows], rows, view == 0)
+                idx = largest(b, k)
+                theta = cosine.gather(1, idx).mul_(tau).add_(1.0)
+                b_top = b.gather(1, idx)
+                mixed, b_pair, den = _mixed_logits(theta, b_top, perm, tau, self.mix_eps)
+                out[view, rows] = log_sum = torch.logsumexp(mixed, 1)
+                # for backward: softmax(mixed)/den, none below the clamp
+                soft = mixed.sub_(log_sum.unsqueeze(1)).exp_().div_(den)
+                soft.masked_fill_(theta < -1.0, 0.0)
+                chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int()))
+            self.saved.append((perm, chunks))
+        return out
+
+    def backward(self, grad: Tensor, out: Tensor) -> None:
+        """``∂J/∂θ_c`` (``θ = u·v``) of the selected ``c``: through ``θ_mix(c)`` with
+        weight ``b_c/(b_c + b_π(c) + ε)`` and through ``θ_mix(π⁻¹(c))``, scaled by the
+        softmax of the mixed logits; none below the clamp at -1."""
+        tau = self.weights.tau
+        for view, (perm, chunks) in enumerate(self.saved):
+            for rows, own, pair, idx in chunks:  # softmax·b/den, softmax·b_π/den, columns
+                scale = grad[view, rows].unsqueeze(1) / tau
+                g = own.mul_(scale).index_add_(1, perm, pair.mul_(scale))
+                target = out[rows] if view == 0 else out[:, rows].T
+                target.scatter_add_(1, idx.long(), g)
+        self.saved = []
+
+
+def _uniform_if_underflowed(b: Tensor, rows: slice, copy: bool = False) -> Tensor:
+    """``b`` of anchors ``rows`` with the rows whose ``b`` all underflowed set to 1 off the
+    anchor's own entry (GRACE's row, as on the other paths); changed in a copy if ``copy``."""
+    small = b.sum(dim=1) < torch.finfo(b.dtype).tiny * 2.0**24
+    if not bool(small.any()):
+        return b
+    b = b.clone() if copy else b
+    b[small] = 1.0
+    own = torch.arange(rows.start, rows.stop, device=b.device)
+    b[torch.arange(b.size(0), device=b.device), own] = 0.0
+    return b
+
+
 def largest(x: Tensor, k: int) -> Tensor:
     """Column indices of the ``k`` largest entries of each row of ``x``, ascending; ties at
     the ``k``-th value go to the lowest columns. The order is thus canonical, whatever the
@@ -79,10 +166,11 @@ def largest(x: Tensor, k: int) -> Tensor:
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         # numpy's introselect on values, then a mask: about top-k's time, and ordered
         # (numpy has no bfloat16)
+        x = x.contiguous()  # (the dense path's second direction is a transpose: 8x slower)
         kth = torch.from_numpy(np.partition(x.numpy(), n - k, axis=1)[:, n - k : n - k + 1])
     else:
         kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
-    x = x.contiguous()  # (the dense path's second direction is a transpose)
+    x = x.contiguous()
     keep = x >= kth  # at least k per row
     over = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32) > k
     if bool(over.any()):  # ties at the k-th value: those rows keep their first ties by column
@@ -90,4 +178,7 @@ def largest(x: Tensor, k: int) -> Tensor:
         above, ties = sub > kth, sub == kth
         room = k - above.sum(dim=1, keepdim=True)
         keep[over] = above | (ties & (ties.cumsum(dim=1) <= room))
+    if x.device.type == "cpu":  # numpy's flat indices: a third of torch.nonzero's time
+        flat = torch.from_numpy(np.flatnonzero(keep.numpy())).view(x.size(0), k)
+        return flat.sub_(torch.arange(0, flat.size(0) * n, n).unsqueeze(1))
     return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Union
 
 import torch
@@ -10,9 +11,14 @@ from torch import Tensor
 from .._checks import check_choice, check_int, check_positive, check_probability, check_views
 from ..mixture import BetaMixture
 from .base import ContrastiveLoss
-from .engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
+from .engine import (
+    NegativeTerm,
+    dense_blocks,
+    normalize_views,
+    sample_negative_similarities,
+)
 from .infonce import GRACE_TERM
-from .mixing import MIX_EPS, MixedNegatives
+from .mixing import MIX_EPS, MixedNegatives, MixedSums
 from .schedules import FROZEN_CACHE_MIB, FitSchedule, FrozenFit, as_schedule
 from .weights import HardnessWeights
 
@@ -176,8 +182,19 @@ class ProGCLLoss(ContrastiveLoss):
         if not self.fitted:
             return GRACE_TERM
         if self.mode == "mix":
-            return NegativeTerm(MixedNegatives(self._weights(), self.num_mix, self.mix_eps))
+            return self._mix_term()
         return self._weights().term()
+
+    def _mix_term(self) -> NegativeTerm:
+        """ProGCL-mix's term: on the one-pass engine (GRACE's sums plus the mixed term from
+        the whole matrix) where the second direction has its own weights, else per
+        direction."""
+        weights = self._weights()
+        per_direction = MixedNegatives(weights, self.num_mix, self.mix_eps)
+        if self.schedule.shared_weights:
+            return NegativeTerm(per_direction)
+        extra = MixedSums(weights, self.num_mix, self.mix_eps)
+        return NegativeTerm(per_direction, replace(GRACE_TERM.sums, extra=extra))
 
     def _weights(self) -> HardnessWeights:
         return HardnessWeights(self.mixture, self.tau, self.schedule, self.posterior_floor)

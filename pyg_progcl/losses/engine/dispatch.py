@@ -6,12 +6,14 @@ path            when                                                            
 ``sampled``     ``num_negatives=k``: ``k`` uniform negatives per anchor and view    ``O(B·k)``
 ``one-pass``    the loss's ``log Ng`` follows from exponential sums                 ``O(B·N)``
                 (:class:`~.onepass.ExpSums`) that stay normal floats at this ``τ``
+                (with an extra term, ProGCL-mix: one block of all anchors, O(N²))
 ``dense``       otherwise, one block of all ``N`` anchors per direction             ``O(N²)``
 ``row-blocks``  otherwise, ``B`` anchors per block, recomputed in backward          ``O(B·N)``
 ==============  ==================================================================  ==============
 
-``B`` is ``block_size``, or chosen: all ``N`` anchors up to :data:`DENSE_MAX_NODES` nodes,
-else :data:`BLOCK_ELEMENTS` ``/ N``. The one-pass engine works in linear space; anchors
+``B`` is ``block_size``, or chosen: all ``N`` anchors up to :data:`DENSE_MAX_NODES` nodes
+(:data:`WHOLE_MATRIX_MAX_NODES` for a term with an extra term on the one-pass path), else
+:data:`BLOCK_ELEMENTS` ``/ N``. The one-pass engine works in linear space; anchors
 whose ProGCL weights underflow there are recomputed on the row-block path in log space.
 """
 
@@ -31,6 +33,9 @@ from .pool import BlockPool
 
 #: Above this many nodes the losses switch to row blocks when ``block_size`` is ``None``.
 DENSE_MAX_NODES = 4096
+#: The same for a term with an extra term on the one-pass path (ProGCL-mix), which needs
+#: all anchors in one block: 2^26 elements (256 MiB of float32) per ``N×N`` matrix.
+WHOLE_MATRIX_MAX_NODES = 8192
 #: Elements of one ``B×N`` block chosen automatically (32 MiB per float32 matrix).
 BLOCK_ELEMENTS = 1 << 23
 
@@ -71,9 +76,12 @@ class Path:
     block_size: Optional[int] = None
 
 
-def auto_block_size(num_nodes: int, num_columns: Optional[int] = None) -> Optional[int]:
-    """The block size chosen when a loss has ``block_size=None`` (``None`` = dense)."""
-    if num_columns is None and num_nodes <= DENSE_MAX_NODES:
+def auto_block_size(
+    num_nodes: int, num_columns: Optional[int] = None, dense_max: int = DENSE_MAX_NODES
+) -> Optional[int]:
+    """The block size chosen when a loss has ``block_size=None`` (``None`` = dense, up to
+    ``dense_max`` nodes)."""
+    if num_columns is None and num_nodes <= dense_max:
         return None
     cols = num_nodes if num_columns is None else num_columns
     return max(1, min(num_nodes, BLOCK_ELEMENTS // max(cols, 1)))
@@ -93,11 +101,16 @@ def choose_path(
     part = num_anchors is not None and num_anchors < num_nodes
     if num_negatives is not None:
         return Path("sampled", block_size or auto_block_size(num_nodes, num_negatives + 1))
-    if block_size is None:
-        block_size = BLOCK_ELEMENTS // num_nodes if part else auto_block_size(num_nodes)
+    sums = term.sums if term.sums is not None and term.sums.fits(tau) else None
+    whole = sums is not None and sums.extra is not None  # one-pass only as one block
+    if block_size is None and part:
+        block_size = BLOCK_ELEMENTS // num_nodes
+    elif block_size is None:
+        dense_max = WHOLE_MATRIX_MAX_NODES if whole else DENSE_MAX_NODES
+        block_size = auto_block_size(num_nodes, dense_max=dense_max)
     rows = num_anchors if part else num_nodes
     blocked = block_size is not None and block_size < rows
-    if term.sums is not None and term.sums.fits(tau):
+    if sums is not None and not (whole and (blocked or part)):
         return Path("one-pass", block_size if blocked else None)
     if blocked or part:
         return Path("row-blocks", min(block_size or rows, rows))

@@ -24,7 +24,7 @@ underflow, docs/design.md), and :mod:`.dispatch` recomputes those in log space.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import torch
 from torch import Tensor
@@ -43,6 +43,20 @@ KEEP_ELEMENTS = 1 << 27
 Combine = Callable[[Tensor, list[Tensor], Optional[Tensor], int], Tensor]
 
 
+class ExtraTerm(Protocol):
+    """A positive term ``X`` added to every anchor's ``Ng`` beside the exponential sums,
+    read from the whole inter-view matrix at once (one block of all anchors; ProGCL-mix's
+    synthesised negatives). One object serves one forward call."""
+
+    def forward(self, logits: Tensor) -> Tensor:
+        """``[2, N]`` detached shifted ``log X`` of the ``u`` anchors (from the rows of the
+        shifted, masked logits ``u·vᵀ``) and of the ``v`` anchors (from its columns)."""
+
+    def backward(self, grad: Tensor, out: Tensor) -> None:
+        """Adds ``∂J/∂(u_i·v_k)`` through ``log X`` to ``out[i, k]``, given ``grad``
+        ``= ∂J/∂ log X`` of forward's output."""
+
+
 @dataclass(frozen=True)
 class ExpSums:
     """How a loss's ``log Ng`` is built from exponential sums (see the module docstring).
@@ -57,12 +71,15 @@ class ExpSums:
         column_weight: Like ``weight``, the weights of the column sums (the ``v``
             anchors), where they differ from the row sums' (``[i, k]``: anchor ``v_k``'s
             weight of the negatives ``u_i``, ``v_i``); single-scale losses only.
+        extra: An :class:`ExtraTerm` added to ``Ng`` (``log Ng = logaddexp(combine(...),
+            log X)``); only with one block of all anchors.
     """
 
     scales: tuple[float, ...]
     combine: Combine
     weight: Optional[Callable[[Tensor, Optional[Tensor], slice], Tensor]] = None
     column_weight: Optional[Callable[[Tensor, Optional[Tensor], slice], Tensor]] = None
+    extra: Optional[ExtraTerm] = None
 
     def fits(self, tau: float) -> bool:
         """Whether every ``e^{s·logit}`` is a normal float32 (shifted logits are ≥ -2/τ)."""
@@ -236,6 +253,9 @@ class _Blockwise(torch.autograd.Function):
         kept, weights, uv_exps = [], [], []
         weighted = (spec.weight is not None) + (spec.column_weight is not None)
         blocked = block_size < m
+        if spec.extra is not None and (blocked or m != n):
+            raise ValueError("an extra term needs one block of all anchors")
+        extra = None
         keep_weights = blocked and weighted and weighted * m * n <= KEEP_ELEMENTS
         single = len(spec.scales) == 1 and spec.column_weight is None  # kept: w·e^{uv}
         keep_uv = blocked and single and (1 + weighted) * m * n <= KEEP_ELEMENTS
@@ -245,6 +265,8 @@ class _Blockwise(torch.autograd.Function):
             blocks = _Blocks(
                 u, v, start, stop, tau, spec, work, fresh_uv=keep_uv, fresh_w=keep_weights
             )
+            if spec.extra is not None:  # (before the exponentials overwrite the logits)
+                extra = spec.extra.forward(blocks.uv)
             if blocks.w is not None:
                 wu[start - lo : stop - lo] = blocks.w.sum(1)
                 wv += (blocks.w if blocks.w2 is None else blocks.w2).sum(0)
@@ -268,22 +290,22 @@ class _Blockwise(torch.autograd.Function):
         sv, wv = sv[:, lo:hi], wv[lo:hi]
         underflow, (su, sv, wu, wv) = _underflow(su, sv, wu, wv, spec.weight is not None)
         pos = ((u[lo:hi] * v[lo:hi]).sum(1) - 1.0) / tau
-        ctx.save_for_backward(u, v, pos, su, sv, wu, wv)
+        ctx.save_for_backward(u, v, pos, su, sv, wu, wv, extra)
         ctx.tau, ctx.spec, ctx.block_size, ctx.work = tau, spec, block_size, work
         ctx.kept, ctx.weights, ctx.uv_exps = kept, weights, uv_exps
         ctx.lo, ctx.hi, ctx.reduce = lo, hi, reduce
         ctx.mark_non_differentiable(underflow)
-        return _objective(pos, su, sv, wu, wv, spec, n), underflow
+        return _objective(pos, su, sv, wu, wv, spec, n, extra), underflow
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad, _):
-        u, v, pos, su, sv, wu, wv = ctx.saved_tensors
+        u, v, pos, su, sv, wu, wv, extra = ctx.saved_tensors
         tau, spec, n, lo, hi = ctx.tau, ctx.spec, u.size(0), ctx.lo, ctx.hi
         with torch.enable_grad():
-            leaves = [t.detach().requires_grad_() for t in (pos, su, sv)]
-            losses = _objective(*leaves, wu, wv, spec, n)
-            g_pos, g_su, g_sv = torch.autograd.grad(losses, leaves, grad)
+            leaves = [t.detach().requires_grad_() for t in (pos, su, sv, extra) if t is not None]
+            losses = _objective(*leaves[:3], wu, wv, spec, n, *leaves[3:])
+            g_pos, g_su, g_sv, *g_extra = torch.autograd.grad(losses, leaves, grad)
         g_su, g_sv = g_su / tau, _all_columns(g_sv / tau, n, lo, ctx.reduce)  # ∂logit/∂(x·y) = 1/τ
         du, dv = _positive_grads(u, v, g_pos / tau, lo, hi)
         work = _Workspace(u, ctx.work.pool)
@@ -302,6 +324,8 @@ class _Blockwise(torch.autograd.Function):
             g_uv, g_uu, g_vv = _logit_grads(
                 exps, spec.scales, g_su[:, start - lo : stop - lo], g_sv, uv_weights
             )
+            if g_extra:  # (one block of all anchors)
+                spec.extra.backward(g_extra[0], g_uv)
             if stop - start == n:  # one block: the intra-view grads act through a symmetric matrix
                 sym = work.take("sym", n)
                 du += g_uv @ v + torch.add(g_uu, g_uu.T, out=sym) @ u
@@ -364,12 +388,15 @@ def _logit_grads(
     return out
 
 
-def _objective(pos, su, sv, wu, wv, spec: ExpSums, n: int) -> Tensor:
-    """``[2, N]`` losses from the positive logits and the sums of both directions' anchors."""
+def _objective(pos, su, sv, wu, wv, spec: ExpSums, n: int, extra=None) -> Tensor:
+    """``[2, N]`` losses from the positive logits and the sums of both directions' anchors
+    (and the extra term's ``[2, N]`` ``log X``)."""
     losses = []
-    for sums, wsum in ((su, wu), (sv, wv)):
+    for view, (sums, wsum) in enumerate(((su, wu), (sv, wv))):
         log_w = None if spec.weight is None else torch.log(wsum / (n - 1))
         log_ng = spec.combine(pos, list(torch.log(sums)), log_w, n - 1)
+        if extra is not None:
+            log_ng = torch.logaddexp(log_ng, extra[view])
         losses.append(torch.logaddexp(pos, log_ng) - pos)
     return torch.stack(losses)
 

@@ -30,11 +30,12 @@ def mask_entries(logits: Tensor, excluded: Tensor) -> Tensor:
     return logits.index_put_((rows, excluded), logits.new_tensor(float("-inf")))
 
 
-def row_chunks(x: Tensor) -> tuple[slice, ...]:
-    """Row slices of ``x`` for a chain of elementwise passes: cache-sized on the CPU, one
-    slice on accelerators (where every extra kernel launch costs more than memory traffic)."""
+def row_chunks(x: Tensor, elements: int = CHUNK_ELEMENTS) -> tuple[slice, ...]:
+    """Row slices of ``x`` for a chain of elementwise passes: of ``elements`` (cache-sized)
+    on the CPU, one slice on accelerators (where every extra kernel launch costs more than
+    memory traffic)."""
     n = x.size(0)
     if x.device.type != "cpu":
         return (slice(0, n),)
-    rows = max(1, CHUNK_ELEMENTS // max(x[0].numel(), 1))
+    rows = max(1, elements // max(x[0].numel(), 1))
     return tuple(slice(i, min(i + rows, n)) for i in range(0, n, rows))
