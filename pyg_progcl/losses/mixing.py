@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .engine import NegativeBlock, row_chunks
+from .engine import NegativeBlock, row_chunks, underflow_threshold
 from .weights import HardnessWeights
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
@@ -73,14 +73,12 @@ def log_mixed_sum(theta: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float
     """``log Σ_a e^{(θ_mix(a) - 1)/τ}`` per row of the selected negatives' cosines ``theta``
     and hardness ``b`` (``[B, K]``), paired by ``perm``; cosines below -1 (rounding) count
     as -1."""
-    theta = theta.clamp(min=-1.0)
-    b_pair, theta_pair = b.index_select(1, perm), theta.index_select(1, perm)
-    mixed = (b * theta + b_pair * theta_pair) / (b + b_pair + eps)
-    return torch.logsumexp((mixed - 1.0) / tau, dim=1)
+    return torch.logsumexp(_mixed_logits(theta, b, perm, tau, eps)[0], dim=1)
 
 
 def _mixed_logits(theta: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float):
-    """``((θ_mix - 1)/τ, b_π, b + b_π + ε)`` of :func:`log_mixed_sum` (no autograd)."""
+    """``((θ_mix - 1)/τ, b_π, b + b_π + ε)`` of :func:`log_mixed_sum` (differentiable in
+    ``theta``; ``b`` carries no gradient)."""
     theta = theta.clamp(min=-1.0)
     b_pair = b.index_select(1, perm)
     den = torch.add(b, b_pair).add_(eps)
@@ -121,7 +119,7 @@ class MixedSums:
                 theta = cosine.gather(1, idx).mul_(tau).add_(1.0)
                 b_top = b.gather(1, idx)
                 mixed, b_pair, den = _mixed_logits(theta, b_top, perm, tau, self.mix_eps)
-                out[view, rows] = log_sum = torch.logsumexp(mixed, 1)
+                out[view, rows] = log_sum = torch.logsumexp(mixed, dim=1)
                 # for backward: softmax(mixed)/den, none below the clamp
                 soft = mixed.sub_(log_sum.unsqueeze(1)).exp_().div_(den)
                 soft.masked_fill_(theta < -1.0, 0.0)
@@ -146,7 +144,7 @@ class MixedSums:
 def _uniform_if_underflowed(b: Tensor, rows: slice, copy: bool = False) -> Tensor:
     """``b`` of anchors ``rows`` with the rows whose ``b`` all underflowed set to 1 off the
     anchor's own entry (GRACE's row, as on the other paths); changed in a copy if ``copy``."""
-    small = b.sum(dim=1) < torch.finfo(b.dtype).tiny * 2.0**24
+    small = b.sum(dim=1) < underflow_threshold(b.dtype)
     if not bool(small.any()):
         return b
     b = b.clone() if copy else b
@@ -163,14 +161,13 @@ def largest(x: Tensor, k: int) -> Tensor:
     n = x.size(1)
     if k >= n:
         return torch.arange(n, device=x.device).expand(x.size(0), n)
+    x = x.contiguous()  # (the dense path's second direction is a transpose: 8x slower)
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         # numpy's introselect on values, then a mask: about top-k's time, and ordered
         # (numpy has no bfloat16)
-        x = x.contiguous()  # (the dense path's second direction is a transpose: 8x slower)
         kth = torch.from_numpy(np.partition(x.numpy(), n - k, axis=1)[:, n - k : n - k + 1])
     else:
         kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
-    x = x.contiguous()
     keep = x >= kth  # at least k per row
     over = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32) > k
     if bool(over.any()):  # ties at the k-th value: those rows keep their first ties by column

@@ -11,12 +11,7 @@ from torch import Tensor
 from .._checks import check_choice, check_int, check_positive, check_probability, check_views
 from ..mixture import BetaMixture
 from .base import ContrastiveLoss
-from .engine import (
-    NegativeTerm,
-    dense_blocks,
-    normalize_views,
-    sample_negative_similarities,
-)
+from .engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
 from .infonce import GRACE_TERM
 from .mixing import MIX_EPS, MixedNegatives, MixedSums
 from .schedules import FROZEN_CACHE_MIB, FitSchedule, FrozenFit, as_schedule

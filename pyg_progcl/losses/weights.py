@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..mixture import BetaMixture
-from .engine import ExpSums, NegativeBlock, NegativeTerm, Pairs, row_chunks
+from .engine import ExpSums, NegativeBlock, NegativeTerm, Pairs, row_chunks, underflow_threshold
 from .schedules import FitSchedule, FrozenFit
 
 
@@ -84,7 +84,7 @@ class HardnessWeights:
         """
         log_b, *sums = self._block_log_hardness(block)
         sum_b = sums[1 - block.dim]
-        small = sum_b < torch.finfo(sum_b.dtype).tiny * 2.0**24
+        small = sum_b < underflow_threshold(sum_b.dtype)
         if not bool(small.any()):
             return log_b, torch.log(sum_b / block.count), not self._reads_transposed(block)
         anchors = small.unsqueeze(block.dim)

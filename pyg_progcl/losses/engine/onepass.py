@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .ops import EXP_SPAN, row_chunks
+from .ops import EXP_SPAN, row_chunks, underflow_threshold
 from .pool import BlockPool
 
 #: Row-blocked losses keep ``B×N`` blocks for backward while the kept matrices hold at most
@@ -117,11 +117,6 @@ def one_pass_losses(
     if (lo, hi) != (0, n) and reduce is None:
         raise ValueError("`reduce` is needed to complete the column sums of a part of the rows")
     return _Blockwise.apply(u, v, tau, spec, block_size, pool or BlockPool(0), lo, hi, reduce)
-
-
-def _tiny(dtype: torch.dtype) -> float:
-    """Sums below this (``2^24`` times the smallest normal float) count as underflowed."""
-    return torch.finfo(dtype).tiny * 2.0**24
 
 
 class _Workspace:
@@ -404,7 +399,7 @@ def _objective(pos, su, sv, wu, wv, spec: ExpSums, n: int, extra=None) -> Tensor
 def _underflow(su, sv, wu, wv, weighted: bool) -> tuple[Tensor, tuple]:
     """``[2, N]`` anchors whose sums (or weights) underflowed, and the sums with those
     raised to a normal float (finite logarithms: their losses are replaced by the caller)."""
-    tiny = _tiny(su.dtype)
+    tiny = underflow_threshold(su.dtype)
     bad = torch.stack([(su < tiny).any(0), (sv < tiny).any(0)])
     if weighted:
         bad |= torch.stack([wu < tiny, wv < tiny])

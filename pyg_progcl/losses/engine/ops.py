@@ -13,6 +13,11 @@ EXP_SPAN = 80.0
 CHUNK_ELEMENTS = 1 << 17
 
 
+def underflow_threshold(dtype: torch.dtype) -> float:
+    """Sums below this (``2^24`` times the smallest normal float) count as underflowed."""
+    return torch.finfo(dtype).tiny * 2.0**24
+
+
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
     """Unit-normalised views in float32 or float64 (half inputs are upcast)."""
     dtype = h1.dtype if h1.dtype in (torch.float32, torch.float64) else torch.float32
