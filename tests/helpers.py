@@ -58,6 +58,14 @@ def assert_matches(loss_fn, ref_fn, h1, h2):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
 
 
+def class_views(num_classes=5, per_class=60, d=16, spread=1e-3, seed=0):
+    """Two views of nodes around one random centre per class, ``spread`` apart."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(num_classes, d, generator=g)
+    labels = torch.arange(num_classes).repeat_interleave(per_class)
+    return tuple(centres[labels] + spread * torch.randn(len(labels), d, generator=g) for _ in "uv")
+
+
 # ----------------------------------------------------------------------------- mixture
 
 

@@ -75,8 +75,9 @@ def hcl(h1, h2, tau, tau_plus, beta):
     return _reduce(h1, h2, tau, ng)
 
 
-def hardness(theta, alpha, beta, weight, eps=1e-4):
-    """b = p(true negative | s') · s' with s' = clamp((θ+1)/2) and torch.distributions.Beta."""
+def hardness(theta, alpha, beta, weight, eps=1e-4, floor=0.0):
+    """b = max(p(true negative | s'), floor) · s' with s' = clamp((θ+1)/2) and
+    torch.distributions.Beta."""
     s = ((theta + 1) / 2).clamp(eps, 1 - eps)
     dens = [
         weight[c] * torch.exp(torch.distributions.Beta(alpha[c], beta[c]).log_prob(s))
@@ -84,7 +85,7 @@ def hardness(theta, alpha, beta, weight, eps=1e-4):
     ]
     means = [alpha[c] / (alpha[c] + beta[c]) for c in range(2)]
     t = 0 if means[0] < means[1] else 1
-    return (dens[t] / (dens[0] + dens[1]) * s).detach()
+    return ((dens[t] / (dens[0] + dens[1])).clamp(min=floor) * s).detach()
 
 
 def progcl_weights(h1, h2, mixture_params):
@@ -102,11 +103,11 @@ def _hardness_sources(h1, h2, fit_views, shared=False):
     return iter([_cos(f1, f2), _cos(f1, f2) if shared else _cos(f2, f1)])
 
 
-def progcl_weight(h1, h2, tau, mixture_params, fit_views=None, shared=False):
+def progcl_weight(h1, h2, tau, mixture_params, fit_views=None, shared=False, floor=0.0):
     sources = _hardness_sources(h1, h2, fit_views, shared)
 
     def ng(inter, intra, pos):
-        b = hardness(_off_diag(next(sources)), *mixture_params)
+        b = hardness(_off_diag(next(sources)), *mixture_params, floor=floor)
         w = b / b.mean(1, keepdim=True)
         terms = torch.exp(_off_diag(inter) / tau) + torch.exp(_off_diag(intra) / tau)
         return (w * terms).sum(1)

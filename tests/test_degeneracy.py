@@ -5,18 +5,10 @@ import warnings
 
 import pytest
 import torch
-from helpers import sample_mixture
+from helpers import class_views, sample_mixture
 
 from pyg_progcl import MixtureDegeneracyWarning, ProGCLLoss
 from pyg_progcl.mixture import BetaMixture
-
-
-def class_views(num_classes=5, per_class=60, d=16, spread=1e-3, seed=0):
-    """Two views of nodes around one random centre per class, ``spread`` apart."""
-    g = torch.Generator().manual_seed(seed)
-    centres = torch.randn(num_classes, d, generator=g)
-    labels = torch.arange(num_classes).repeat_interleave(per_class)
-    return tuple(centres[labels] + spread * torch.randn(len(labels), d, generator=g) for _ in "uv")
 
 
 def refits(loss, views, epochs=20):

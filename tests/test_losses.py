@@ -321,6 +321,7 @@ def test_progcl_state_dict_round_trip():
         "mixture.beta",
         "mixture.weight",
         "mixture.num_fits",
+        "schedule.degenerated",  # whether a refit has degenerated (schedule='floored' acts on it)
     }
     torch.testing.assert_close(fresh(h1, h2), loss(h1, h2), rtol=0, atol=0)
 
@@ -807,7 +808,7 @@ def test_dense_pass_gives_its_weights_back_before_backward():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_mix_selects_the_same_set_as_topk(dtype):
-    from pyg_progcl.losses.mixing import largest as _largest
+    from pyg_progcl.losses.selection import largest as _largest
 
     x = torch.randperm(7 * 36).view(7, 36).to(dtype)  # distinct (< 256: exact in bfloat16)
     x[:, 3] = float("-inf")  # an excluded entry
@@ -816,9 +817,29 @@ def test_mix_selects_the_same_set_as_topk(dtype):
         assert torch.equal(got, torch.topk(x, k, dim=1).indices.sort(dim=1).values)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_selection_in_row_chunks_on_threads(monkeypatch, threads):
+    from pyg_progcl.losses import selection
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 6, (41, 30), generator=g).double()  # many ties at the k-th value
+    expected = [selection.largest(x[i : i + 1], 9) for i in range(41)]  # row by row
+    monkeypatch.setattr(selection, "SELECT_CHUNK_ELEMENTS", 4 * 30)  # 11 chunks
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = selection.largest(x, 9)
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(got, torch.cat(expected))
+    for row, cols in zip(x, got):  # the 9 largest, ties by lowest column
+        order = sorted(range(30), key=lambda c: (-float(row[c]), c))[:9]
+        assert cols.tolist() == sorted(order)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mix_breaks_ties_by_node_order(dtype):
-    from pyg_progcl.losses.mixing import largest as _largest
+    from pyg_progcl.losses.selection import largest as _largest
 
     x = torch.tensor([[0.0, 2, 1, 1, 1, 1], [1, 1, 3, 2, float("-inf"), 1]], dtype=dtype)
     assert _largest(x, 3).tolist() == [[1, 2, 3], [0, 2, 3]]

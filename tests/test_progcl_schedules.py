@@ -1,15 +1,20 @@
-"""ProGCLLoss's fit schedules: 'online', 'fit-once' and 'frozen' (the reference code's)."""
+"""ProGCLLoss's fit schedules: 'online', 'floored', 'fit-once' and 'frozen' (the reference
+code's); the posterior floor."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import reference as ref
 import torch
-from helpers import BLOCKS, assert_matches, fitted_mixture, params, views
+from helpers import BLOCKS, assert_matches, class_views, fitted_mixture, params, views
 
+from pyg_progcl import MixtureDegeneracyWarning
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import get_preset
-from pyg_progcl.losses import FrozenFit, InfoNCELoss, ProGCLLoss
+from pyg_progcl.losses import FrozenFit, InfoNCELoss, OnlineFit, ProGCLLoss
+from pyg_progcl.losses.schedules import schedule_name
 
 
 def fit_views(seed=5, n=23, d=5):
@@ -265,6 +270,78 @@ def test_frozen_weights_need_the_same_nodes():
     w = loss.negative_weights(*views())  # the fit's weights, whatever the views
     off = w[~torch.eye(23, dtype=torch.bool)].view(23, 22)
     torch.testing.assert_close(off, ref.progcl_weights(f1, f2, params(loss.mixture)))
+
+
+# --- the posterior floor and schedule='floored' ---------------------------------------
+
+
+@pytest.mark.parametrize("tau,block_size", [(0.4, b) for b in BLOCKS] + [(0.02, 7)])
+def test_posterior_floor_matches_reference(tau, block_size):
+    h1, h2 = views()  # tau 0.02: exponentials underflow, the per-direction (log-space) path
+    m = fitted_mixture()
+    loss = ProGCLLoss(tau, mixture=m, posterior_floor=0.5, block_size=block_size)
+    assert_matches(loss, lambda a, b: ref.progcl_weight(a, b, tau, params(m), floor=0.5), h1, h2)
+    unfloored = ref.progcl_weight(h1, h2, tau, params(m))
+    assert abs(float(loss(h1, h2) - unfloored)) > 1e-4  # the floor binds on these views
+
+
+def _fits(loss, views, epochs):
+    for _ in range(epochs):
+        loss.fit(*views, generator=torch.Generator().manual_seed(1))
+    return loss
+
+
+def _values_and_grads(loss, seed=1):
+    h1, h2 = (h.requires_grad_() for h in class_views(spread=0.6, seed=seed))
+    out = loss(h1, h2)
+    return (out, *torch.autograd.grad(out, (h1, h2)))
+
+
+def test_floored_equals_online_while_the_refits_are_healthy():
+    healthy = class_views(spread=0.6)  # classmates similar, not collapsed: healthy fits
+    online, floored = (
+        ProGCLLoss(0.5, num_samples=20_000, schedule=s) for s in ("online", "floored")
+    )
+    _fits(online, healthy, 5), _fits(floored, healthy, 5)
+    assert floored.mixture.problems_ == [] and not bool(floored.schedule.degenerated)
+    assert floored.schedule.posterior_floor == 0.0
+    for a, b in zip(_values_and_grads(online), _values_and_grads(floored)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_floored_floors_the_posterior_from_the_first_degenerate_refit_on():
+    loss = ProGCLLoss(0.5, num_samples=20_000, schedule="floored")
+    with pytest.warns(MixtureDegeneracyWarning, match="spike at cosine 1"):
+        _fits(loss, class_views(spread=1e-3), 3)  # near-duplicate classmates: β < 1
+    assert bool(loss.schedule.degenerated) and loss.schedule.posterior_floor == 0.5
+    floor = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture), posterior_floor=0.5)
+    online = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture))
+    got, floored_, unfloored = (_values_and_grads(x) for x in (loss, floor, online))
+    for a, b in zip(got, floored_):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert float(got[0]) != float(unfloored[0])
+    _fits(loss, class_views(spread=0.6), 10)  # healthy again: the floor stays (sticky)
+    assert loss.mixture.problems_ == [] and loss.schedule.posterior_floor == 0.5
+    state = loss.state_dict()
+    assert bool(state["schedule.degenerated"])
+    resumed = ProGCLLoss(0.5, schedule="floored")
+    resumed.load_state_dict(state)
+    assert resumed.schedule.posterior_floor == 0.5
+    del state["schedule.degenerated"]  # a state saved before the schedule recorded it
+    resumed.load_state_dict(state)
+    assert not bool(resumed.schedule.degenerated)
+    loss.reset_parameters()
+    assert not loss.fitted and loss.schedule.posterior_floor == 0.0
+
+
+def test_floored_is_a_named_schedule():
+    loss = ProGCLLoss(0.5, schedule="floored")
+    assert "OnlineFit(degenerate_floor=0.5)" in repr(loss)
+    assert schedule_name(loss.schedule) == "floored"
+    config = get_preset("synthetic", "progcl-weight", schedule="floored")
+    assert schedule_name(build_loss(config).schedule) == "floored"
+    with pytest.raises(ValueError, match="degenerate_floor"):
+        OnlineFit(degenerate_floor=1.5)
 
 
 def test_bad_schedule_is_a_clear_error():

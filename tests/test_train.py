@@ -122,7 +122,7 @@ def test_loss_factory_replaces_the_preset_loss(small_graph):
     assert len(built) == 3 and result["mixture"][1]["beta"] == built[-1].mixture.beta.tolist()
 
 
-@pytest.mark.parametrize("schedule,fits_by_6", [("online", 2), ("frozen", 1)])
+@pytest.mark.parametrize("schedule,fits_by_6", [("online", 2), ("floored", 2), ("frozen", 1)])
 def test_resume_equals_uninterrupted(small_graph, tmp_path, schedule, fits_by_6):
     config = small_config(
         epochs=12, warmup_epochs=4, eval_every=5, probe_epochs=30, schedule=schedule

@@ -92,7 +92,8 @@ class TrainConfig:
         num_samples: ProGCL: similarities sampled per mixture fit (``None``:
             the loss's default).
         schedule: ProGCL's fit schedule: ``online`` (refit every epoch, the spec's),
-            ``fit-once`` or ``frozen`` (the reference code's: the weights of the first
+            ``floored`` (online; from the first degenerate refit on, the posterior in
+            ``b`` floored at 0.5), ``guarded``, ``fit-once`` or ``frozen`` (the reference code's: the weights of the first
             fit's epoch are kept; full-graph training only); see
             :class:`~pyg_progcl.ProGCLLoss`.
         min_beta_high: ProGCL: lower bound of β of the mixture's high-similarity

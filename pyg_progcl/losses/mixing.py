@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from .engine import NegativeBlock, row_chunks, underflow_threshold
+from .engine import BlockPool, NegativeBlock, row_chunks, underflow_threshold
+from .selection import largest
 from .weights import HardnessWeights
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
@@ -50,8 +50,8 @@ class MixedNegatives:
                 idx, b_top, perm = selection  # int32: Amazon-Photo keeps 2 × 7650 × 1000 × 4 B
                 self.selections[key] = idx.int(), b_top, perm
         idx, b_top, perm = selection
-        theta = block.inter.gather(1, idx.long()) * block.tau + 1.0
-        return log_mixed_sum(theta, b_top, perm, block.tau, self.mix_eps)
+        logit = block.inter.gather(1, idx.long())
+        return log_mixed_sum(logit, b_top, perm, block.tau, self.mix_eps)
 
     @torch.no_grad()
     def select(self, block: NegativeBlock) -> tuple[Tensor, Tensor, Tensor]:
@@ -69,21 +69,23 @@ class MixedNegatives:
         return idx, torch.exp(log_b.gather(1, idx)), torch.randperm(k, device=idx.device)
 
 
-def log_mixed_sum(theta: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float) -> Tensor:
-    """``log Σ_a e^{(θ_mix(a) - 1)/τ}`` per row of the selected negatives' cosines ``theta``
-    and hardness ``b`` (``[B, K]``), paired by ``perm``; cosines below -1 (rounding) count
-    as -1."""
-    return torch.logsumexp(_mixed_logits(theta, b, perm, tau, eps)[0], dim=1)
+def log_mixed_sum(logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float) -> Tensor:
+    """``log Σ_a e^{(θ_mix(a) - 1)/τ}`` per row of the selected negatives' shifted logits
+    ``logit = (θ - 1)/τ`` and hardness ``b`` (``[B, K]``), paired by ``perm``; cosines below
+    -1 (rounding) count as -1."""
+    return torch.logsumexp(_mixed_logits(logit, b, perm, tau, eps)[0], dim=1)
 
 
-def _mixed_logits(theta: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float):
+def _mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float):
     """``((θ_mix - 1)/τ, b_π, b + b_π + ε)`` of :func:`log_mixed_sum` (differentiable in
-    ``theta``; ``b`` carries no gradient)."""
-    theta = theta.clamp(min=-1.0)
+    ``logit``; ``b`` carries no gradient), as
+    ``(θ_mix - 1)/τ = (b·logit + b_π·logit_π - ε/τ) / (b + b_π + ε)``."""
+    logit = logit.clamp(min=-2.0 / tau)
     b_pair = b.index_select(1, perm)
     den = torch.add(b, b_pair).add_(eps)
-    mixed = torch.mul(b, theta).add_(b_pair * theta.index_select(1, perm)).div_(den)
-    return mixed.sub_(1.0).div_(tau), b_pair, den
+    num = torch.mul(b, logit)
+    num = num.add(num.index_select(1, perm)).sub_(eps / tau)
+    return num.div_(den), b_pair, den
 
 
 class MixedSums:
@@ -102,29 +104,37 @@ class MixedSums:
         self.saved: list[tuple] = []  # per view: π and its chunks' gradient factors
 
     @torch.no_grad()
-    def forward(self, logits: Tensor) -> Tensor:
-        n, tau = logits.size(0), self.weights.tau
+    def forward(self, logits: Tensor, pool: BlockPool) -> Tensor:
+        n = logits.size(0)
         k = min(self.num_mix, n - 1)
         perms = [torch.randperm(k, device=logits.device) for _ in range(2)]
-        b_all = self.weights.block_weights(logits, None, slice(0, n))
-        b_all.fill_diagonal_(0.0)  # (the anchor itself)
-        out = logits.new_empty(2, n)
-        for view, perm in enumerate(perms):
-            chunks = []
-            if view == 1:  # the v anchors: the columns (gathered from the transposed view)
-                logits, b_all = logits.T, b_all.T.contiguous()
-            for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
-                cosine, b = logits[rows], _uniform_if_underflowed(b_all[rows], rows, view == 0)
-                idx = largest(b, k)
-                theta = cosine.gather(1, idx).mul_(tau).add_(1.0)
-                b_top = b.gather(1, idx)
-                mixed, b_pair, den = _mixed_logits(theta, b_top, perm, tau, self.mix_eps)
-                out[view, rows] = log_sum = torch.logsumexp(mixed, dim=1)
-                # for backward: softmax(mixed)/den, none below the clamp
-                soft = mixed.sub_(log_sum.unsqueeze(1)).exp_().div_(den)
-                soft.masked_fill_(theta < -1.0, 0.0)
-                chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int()))
-            self.saved.append((perm, chunks))
+        scratch = [pool.take(n, logits) for _ in range(2)]
+        b_rows = self.weights.block_weights(logits, scratch[0], slice(0, n))
+        b_rows.fill_diagonal_(0.0)  # (the anchor itself)
+        b_cols = scratch[1].copy_(b_rows.T)  # the v anchors' negatives in rows
+        out = torch.stack(
+            [self._mix(logits, b_rows, perms[0], k), self._mix(logits.T, b_cols, perms[1], k)]
+        )
+        pool.give(scratch)
+        return out
+
+    def _mix(self, logits: Tensor, b: Tensor, perm: Tensor, k: int) -> Tensor:
+        """``log X`` of the anchors whose negatives are the rows of ``logits`` and ``b``;
+        keeps the gradient factors of each row chunk for backward."""
+        tau, lowest = self.weights.tau, -2.0 / self.weights.tau  # (θ = -1)
+        selected = largest(_uniform_if_underflowed(b), k)  # (row chunks on parallel threads)
+        out, chunks = logits.new_empty(logits.size(0)), []
+        for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
+            idx = selected[rows]
+            logit, b_top = logits[rows].gather(1, idx), b[rows].gather(1, idx)
+            mixed, b_pair, den = _mixed_logits(logit, b_top, perm, tau, self.mix_eps)
+            out[rows] = log_sum = torch.logsumexp(mixed, dim=1)
+            # for backward: softmax(mixed)/den, none below the clamp
+            soft = mixed.sub_(log_sum.unsqueeze(1)).exp_().div_(den)
+            if float(logit.min()) < lowest:
+                soft.masked_fill_(logit < lowest, 0.0)
+            chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int()))
+        self.saved.append((perm, chunks))
         return out
 
     def backward(self, grad: Tensor, out: Tensor) -> None:
@@ -141,41 +151,13 @@ class MixedSums:
         self.saved = []
 
 
-def _uniform_if_underflowed(b: Tensor, rows: slice, copy: bool = False) -> Tensor:
-    """``b`` of anchors ``rows`` with the rows whose ``b`` all underflowed set to 1 off the
-    anchor's own entry (GRACE's row, as on the other paths); changed in a copy if ``copy``."""
+def _uniform_if_underflowed(b: Tensor) -> Tensor:
+    """``b`` (anchor ``i``'s own entry at ``[i, i]``) with the rows whose ``b`` all
+    underflowed set to 1 off the anchor's own entry (GRACE's row, as on the other paths),
+    in place."""
     small = b.sum(dim=1) < underflow_threshold(b.dtype)
-    if not bool(small.any()):
-        return b
-    b = b.clone() if copy else b
-    b[small] = 1.0
-    own = torch.arange(rows.start, rows.stop, device=b.device)
-    b[torch.arange(b.size(0), device=b.device), own] = 0.0
+    if bool(small.any()):
+        b[small] = 1.0
+        own = small.nonzero()[:, 0]
+        b[own, own] = 0.0
     return b
-
-
-def largest(x: Tensor, k: int) -> Tensor:
-    """Column indices of the ``k`` largest entries of each row of ``x``, ascending; ties at
-    the ``k``-th value go to the lowest columns. The order is thus canonical, whatever the
-    selection algorithm (π pairs positions, so the order decides the pairs)."""
-    n = x.size(1)
-    if k >= n:
-        return torch.arange(n, device=x.device).expand(x.size(0), n)
-    x = x.contiguous()  # (the dense path's second direction is a transpose: 8x slower)
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        # numpy's introselect on values, then a mask: about top-k's time, and ordered
-        # (numpy has no bfloat16)
-        kth = torch.from_numpy(np.partition(x.numpy(), n - k, axis=1)[:, n - k : n - k + 1])
-    else:
-        kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
-    keep = x >= kth  # at least k per row
-    over = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32) > k
-    if bool(over.any()):  # ties at the k-th value: those rows keep their first ties by column
-        sub, kth = x[over], kth[over]
-        above, ties = sub > kth, sub == kth
-        room = k - above.sum(dim=1, keepdim=True)
-        keep[over] = above | (ties & (ties.cumsum(dim=1) <= room))
-    if x.device.type == "cpu":  # numpy's flat indices: a third of torch.nonzero's time
-        flat = torch.from_numpy(np.flatnonzero(keep.numpy())).view(x.size(0), k)
-        return flat.sub_(torch.arange(0, flat.size(0) * n, n).unsqueeze(1))
-    return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)

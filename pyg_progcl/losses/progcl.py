@@ -192,7 +192,8 @@ class ProGCLLoss(ContrastiveLoss):
         return NegativeTerm(per_direction, replace(GRACE_TERM.sums, extra=extra))
 
     def _weights(self) -> HardnessWeights:
-        return HardnessWeights(self.mixture, self.tau, self.schedule, self.posterior_floor)
+        floor = max(self.posterior_floor, self.schedule.posterior_floor)
+        return HardnessWeights(self.mixture, self.tau, self.schedule, floor)
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}

@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_choice, check_nonnegative
+from .._checks import check_bool, check_choice, check_nonnegative, check_probability
 from ..mixture import MixtureDegeneracyWarning
 from .engine import Pairs, normalize_views
 
@@ -22,14 +22,33 @@ FROZEN_CACHE_MIB = 512.0
 
 class FitSchedule(torch.nn.Module):
     """Base of the schedules: what a call of :meth:`.ProGCLLoss.fit` does, and from which
-    similarities the hardness ``b`` is computed (here: the current ones, at every step)."""
+    similarities the hardness ``b`` is computed (here: the current ones, at every step).
+
+    A refit *degenerates* when :meth:`~pyg_progcl.BetaMixture.degeneracy` finds a problem
+    (e.g. a false-negative spike at cosine 1, under which near-duplicate negatives lose
+    their repulsion and long runs collapse; docs/algorithms.md §5.4); the buffer
+    ``degenerated`` records whether one has since the last :meth:`reset_parameters`.
+    """
 
     #: Whether the weights of the second direction are those of the first (reference code).
     shared_weights = False
+    #: Lower bound the schedule puts on ``p(TN | s')`` in ``b`` now (on top of the loss's
+    #: ``posterior_floor``; 0: none).
+    posterior_floor = 0.0
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("degenerated", torch.zeros((), dtype=torch.bool))
 
     def fit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
-        """Refits ``loss``'s mixture on ``h1``, ``h2`` (through ``loss.refit``) if due."""
+        """Refits ``loss``'s mixture on ``h1``, ``h2`` (with :meth:`refit`) if due."""
         raise NotImplementedError
+
+    def refit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
+        """``loss.refit(h1, h2, generator)``, noting in ``degenerated`` if it degenerated."""
+        loss.refit(h1, h2, generator)
+        if loss.mixture.problems_:
+            self.degenerated.fill_(True)
 
     def fitted(self, loss) -> bool:
         """Whether ``loss`` weights its negatives yet (before that it is GRACE's)."""
@@ -47,39 +66,56 @@ class FitSchedule(torch.nn.Module):
 
     def reset_parameters(self) -> None:
         """Forgets what the schedule holds."""
+        self.degenerated.fill_(False)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # States saved before the buffer existed: no refit had degenerated as far as known.
+        state_dict.setdefault(prefix + "degenerated", torch.zeros((), dtype=torch.bool))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class OnlineFit(FitSchedule):
-    """Every :meth:`.ProGCLLoss.fit` refits the mixture, warm-started (ProGCL's online
+    r"""Every :meth:`.ProGCLLoss.fit` refits the mixture, warm-started (ProGCL's online
     refit); ``b`` comes from the current similarities at every step.
 
     Args:
-        keep_healthy: Reject a refit that leaves the mixture degenerate
-            (:meth:`~pyg_progcl.BetaMixture.degeneracy`: e.g. a false-negative spike at
-            cosine 1): the mixture keeps its last healthy parameters (or stays unfitted,
-            the loss GRACE's), and the rejected fit does not warn.
+        keep_healthy: Reject a refit that leaves the mixture degenerate: the mixture keeps
+            its last healthy parameters (or stays unfitted, the loss GRACE's), and the
+            rejected fit does not warn.
+        degenerate_floor: From the first degenerate refit on, floor the posterior
+            :math:`p(\mathrm{true\ neg.} \mid s')` in ``b`` at this value for the rest of
+            training (0: never): no negative then loses more than ``1 - degenerate_floor``
+            of its hardness. Until a refit degenerates the loss is ``'online'``'s exactly.
     """
 
-    def __init__(self, keep_healthy: bool = False):
+    def __init__(self, keep_healthy: bool = False, degenerate_floor: float = 0.0):
         super().__init__()
         self.keep_healthy = check_bool("keep_healthy", keep_healthy)
+        self.degenerate_floor = check_probability("degenerate_floor", degenerate_floor)
         self.rejected = 0  # refits rejected since construction
+
+    @property
+    def posterior_floor(self) -> float:
+        return self.degenerate_floor if bool(self.degenerated) else 0.0
 
     def fit(self, loss, h1, h2, generator=None) -> None:
         if not self.keep_healthy:
-            loss.refit(h1, h2, generator)
+            self.refit(loss, h1, h2, generator)
             return
         mixture = loss.mixture
         before = {k: t.clone() for k, t in mixture.state_dict().items()}
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always", MixtureDegeneracyWarning)
-            loss.refit(h1, h2, generator)
+            self.refit(loss, h1, h2, generator)
         if mixture.problems_:
             mixture.load_state_dict(before)
             self.rejected += 1
 
     def extra_repr(self) -> str:
-        return "keep_healthy=True" if self.keep_healthy else ""
+        parts = ["keep_healthy=True"] if self.keep_healthy else []
+        if self.degenerate_floor:
+            parts.append(f"degenerate_floor={self.degenerate_floor:g}")
+        return ", ".join(parts)
 
 
 class FitOnce(FitSchedule):
@@ -88,7 +124,7 @@ class FitOnce(FitSchedule):
 
     def fit(self, loss, h1, h2, generator=None) -> None:
         if not loss.mixture.fitted:
-            loss.refit(h1, h2, generator)
+            self.refit(loss, h1, h2, generator)
 
 
 class FrozenFit(FitSchedule):
@@ -124,7 +160,7 @@ class FrozenFit(FitSchedule):
         if self.frozen_u is not None:
             return
         if not loss.mixture.fitted:
-            loss.refit(h1, h2, generator)
+            self.refit(loss, h1, h2, generator)
         self.frozen_u, self.frozen_v = (t.detach().clone() for t in normalize_views(h1, h2))
 
     def fitted(self, loss) -> bool:
@@ -169,6 +205,7 @@ class FrozenFit(FitSchedule):
             )
 
     def reset_parameters(self) -> None:
+        super().reset_parameters()
         self.frozen_u = self.frozen_v = None
         self._held = (None, {})  # free the held weights now, not at the next weighted step
 
@@ -184,9 +221,13 @@ class FrozenFit(FitSchedule):
         return ", ".join(parts + (["shared_weights=True"] if self.shared_weights else []))
 
 
+#: The ``degenerate_floor`` of ``schedule='floored'``.
+DEGENERATE_FLOOR = 0.5
+
 #: Schedules by name (``ProGCLLoss(schedule=...)``).
 SCHEDULES: dict[str, Callable[[], FitSchedule]] = {
     "online": OnlineFit,
+    "floored": functools.partial(OnlineFit, degenerate_floor=DEGENERATE_FLOOR),
     "guarded": functools.partial(OnlineFit, keep_healthy=True),
     "fit-once": FitOnce,
     "frozen": FrozenFit,
@@ -202,7 +243,10 @@ def as_schedule(schedule: Union[str, FitSchedule]) -> FitSchedule:
 
 def schedule_name(schedule: FitSchedule) -> str:
     """The name a schedule has in :data:`SCHEDULES` (its class name if none)."""
-    if isinstance(schedule, OnlineFit) and schedule.keep_healthy:
-        return "guarded"
+    if isinstance(schedule, OnlineFit):
+        options = (schedule.keep_healthy, schedule.degenerate_floor)
+        named = {(True, 0.0): "guarded", (False, DEGENERATE_FLOOR): "floored"}
+        if options in named:
+            return named[options]
     names = {cls: name for name, cls in SCHEDULES.items() if isinstance(cls, type)}
     return names.get(type(schedule), type(schedule).__name__)

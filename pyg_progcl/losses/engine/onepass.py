@@ -48,9 +48,10 @@ class ExtraTerm(Protocol):
     read from the whole inter-view matrix at once (one block of all anchors; ProGCL-mix's
     synthesised negatives). One object serves one forward call."""
 
-    def forward(self, logits: Tensor) -> Tensor:
+    def forward(self, logits: Tensor, pool: BlockPool) -> Tensor:
         """``[2, N]`` detached shifted ``log X`` of the ``u`` anchors (from the rows of the
-        shifted, masked logits ``u·vᵀ``) and of the ``v`` anchors (from its columns)."""
+        shifted, masked logits ``u·vᵀ``) and of the ``v`` anchors (from its columns);
+        ``[N, N]`` scratch matrices come from ``pool`` and go back to it."""
 
     def backward(self, grad: Tensor, out: Tensor) -> None:
         """Adds ``∂J/∂(u_i·v_k)`` through ``log X`` to ``out[i, k]``, given ``grad``
@@ -261,7 +262,7 @@ class _Blockwise(torch.autograd.Function):
                 u, v, start, stop, tau, spec, work, fresh_uv=keep_uv, fresh_w=keep_weights
             )
             if spec.extra is not None:  # (before the exponentials overwrite the logits)
-                extra = spec.extra.forward(blocks.uv)
+                extra = spec.extra.forward(blocks.uv, pool)
             if blocks.w is not None:
                 wu[start - lo : stop - lo] = blocks.w.sum(1)
                 wv += (blocks.w if blocks.w2 is None else blocks.w2).sum(0)

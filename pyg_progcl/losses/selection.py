@@ -1,0 +1,75 @@
+"""The ``k`` largest entries of each row, in a canonical order: ProGCL-mix's selection of
+the hardest negatives (docs/algorithms.md §5.3)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+
+import numpy as np
+import torch
+from torch import Tensor
+
+#: Elements per row chunk of a CPU selection (2 MiB of float32): the chunks run on
+#: ``torch.get_num_threads()`` threads, since numpy releases the GIL in its loops.
+SELECT_CHUNK_ELEMENTS = 1 << 19
+
+
+def largest(x: Tensor, k: int) -> Tensor:
+    """Column indices of the ``k`` largest entries of each row of ``x``, ascending; ties at
+    the ``k``-th value go to the lowest columns. The order is thus canonical, whatever the
+    selection algorithm (π pairs positions, so the order decides the pairs)."""
+    n = x.size(1)
+    if k >= n:
+        return torch.arange(n, device=x.device).expand(x.size(0), n)
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        return _largest_numpy(x, k)  # (numpy has no bfloat16)
+    kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
+    keep = x >= kth  # at least k per row
+    over = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32) > k
+    if bool(over.any()):  # ties at the k-th value: those rows keep their first ties by column
+        sub, kth = x[over], kth[over]
+        above, ties = sub > kth, sub == kth
+        room = k - above.sum(dim=1, keepdim=True)
+        keep[over] = above | (ties & (ties.cumsum(dim=1) <= room))
+    return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)
+
+
+def _largest_numpy(x: Tensor, k: int) -> Tensor:
+    """:func:`largest` with numpy's introselect and ``flatnonzero`` (together about a third
+    of ``torch.topk`` plus ``torch.nonzero``), row chunks on parallel threads."""
+    x = x.contiguous().numpy()  # (a transposed input is 8x slower to partition)
+    out = np.empty((x.shape[0], k), dtype=np.int64)
+    step = max(1, SELECT_CHUNK_ELEMENTS // x.shape[1])
+    chunks = [slice(i, min(i + step, x.shape[0])) for i in range(0, x.shape[0], step)]
+    threads = min(torch.get_num_threads(), len(chunks))
+    if threads > 1:
+        list(_pool(threads, os.getpid()).map(lambda rows: _select_rows(x, k, out, rows), chunks))
+    else:
+        for rows in chunks:
+            _select_rows(x, k, out, rows)
+    return torch.from_numpy(out)
+
+
+def _select_rows(x: np.ndarray, k: int, out: np.ndarray, rows: slice) -> None:
+    """Writes :func:`largest` of ``x[rows]`` to ``out[rows]``."""
+    x, n = x[rows], x.shape[1]
+    kth = np.partition(x, n - k, axis=1)[:, n - k : n - k + 1]
+    keep = x >= kth  # at least k per row
+    flat = np.flatnonzero(keep)  # flat indices, ascending in each row
+    if flat.size > keep.shape[0] * k:  # ties at the k-th value: keep the first by column
+        over = np.count_nonzero(keep, axis=1) > k
+        sub, kth = x[over], kth[over]
+        above, ties = sub > kth, sub == kth
+        room = k - np.count_nonzero(above, axis=1, keepdims=True)
+        keep[over] = above | (ties & (np.cumsum(ties, axis=1) <= room))
+        flat = np.flatnonzero(keep)
+    flat = flat.reshape(-1, k)
+    np.subtract(flat, np.arange(0, flat.shape[0] * n, n)[:, None], out=out[rows])
+
+
+@functools.cache
+def _pool(threads: int, pid: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A pool of ``threads`` threads of process ``pid`` (a forked child makes its own)."""
+    return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pyg_progcl")
