@@ -9,7 +9,7 @@ the seeds both ran and on how many of them the method did better. Seed ``s``
 fixes the evaluation split of both runs, so the per-seed difference removes the
 split-to-split spread that dominates a 5-seed standard deviation. A run whose file
 has a ``variant`` field (an experiment outside the presets), or whose config names a fit
-schedule other than ``'online'``, mixture options (``min_beta_high``,
+schedule other than the default (``'floored'``; a file without one ran ``'online'``), mixture options (``min_beta_high``,
 ``mixture_weight_init``) or ``shared_weights``, is a setting of its own. Runs of one row
 must share every other config field except :data:`NOT_A_SETTING` (else an error names
 the fields), and a row is paired with the baseline only where both were evaluated alike
@@ -33,9 +33,13 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 from pyg_progcl.experiments.evaluation import mean_std  # noqa: E402
 from pyg_progcl.experiments.presets import TrainConfig  # noqa: E402
+from pyg_progcl.losses.schedules import DEFAULT_SCHEDULE  # noqa: E402
 
-#: How a run's label names a ProGCL fit schedule other than the default ``'online'``.
+#: How a run's label names a ProGCL fit schedule other than the default
+#: (:data:`~pyg_progcl.losses.schedules.DEFAULT_SCHEDULE`).
 SCHEDULE_LABELS = {
+    "online": "online refit, no posterior floor",
+    "floored": "posterior floored once a refit degenerates",
     "fit-once": "mixture fitted once",
     "frozen": "reference schedule: frozen per-pair weights",
     "guarded": "degenerate refits rejected",
@@ -57,7 +61,10 @@ def _label(run: dict) -> str:
     non-default mixture options (joined by ``, ``)."""
     config = run["config"]
     schedule = SHARED_LABEL if config.get("shared_weights") else None
-    parts = [run.get("variant") or schedule or SCHEDULE_LABELS.get(config.get("schedule"))]
+    named = run["method"].startswith("progcl") and config.get("schedule", "online")
+    if named and named != DEFAULT_SCHEDULE:  # (files older than the field ran 'online')
+        schedule = schedule or SCHEDULE_LABELS.get(named)
+    parts = [run.get("variant") or schedule]
     parts += [f.format(config[k]) for k, f in MIXTURE_LABELS.items() if config.get(k) is not None]
     parts += [f.format(config[k]) for k, f in OPTION_LABELS.items() if config.get(k)]
     parts = [p for p in parts if p]
@@ -73,7 +80,7 @@ EVALUATION = ("protocol", "split", "probe_epochs")
 
 def _setting(config: dict) -> dict:
     """The config with defaults for fields older files lack, less :data:`NOT_A_SETTING`."""
-    full = {**TrainConfig.defaults(), **config}
+    full = {**TrainConfig.defaults(), "schedule": "online", **config}
     return {k: v for k, v in full.items() if k not in NOT_A_SETTING}
 
 

@@ -1,12 +1,14 @@
-"""ProGCL-weight under four fit schedules, against GRACE on the same seeds.
+"""ProGCL-weight under its fit schedules and variants, against GRACE on the same seeds.
 
 ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in Graph Contrastive
 Learning", ICML 2022) weights negative ``k`` of anchor ``i`` by
 ``w_ik = b_ik / mean_j b_ij``, ``b = s' · p(true negative | s')`` (docs/algorithms.md §5.2). When the
 mixture is fitted and which similarities ``b`` is computed from is a schedule choice:
 
-* ``online``: the library's schedule (docs/algorithms.md §5.1): refit every epoch after the warm-up,
+* ``online``: the paper's schedule (docs/algorithms.md §5.4): refit every epoch after the warm-up,
   ``b`` from the current similarities at every step;
+* ``floored``: the library's default, ``online`` until a refit degenerates, then with the
+  posterior in ``b`` floored at 0.5 for the rest of training (``ProGCLLoss(schedule='floored')``);
 * ``beta-guard``: ``online`` with the reference code's guard on the high-similarity
   component, ``β ≥ 1.01`` (:class:`~pyg_progcl.BetaMixture` ``min_beta_high``);
 * ``fit-once``: one fit after the warm-up, then a frozen mixture; ``b`` still from the
@@ -51,11 +53,13 @@ from pyg_progcl.experiments import train, write_json  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import TrainConfig, get_preset  # noqa: E402
 
-#: The ``variant`` field of each schedule's result file (``online`` is the plain method).
+#: The ``variant`` field of each variant's result file (``None``: compare.py labels the run
+#: from its config's schedule and options).
 LABELS = {
     "online": None,
+    "floored": None,
     "beta-guard": "reference β guard",
-    **SCHEDULE_LABELS,
+    **{name: SCHEDULE_LABELS[name] for name in ("fit-once", "frozen", "guarded")},
     "frozen-clean": "frozen weights of the un-augmented graph",
     "floor-0.5": None,  # (compare.py labels it from the config's posterior_floor)
     "grace": None,
@@ -98,8 +102,10 @@ def run(variant: str, args: argparse.Namespace) -> Path:
     overrides = {"epochs": args.epochs}
     if method != "grace" and args.warmup_epochs is not None:
         overrides["warmup_epochs"] = args.warmup_epochs
-    if variant in ("fit-once", "frozen", "frozen-clean", "guarded"):
-        overrides["schedule"] = variant.removesuffix("-clean")
+    if method != "grace":  # beta-guard and floor-0.5: online with an option
+        overrides["schedule"] = {"frozen-clean": "frozen"}.get(variant, variant)
+        if variant in ("beta-guard", "floor-0.5"):
+            overrides["schedule"] = "online"
     if variant == "floor-0.5":
         overrides["posterior_floor"] = 0.5
     config = get_preset(args.dataset, method, **overrides)

@@ -14,7 +14,7 @@ def compare():
 
 
 def _run(method, seeds, accuracies, epochs=200, warmup=100):
-    config = {"epochs": epochs, "warmup_epochs": warmup}
+    config = {"epochs": epochs, "warmup_epochs": warmup, "schedule": "floored"}  # the default
     return {
         "dataset": "Cora",
         "method": method,
@@ -70,14 +70,22 @@ def test_a_variant_is_a_setting_of_its_own(compare, tmp_path):
 
 
 def test_a_fit_schedule_is_a_setting_of_its_own(compare, tmp_path):
-    # Trainer files of the same method: the online default and the frozen schedule.
-    online, frozen = _run("progcl-weight", [0], [0.7]), _run("progcl-weight", [0], [0.8])
-    online["config"]["schedule"], frozen["config"]["schedule"] = "online", "frozen"
+    # Trainer files of the same method: the default, online, frozen, and a file older than
+    # the schedule field (which ran online); GRACE's schedule field names nothing it uses.
+    runs = {name: _run("progcl-weight", [0], [0.7]) for name in ("floored", "online", "frozen")}
+    for name, run in runs.items():
+        run["config"]["schedule"] = name
+    runs["old"] = _run("progcl-weight", [0], [0.7])
+    del runs["old"]["config"]["schedule"]
+    runs["grace"] = _run("grace", [0], [0.7])
+    runs["grace"]["config"]["schedule"] = "online"
     keys = []
-    for name, run in (("online", online), ("frozen", frozen)):
+    for name, run in runs.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(run))
         keys += [r["key"][1] for r in compare.load_runs(tmp_path / f"{name}.json")]
-    assert keys == ["progcl-weight", "progcl-weight (reference schedule: frozen per-pair weights)"]
+    online = "progcl-weight (online refit, no posterior floor)"
+    frozen = "progcl-weight (reference schedule: frozen per-pair weights)"
+    assert keys == ["progcl-weight", online, frozen, online, "grace"]
 
 
 def test_mixture_options_are_settings_of_their_own(compare, tmp_path):
@@ -87,7 +95,7 @@ def test_mixture_options_are_settings_of_their_own(compare, tmp_path):
     (loaded,) = compare.load_runs(tmp_path / "guard.json")
     frozen = "reference schedule: frozen per-pair weights"
     assert loaded["key"][1] == f"progcl-weight ({frozen}, β ≥ 1.01)"
-    run["config"].update(schedule="online", min_beta_high=None, mixture_weight_init=0.15)
+    run["config"].update(schedule="floored", min_beta_high=None, mixture_weight_init=0.15)
     (tmp_path / "init.json").write_text(json.dumps(run))
     (loaded,) = compare.load_runs(tmp_path / "init.json")
     assert loaded["key"][1] == "progcl-weight (initial w = 0.15)"

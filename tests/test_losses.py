@@ -817,6 +817,16 @@ def test_mix_selects_the_same_set_as_topk(dtype):
         assert torch.equal(got, torch.topk(x, k, dim=1).indices.sort(dim=1).values)
 
 
+@pytest.mark.parametrize("n,tile", [(1, 512), (23, 5), (40, 8), (1100, 512)])
+def test_transpose_in_place_in_tiles(monkeypatch, n, tile):
+    from pyg_progcl.losses.engine import ops
+
+    monkeypatch.setattr(ops, "TRANSPOSE_TILE", tile)
+    x = torch.randn(n, n, dtype=torch.float64)
+    expected = x.T.clone()
+    assert ops.transpose_(x) is x and torch.equal(x, expected)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_selection_in_row_chunks_on_threads(monkeypatch, threads):
     from pyg_progcl.losses import selection

@@ -351,7 +351,7 @@ def test_bad_schedule_is_a_clear_error():
         get_preset("synthetic", "progcl-weight", schedule="weekly")
     with pytest.raises(ValueError, match=r"schedule='frozen'.*batch_size"):
         get_preset("synthetic", "progcl-weight", schedule="frozen", batch_size=64)
-    with pytest.raises(ValueError, match=r"`frozen_cache_mib` sizes .* \(got schedule='online'\)"):
+    with pytest.raises(ValueError, match=r"`frozen_cache_mib` sizes .* \(got schedule='floored'\)"):
         get_preset("synthetic", "progcl-weight", frozen_cache_mib=2048)
     config = get_preset("synthetic", "progcl-weight", schedule="frozen", frozen_cache_mib=2048)
     assert build_loss(config).schedule.cache_mib == 2048

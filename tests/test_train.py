@@ -338,7 +338,7 @@ def test_variants_branch_from_a_warmup_checkpoint_as_if_run_whole(small_graph, t
     for p, q in zip(loss_whole.state_dict().values(), loss_branch.state_dict().values()):
         assert torch.equal(p, q)
     changed = ("schedule", "min_beta_high", "mixture_weight_init", "num_samples", "shared_weights")
-    note = {"epoch": 6, "from": dict(zip(changed, ("online", None, None, 2000, False)))}
+    note = {"epoch": 6, "from": dict(zip(changed, ("floored", None, None, 2000, False)))}
     assert branched["branched"] == [note]
     result = train(
         variant, small_graph, seeds=[4], checkpoint_dir=tmp_path / "branch_cli", resume=True,

@@ -18,7 +18,7 @@ from torch_geometric.data import Data
 
 from .._checks import check_int
 from ..losses import ProGCLLoss
-from ..losses.schedules import schedule_name
+from ..losses.schedules import DEFAULT_SCHEDULE, schedule_name
 from ..model import GRACEModel
 from .checkpoint import TrainingInterruptedError, stop_requests
 from .datasets import load_dataset
@@ -52,7 +52,7 @@ def progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
         means = [a / (a + b) for a, b in zip(state["alpha"], state["beta"])]
         fn = 1 - t  # beta_FN < 1 with a large w_FN: a spike at cosine 1 (see ProGCLLoss)
         name = schedule_name(loss_fn.schedule)
-        kept = "" if name == "online" else f" ({name})"
+        kept = "" if name == DEFAULT_SCHEDULE else f" ({name})"
         text += (
             f" bmm{kept}: mean TN={means[t]:.2f} FN={means[fn]:.2f} w_FN={state['weight'][fn]:.3f}"
             f" beta_FN={state['beta'][fn]:.2f}"

@@ -47,7 +47,7 @@ from .._checks import (
     check_probability,
 )
 from ..encoders import ACTIVATIONS
-from ..losses.schedules import SCHEDULES
+from ..losses.schedules import DEFAULT_SCHEDULE, SCHEDULES
 from .datasets import canonical_name
 
 __all__ = [
@@ -91,9 +91,10 @@ class TrainConfig:
         beta: HCL concentration β.
         num_samples: ProGCL: similarities sampled per mixture fit (``None``:
             the loss's default).
-        schedule: ProGCL's fit schedule: ``online`` (refit every epoch, the spec's),
-            ``floored`` (online; from the first degenerate refit on, the posterior in
-            ``b`` floored at 0.5), ``guarded``, ``fit-once`` or ``frozen`` (the reference code's: the weights of the first
+        schedule: ProGCL's fit schedule: ``floored`` (the default: refit every epoch;
+            from the first degenerate refit on, the posterior in ``b`` floored at 0.5),
+            ``online`` (refit every epoch, the spec's), ``guarded``, ``fit-once`` or
+            ``frozen`` (the reference code's: the weights of the first
             fit's epoch are kept; full-graph training only); see
             :class:`~pyg_progcl.ProGCLLoss`.
         min_beta_high: ProGCL: lower bound of β of the mixture's high-similarity
@@ -150,7 +151,7 @@ class TrainConfig:
     tau_plus: float = 0.1
     beta: float = 1.0
     num_samples: Optional[int] = None
-    schedule: str = "online"
+    schedule: str = DEFAULT_SCHEDULE
     min_beta_high: Optional[float] = None
     shared_weights: bool = False
     frozen_cache_mib: Optional[float] = None

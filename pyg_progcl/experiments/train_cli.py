@@ -39,9 +39,9 @@ _FIELD_HELP = {
     "tau_plus": "DCL/HCL class prior",
     "beta": "HCL concentration",
     "num_samples": "ProGCL: similarities sampled per mixture fit",
-    "schedule": "ProGCL: online (refit every epoch), floored (online; once a refit degenerates, "
-    "p(true negative | s') floored at 0.5), guarded (online, degenerate refits rejected), "
-    "fit-once, or frozen (the papers' code)",
+    "schedule": "ProGCL: floored (default: refit every epoch; once a refit degenerates, "
+    "p(true negative | s') floored at 0.5), online (refit every epoch, no floor), guarded "
+    "(online, degenerate refits rejected), fit-once, or frozen (the papers' code)",
     "posterior_floor": "ProGCL: lower bound of p(true negative | s') in the hardness (0: none)",
     "min_beta_high": "ProGCL: floor of the high-similarity component's beta (reference code: "
     "1.01; default none)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .engine import BlockPool, NegativeBlock, row_chunks, underflow_threshold
+from .engine import BlockPool, NegativeBlock, row_chunks, transpose_, underflow_threshold
 from .selection import largest
 from .weights import HardnessWeights
 
@@ -108,29 +108,30 @@ class MixedSums:
         n = logits.size(0)
         k = min(self.num_mix, n - 1)
         perms = [torch.randperm(k, device=logits.device) for _ in range(2)]
-        scratch = [pool.take(n, logits) for _ in range(2)]
-        b_rows = self.weights.block_weights(logits, scratch[0], slice(0, n))
-        b_rows.fill_diagonal_(0.0)  # (the anchor itself)
-        b_cols = scratch[1].copy_(b_rows.T)  # the v anchors' negatives in rows
-        out = torch.stack(
-            [self._mix(logits, b_rows, perms[0], k), self._mix(logits.T, b_cols, perms[1], k)]
-        )
-        pool.give(scratch)
+        b = self.weights.block_weights(logits, pool.take(n, logits), slice(0, n))
+        b.fill_diagonal_(0.0)  # (the anchor itself)
+        out = logits.new_empty(2, n)
+        out[0] = self._mix(logits, _uniform_if_underflowed(b, copy=True), perms[0], k)
+        transpose_(b)  # the v anchors' negatives in rows
+        out[1] = self._mix(logits.T, _uniform_if_underflowed(b), perms[1], k)
+        pool.give([b])
         return out
 
     def _mix(self, logits: Tensor, b: Tensor, perm: Tensor, k: int) -> Tensor:
         """``log X`` of the anchors whose negatives are the rows of ``logits`` and ``b``;
         keeps the gradient factors of each row chunk for backward."""
         tau, lowest = self.weights.tau, -2.0 / self.weights.tau  # (θ = -1)
-        selected = largest(_uniform_if_underflowed(b), k)  # (row chunks on parallel threads)
+        selected = largest(b, k)  # (row chunks on parallel threads)
         out, chunks = logits.new_empty(logits.size(0)), []
         for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
             idx = selected[rows]
             logit, b_top = logits[rows].gather(1, idx), b[rows].gather(1, idx)
             mixed, b_pair, den = _mixed_logits(logit, b_top, perm, tau, self.mix_eps)
-            out[rows] = log_sum = torch.logsumexp(mixed, dim=1)
-            # for backward: softmax(mixed)/den, none below the clamp
-            soft = mixed.sub_(log_sum.unsqueeze(1)).exp_().div_(den)
+            top = mixed.amax(dim=1, keepdim=True)  # log-sum-exp, its exponentials kept
+            soft = mixed.sub_(top).exp_()
+            total = soft.sum(dim=1, keepdim=True)
+            out[rows] = total.log().add_(top).squeeze(1)
+            soft.div_(total).div_(den)  # for backward: softmax(mixed)/den, none below the clamp
             if float(logit.min()) < lowest:
                 soft.masked_fill_(logit < lowest, 0.0)
             chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int()))
@@ -151,12 +152,13 @@ class MixedSums:
         self.saved = []
 
 
-def _uniform_if_underflowed(b: Tensor) -> Tensor:
+def _uniform_if_underflowed(b: Tensor, copy: bool = False) -> Tensor:
     """``b`` (anchor ``i``'s own entry at ``[i, i]``) with the rows whose ``b`` all
     underflowed set to 1 off the anchor's own entry (GRACE's row, as on the other paths),
-    in place."""
+    in place, or if ``copy`` in a copy where there are such rows."""
     small = b.sum(dim=1) < underflow_threshold(b.dtype)
     if bool(small.any()):
+        b = b.clone() if copy else b
         b[small] = 1.0
         own = small.nonzero()[:, 0]
         b[own, own] = 0.0

@@ -14,7 +14,7 @@ from .base import ContrastiveLoss
 from .engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
 from .infonce import GRACE_TERM
 from .mixing import MIX_EPS, MixedNegatives, MixedSums
-from .schedules import FROZEN_CACHE_MIB, FitSchedule, FrozenFit, as_schedule
+from .schedules import DEFAULT_SCHEDULE, FROZEN_CACHE_MIB, FitSchedule, FrozenFit, as_schedule
 from .weights import HardnessWeights
 
 
@@ -39,8 +39,14 @@ class ProGCLLoss(ContrastiveLoss):
     loop owns the warm-up and calls :meth:`fit` every epoch after it; the ``schedule``
     decides what a call changes (:mod:`~pyg_progcl.losses.schedules`): ``'online'``
     refits the mixture at every call (warm-started) and weights by the current
-    similarities; ``'fit-once'`` fits once; ``'frozen'`` fits once and keeps the weights
-    of that epoch's views, as the reference code does (:meth:`reference_code`).
+    similarities; ``'floored'`` (the default) does the same, but once a refit degenerates
+    (:meth:`BetaMixture.degeneracy <pyg_progcl.BetaMixture.degeneracy>`, e.g. a
+    false-negative spike at cosine 1, under which long runs collapse) it floors
+    :math:`p(\mathrm{true\ neg.} \mid s')` at 0.5 for the rest of training, so that no
+    negative loses more than half its hardness; ``'fit-once'`` fits once; ``'frozen'``
+    fits once and keeps the weights of that epoch's views, as the reference code does
+    (:meth:`reference_code`). docs/algorithms.md §5.4 has the measurements behind the
+    default.
 
     .. code-block:: python
 
@@ -61,7 +67,8 @@ class ProGCLLoss(ContrastiveLoss):
         mixture: The :class:`~pyg_progcl.BetaMixture` to use (default: the reference
             initialisation); one passed in already fitted weights from the first step
             (except with ``'frozen'``, which needs a fit to store its views).
-        schedule: ``'online'``, ``'fit-once'``, ``'frozen'`` or a
+        schedule: ``'floored'``, ``'online'`` (ProGCL's online refit without the floor),
+            ``'guarded'``, ``'fit-once'``, ``'frozen'`` or a
             :class:`~pyg_progcl.losses.schedules.FitSchedule`.
         posterior_floor: Lower bound of :math:`p(\mathrm{true\ neg.} \mid s')` in
             :math:`b`: no negative loses more than this share of its hardness, however
@@ -78,7 +85,7 @@ class ProGCLLoss(ContrastiveLoss):
         fit_iters: int = 10,
         mix_eps: float = MIX_EPS,
         mixture: Optional[BetaMixture] = None,
-        schedule: Union[str, FitSchedule] = "online",
+        schedule: Union[str, FitSchedule] = DEFAULT_SCHEDULE,
         posterior_floor: float = 0.0,
         **kwargs,
     ):
@@ -132,8 +139,8 @@ class ProGCLLoss(ContrastiveLoss):
 
     @torch.no_grad()
     def fit(self, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator] = None):
-        """Fits the mixture on ``h1``, ``h2`` as the ``schedule`` says (``'online'``: every
-        call, with :meth:`refit`). Returns ``self``."""
+        """Fits the mixture on ``h1``, ``h2`` as the ``schedule`` says (``'floored'``,
+        ``'online'``: every call, with :meth:`refit`). Returns ``self``."""
         check_views(h1, h2)
         self.schedule.fit(self, h1, h2, generator)
         return self

@@ -223,6 +223,8 @@ class FrozenFit(FitSchedule):
 
 #: The ``degenerate_floor`` of ``schedule='floored'``.
 DEGENERATE_FLOOR = 0.5
+#: The schedule of ``ProGCLLoss()`` and of the presets.
+DEFAULT_SCHEDULE = "floored"
 
 #: Schedules by name (``ProGCLLoss(schedule=...)``).
 SCHEDULES: dict[str, Callable[[], FitSchedule]] = {
