@@ -10,7 +10,7 @@ import traceback
 
 import torch
 import torch.distributed as dist
-from helpers import fitted_mixture, sample_mixture, views
+from helpers import class_views, fitted_mixture, sample_mixture, views
 from torch.nn.parallel import DistributedDataParallel
 
 from pyg_progcl.distributed import DistributedLoss, fit_mixture
@@ -26,6 +26,9 @@ LOSSES = {
     "progcl-weight": lambda: _losses().ProGCLLoss(0.4, mixture=fitted_mixture()),
     "progcl-weight-blocks": lambda: _losses().ProGCLLoss(
         0.4, mixture=fitted_mixture(), block_size=5
+    ),
+    "progcl-weight-floor": lambda: _losses().ProGCLLoss(
+        0.4, mixture=fitted_mixture(), posterior_floor=0.5, block_size=5
     ),
     "progcl-mix": lambda: _losses().ProGCLLoss(
         0.4, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=5
@@ -76,6 +79,25 @@ def refit_case(rank: int, world: int) -> dict:
     loss.fit(h1[rows], h2[rows]).fit(h1[rows], h2[rows])
     m = loss.mixture
     return {"params": torch.cat([m.alpha, m.beta, m.weight]), "fits": int(m.num_fits)}
+
+
+def floored_case(rank: int, world: int) -> dict:
+    """Refits of near-duplicate classmates (a degenerate mixture) under schedule='floored'."""
+    import warnings
+
+    torch.manual_seed(10 + rank)
+    h1, h2 = class_views(per_class=10 * world)
+    rows = slice(rank * 50, (rank + 1) * 50)
+    loss = DistributedLoss(_losses().ProGCLLoss(0.5, num_samples=5_000, schedule="floored"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss.fit(h1[rows], h2[rows]).fit(h1[rows], h2[rows])
+    m = loss.mixture
+    return {
+        "params": torch.cat([m.alpha, m.beta, m.weight]),
+        "problems": m.problems_,
+        "floor": loss.schedule.posterior_floor,
+    }
 
 
 def complete_graph(n: int = 16, features: int = 6):
@@ -183,6 +205,7 @@ def main(rank: int, world: int, init_file: str, out: str) -> None:
     try:
         for name, case in {
             "losses": loss_cases, "mixture": mixture_case, "refit": refit_case,
+            "floored": floored_case,
             "train": train_steps, "errors": error_cases,
         }.items():  # fmt: skip
             results[name] = case(rank, world)

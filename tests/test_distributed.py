@@ -74,6 +74,13 @@ def test_refits_leave_every_rank_with_the_same_mixture(ranks):
     assert ranks[0]["refit"]["fits"] == 2
 
 
+def test_a_degenerate_refit_floors_the_posterior_on_every_rank(ranks):
+    a, b = ranks[0]["floored"], ranks[1]["floored"]
+    assert torch.equal(a["params"], b["params"]) and a["problems"] == b["problems"]
+    assert any("spike at cosine 1" in p for p in a["problems"])
+    assert a["floor"] == b["floor"] == 0.5
+
+
 def test_training_steps_equal_one_process_over_the_global_batches(ranks):
     assert torch.equal(ranks[0]["train"]["params"], ranks[1]["train"]["params"])
     replay = train_steps(0, WORLD, mixtures=ranks[0]["train"]["mixtures"])
