@@ -38,8 +38,8 @@ from pyg_progcl.losses.schedules import DEFAULT_SCHEDULE  # noqa: E402
 #: How a run's label names a ProGCL fit schedule other than the default
 #: (:data:`~pyg_progcl.losses.schedules.DEFAULT_SCHEDULE`).
 SCHEDULE_LABELS = {
-    "online": "online refit, no posterior floor",
-    "floored": "posterior floored once a refit degenerates",
+    "online": "schedule 'online'",
+    "floored": "schedule 'floored'",
     "fit-once": "mixture fitted once",
     "frozen": "reference schedule: frozen per-pair weights",
     "guarded": "degenerate refits rejected",

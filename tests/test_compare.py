@@ -83,7 +83,7 @@ def test_a_fit_schedule_is_a_setting_of_its_own(compare, tmp_path):
     for name, run in runs.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(run))
         keys += [r["key"][1] for r in compare.load_runs(tmp_path / f"{name}.json")]
-    online = "progcl-weight (online refit, no posterior floor)"
+    online = "progcl-weight (schedule 'online')"
     frozen = "progcl-weight (reference schedule: frozen per-pair weights)"
     assert keys == ["progcl-weight", online, frozen, online, "grace"]
 
