@@ -202,8 +202,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return get_preset(dataset, method, config=fields, **flags)
 
 
-def run_cli(args: argparse.Namespace) -> int:
-    """Runs the ``train`` subcommand; returns the exit status."""
+def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
+    """The run's config and seeds from the command line (and torch's thread count)."""
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
     if args.root is not None and not Path(args.root).expanduser().is_dir():
@@ -216,9 +216,16 @@ def run_cli(args: argparse.Namespace) -> int:
         threads = 1
     if threads is not None:
         torch.set_num_threads(threads)
-    seeds = list(range(args.seed, args.seed + args.seeds))
+    return config, list(range(args.seed, args.seed + args.seeds))
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Runs the ``train`` subcommand; returns the exit status."""
+    # Ranks join before anything can fail, so that a bad setup fails on all of them alike
+    # (else the launcher may stop the others before they report it).
     ranks, device = join(args.device) if args.distributed else (ONE, args.device)
     try:
+        config, seeds = _setup(args)
         result = train(
             config,
             seeds=seeds,
