@@ -56,14 +56,19 @@ OPTION_LABELS = {"posterior_floor": "p(TN) ≥ {:g}"}
 SHARED_LABEL = "reference schedule: the first direction's frozen weights for both"
 
 
+def _schedule(run: dict) -> str | None:
+    """The ProGCL fit schedule the run trained with (``None`` for other methods, whose
+    configs carry the field unused; files older than the field ran ``'online'``)."""
+    return run["config"].get("schedule", "online") if run["method"].startswith("progcl") else None
+
+
 def _label(run: dict) -> str:
     """``method``, or ``method (variant)`` for a variant, a non-default fit schedule or
     non-default mixture options (joined by ``, ``)."""
     config = run["config"]
     schedule = SHARED_LABEL if config.get("shared_weights") else None
-    named = run["method"].startswith("progcl") and config.get("schedule", "online")
-    if named and named != DEFAULT_SCHEDULE:  # (files older than the field ran 'online')
-        schedule = schedule or SCHEDULE_LABELS.get(named)
+    if _schedule(run) not in (None, DEFAULT_SCHEDULE):
+        schedule = schedule or SCHEDULE_LABELS.get(_schedule(run))
     parts = [run.get("variant") or schedule]
     parts += [f.format(config[k]) for k, f in MIXTURE_LABELS.items() if config.get(k) is not None]
     parts += [f.format(config[k]) for k, f in OPTION_LABELS.items() if config.get(k)]
@@ -78,9 +83,10 @@ NOT_A_SETTING = ("eval_every", "diagnose_every", "block_size", "frozen_cache_mib
 EVALUATION = ("protocol", "split", "probe_epochs")
 
 
-def _setting(config: dict) -> dict:
-    """The config with defaults for fields older files lack, less :data:`NOT_A_SETTING`."""
-    full = {**TrainConfig.defaults(), "schedule": "online", **config}
+def _setting(run: dict) -> dict:
+    """The run's config with defaults for fields older files lack, its schedule as
+    :func:`_schedule` reads it, less :data:`NOT_A_SETTING`."""
+    full = {**TrainConfig.defaults(), **run["config"], "schedule": _schedule(run)}
     return {k: v for k, v in full.items() if k not in NOT_A_SETTING}
 
 
@@ -116,7 +122,7 @@ def load_runs(path: Path) -> list[dict]:
                 r["config"]["warmup_epochs"] if r["method"].startswith("progcl") else None,
             ),
             "acc": dict(zip(r["seeds"], r["accuracies"])),
-            "setting": _setting(r["config"]),
+            "setting": _setting(r),
             "file": str(path),
         }
         for r in runs

@@ -66,6 +66,10 @@ LABELS = {
 }
 
 
+#: The fit schedule of the variants that are not a schedule of their own (others: their name).
+SCHEDULE_OF = {"frozen-clean": "frozen", "beta-guard": "online", "floor-0.5": "online"}
+
+
 def loss_factory(variant: str):
     """The trainer's ``loss_factory`` of a schedule (``None``: the config's loss)."""
     if variant != "beta-guard":
@@ -102,10 +106,8 @@ def run(variant: str, args: argparse.Namespace) -> Path:
     overrides = {"epochs": args.epochs}
     if method != "grace" and args.warmup_epochs is not None:
         overrides["warmup_epochs"] = args.warmup_epochs
-    if method != "grace":  # beta-guard and floor-0.5: online with an option
-        overrides["schedule"] = {"frozen-clean": "frozen"}.get(variant, variant)
-        if variant in ("beta-guard", "floor-0.5"):
-            overrides["schedule"] = "online"
+    if method != "grace":
+        overrides["schedule"] = SCHEDULE_OF.get(variant, variant)
     if variant == "floor-0.5":
         overrides["posterior_floor"] = 0.5
     config = get_preset(args.dataset, method, **overrides)

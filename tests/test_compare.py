@@ -128,6 +128,15 @@ def test_runs_of_one_row_must_share_their_setting(compare, tmp_path, capsys):
     assert "differ in tau 0.5 vs 0.9" in capsys.readouterr().err
 
 
+def test_grace_runs_merge_whatever_their_unused_schedule_field(compare, tmp_path, capsys):
+    old, new = _run("grace", [0], [0.7]), _run("grace", [1], [0.8])
+    old["config"]["schedule"], new["config"]["schedule"] = "online", "floored"
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    assert compare.main([str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 0
+    assert _row(capsys.readouterr().out, "grace")[4] == "0, 1"
+
+
 def test_only_runs_evaluated_alike_are_paired(compare, tmp_path, capsys):
     grace, progcl = _run("grace", [0], [0.8]), _run("progcl-weight", [0], [0.9])
     grace["config"]["protocol"], progcl["config"]["protocol"] = "grace", "gca"

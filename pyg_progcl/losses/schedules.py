@@ -244,11 +244,11 @@ def as_schedule(schedule: Union[str, FitSchedule]) -> FitSchedule:
 
 
 def schedule_name(schedule: FitSchedule) -> str:
-    """The name a schedule has in :data:`SCHEDULES` (its class name if none)."""
-    if isinstance(schedule, OnlineFit):
-        options = (schedule.keep_healthy, schedule.degenerate_floor)
-        named = {(True, 0.0): "guarded", (False, DEGENERATE_FLOOR): "floored"}
-        if options in named:
-            return named[options]
-    names = {cls: name for name, cls in SCHEDULES.items() if isinstance(cls, type)}
-    return names.get(type(schedule), type(schedule).__name__)
+    """The name in :data:`SCHEDULES` of the schedule with the same class and options, else
+    of its class (its class name if none)."""
+    named = {name: make() for name, make in SCHEDULES.items()}
+    for name, made in named.items():
+        if type(made) is type(schedule) and made.extra_repr() == schedule.extra_repr():
+            return name
+    by_class = {type(made): name for name, made in reversed(named.items())}
+    return by_class.get(type(schedule), type(schedule).__name__)

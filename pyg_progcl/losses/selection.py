@@ -27,13 +27,19 @@ def largest(x: Tensor, k: int) -> Tensor:
         return _largest_numpy(x, k)  # (numpy has no bfloat16)
     kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
     keep = x >= kth  # at least k per row
-    over = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32) > k
-    if bool(over.any()):  # ties at the k-th value: those rows keep their first ties by column
-        sub, kth = x[over], kth[over]
-        above, ties = sub > kth, sub == kth
-        room = k - above.sum(dim=1, keepdim=True)
-        keep[over] = above | (ties & (ties.cumsum(dim=1) <= room))
+    if int(keep.sum()) > keep.size(0) * k:
+        _first_ties(x, kth, keep, k)
     return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)
+
+
+def _first_ties(x: Tensor, kth: Tensor, keep: Tensor, k: int) -> None:
+    """Where ``keep = x >= kth`` holds more than ``k`` entries of a row (ties at the
+    ``k``-th value), keeps the row's first ties by column, in place."""
+    over = keep.sum(dim=1) > k
+    sub, kth = x[over], kth[over]
+    above, ties = sub > kth, sub == kth
+    room = k - above.sum(dim=1, keepdim=True)
+    keep[over] = above | (ties & (ties.cumsum(dim=1) <= room))
 
 
 def _largest_numpy(x: Tensor, k: int) -> Tensor:
@@ -58,12 +64,8 @@ def _select_rows(x: np.ndarray, k: int, out: np.ndarray, rows: slice) -> None:
     kth = np.partition(x, n - k, axis=1)[:, n - k : n - k + 1]
     keep = x >= kth  # at least k per row
     flat = np.flatnonzero(keep)  # flat indices, ascending in each row
-    if flat.size > keep.shape[0] * k:  # ties at the k-th value: keep the first by column
-        over = np.count_nonzero(keep, axis=1) > k
-        sub, kth = x[over], kth[over]
-        above, ties = sub > kth, sub == kth
-        room = k - np.count_nonzero(above, axis=1, keepdims=True)
-        keep[over] = above | (ties & (np.cumsum(ties, axis=1) <= room))
+    if flat.size > keep.shape[0] * k:  # (in place: the tensors share the arrays' memory)
+        _first_ties(*(torch.from_numpy(a) for a in (x, kth, keep)), k)
         flat = np.flatnonzero(keep)
     flat = flat.reshape(-1, k)
     np.subtract(flat, np.arange(0, flat.shape[0] * n, n)[:, None], out=out[rows])
