@@ -34,12 +34,12 @@ def largest(x: Tensor, k: int) -> Tensor:
 
 def _first_ties(x: Tensor, kth: Tensor, keep: Tensor, k: int) -> None:
     """Where ``keep = x >= kth`` holds more than ``k`` entries of a row (ties at the
-    ``k``-th value), keeps the row's first ties by column, in place."""
-    over = keep.sum(dim=1) > k
-    sub, kth = x[over], kth[over]
-    above, ties = sub > kth, sub == kth
-    room = k - above.sum(dim=1, keepdim=True)
-    keep[over] = above | (ties & (ties.cumsum(dim=1) <= room))
+    ``k``-th value), keeps the row's entries above ``kth`` and its first ties by column,
+    as many as make ``k``, in place (one cumulative count of the ties per row)."""
+    torch.gt(x, kth, out=keep)
+    room = k - keep.sum(dim=1, keepdim=True, dtype=torch.int32)
+    ties = x == kth
+    keep |= ties & (ties.cumsum(dim=1, dtype=torch.int32) <= room)
 
 
 def _largest_numpy(x: Tensor, k: int) -> Tensor:
@@ -63,11 +63,9 @@ def _select_rows(x: np.ndarray, k: int, out: np.ndarray, rows: slice) -> None:
     x, n = x[rows], x.shape[1]
     kth = np.partition(x, n - k, axis=1)[:, n - k : n - k + 1]
     keep = x >= kth  # at least k per row
-    flat = np.flatnonzero(keep)  # flat indices, ascending in each row
-    if flat.size > keep.shape[0] * k:  # (in place: the tensors share the arrays' memory)
+    if np.count_nonzero(keep) > keep.shape[0] * k:  # (in place: tensors share the arrays)
         _first_ties(*(torch.from_numpy(a) for a in (x, kth, keep)), k)
-        flat = np.flatnonzero(keep)
-    flat = flat.reshape(-1, k)
+    flat = np.flatnonzero(keep).reshape(-1, k)  # flat indices, ascending in each row
     np.subtract(flat, np.arange(0, flat.shape[0] * n, n)[:, None], out=out[rows])
 
 
