@@ -300,8 +300,9 @@ class BetaMixture(torch.nn.Module):
             warnings.warn(
                 MixtureDegeneracyWarning(
                     "BetaMixture fit degenerated: " + "; ".join(problems) + ". ProGCL's "
-                    "weights then stop telling true from false negatives; see "
-                    "docs/algorithms.md §5.4 for schedules that keep a healthy fit."
+                    "weights then stop telling true from false negatives (ProGCLLoss's "
+                    "default schedule, 'floored', then floors p(true neg. | s') at 0.5); see "
+                    "docs/algorithms.md §5.4 for the schedules."
                 ),
                 stacklevel=_stacklevel_outside_package(),
             )

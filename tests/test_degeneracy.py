@@ -67,14 +67,19 @@ def test_swapped_and_merged_components_are_degenerate():
     assert any("merged" in p for p in m.degeneracy())
 
 
-def test_the_trainer_warns_once_and_records_every_degenerate_epoch(monkeypatch):
+@pytest.mark.parametrize("schedule", ["floored", "online"])
+def test_the_trainer_warns_once_and_records_every_degenerate_epoch(monkeypatch, schedule):
     from pyg_progcl.experiments import get_preset, synthetic_graph, train_seed
 
     monkeypatch.setattr(BetaMixture, "degeneracy", lambda self, swapped_from=None: ["test"])
-    config = get_preset("synthetic", "progcl-weight", epochs=6, warmup_epochs=2, probe_epochs=20)
+    config = get_preset(
+        "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, probe_epochs=20, schedule=schedule
+    )
     data = synthetic_graph(num_nodes=120)
     with pytest.warns(MixtureDegeneracyWarning, match="epoch 3: .*test.*once per run") as caught:
         _, _, record = train_seed(config, data, seed=0, progress=False)
-    assert len([w for w in caught if w.category is MixtureDegeneracyWarning]) == 1
+    (warned,) = [str(w.message) for w in caught if w.category is MixtureDegeneracyWarning]
+    floors = "from this epoch on the schedule floors p(true neg. | s') in the weights at 0.5"
+    assert (floors in warned) == (schedule == "floored")  # the default says what it does
     assert [e["epoch"] for e in record["degenerate_fits"]] == [3, 4, 5, 6]
     assert record["degenerate_fits"][0]["problems"] == ["test"]

@@ -160,10 +160,18 @@ class SeedRun:
         noted = self.record.setdefault("degenerate_fits", [])
         noted.append({"epoch": epoch, "problems": list(problems)})
         if len(noted) == 1:
+            floor = self.loss_fn.schedule.posterior_floor  # 'floored': engaged from here on
+            action = (
+                f"; from this epoch on the schedule floors p(true neg. | s') in the weights "
+                f"at {floor:g}"
+                if floor
+                else ""
+            )
             warnings.warn(
                 MixtureDegeneracyWarning(
                     f"seed {self.seed}, epoch {epoch}: the Beta mixture degenerated: "
                     + "; ".join(problems)
+                    + action
                     + " (reported once per run; every such epoch is "
                     "listed under 'degenerate_fits' in the results; docs/algorithms.md §5.4)"
                 ),
