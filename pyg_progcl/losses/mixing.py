@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from .engine import BlockPool, NegativeBlock, row_chunks, transpose_, underflow_threshold
+from .engine.ops import EXP_SPAN
 from .selection import largest
 from .weights import HardnessWeights
 
@@ -76,11 +77,12 @@ def log_mixed_sum(logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float
     return torch.logsumexp(_mixed_logits(logit, b, perm, tau, eps)[0], dim=1)
 
 
-def _mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float):
+def _mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float, clamp=True):
     """``((θ_mix - 1)/τ, b_π, b + b_π + ε)`` of :func:`log_mixed_sum` (differentiable in
     ``logit``; ``b`` carries no gradient), as
-    ``(θ_mix - 1)/τ = (b·logit + b_π·logit_π - ε/τ) / (b + b_π + ε)``."""
-    logit = logit.clamp(min=-2.0 / tau)
+    ``(θ_mix - 1)/τ = (b·logit + b_π·logit_π - ε/τ) / (b + b_π + ε)``; ``clamp=False``
+    when no ``logit`` lies below ``-2/τ``. The result lies in ``[-2/τ, 0]`` (up to rounding)."""
+    logit = logit.clamp(min=-2.0 / tau) if clamp else logit
     b_pair = b.index_select(1, perm)
     den = torch.add(b, b_pair).add_(eps)
     num = torch.mul(b, logit)
@@ -121,20 +123,25 @@ class MixedSums:
         """``log X`` of the anchors whose negatives are the rows of ``logits`` and ``b``;
         keeps the gradient factors of each row chunk for backward."""
         tau, lowest = self.weights.tau, -2.0 / self.weights.tau  # (θ = -1)
+        # The mixed logits lie in [-2/τ, 0], and the engine runs only where e^{-2/τ} is a
+        # normal float: the log-sum-exp needs no shift by the row maximum.
+        assert -lowest <= EXP_SPAN
         selected = largest(b, k)  # (row chunks on parallel threads)
         out, chunks = logits.new_empty(logits.size(0)), []
         for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
             idx = selected[rows]
             logit, b_top = logits[rows].gather(1, idx), b[rows].gather(1, idx)
-            mixed, b_pair, den = _mixed_logits(logit, b_top, perm, tau, self.mix_eps)
-            top = mixed.amax(dim=1, keepdim=True)  # log-sum-exp, its exponentials kept
-            soft = mixed.sub_(top).exp_()
+            below = logit < lowest if float(logit.min()) < lowest else None
+            mixed, b_pair, den = _mixed_logits(
+                logit, b_top, perm, tau, self.mix_eps, clamp=below is not None
+            )
+            soft = mixed.exp_()  # kept for backward
             total = soft.sum(dim=1, keepdim=True)
-            out[rows] = total.log().add_(top).squeeze(1)
-            soft.div_(total).div_(den)  # for backward: softmax(mixed)/den, none below the clamp
-            if float(logit.min()) < lowest:
-                soft.masked_fill_(logit < lowest, 0.0)
-            chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int()))
+            out[rows] = total.log().squeeze(1)
+            soft.div_(den)  # softmax(mixed)·total/den: total divides in backward
+            if below is not None:
+                soft.masked_fill_(below, 0.0)  # (none below the clamp)
+            chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int(), total))
         self.saved.append((perm, chunks))
         return out
 
@@ -144,8 +151,8 @@ class MixedSums:
         softmax of the mixed logits; none below the clamp at -1."""
         tau = self.weights.tau
         for view, (perm, chunks) in enumerate(self.saved):
-            for rows, own, pair, idx in chunks:  # softmax·b/den, softmax·b_π/den, columns
-                scale = grad[view, rows].unsqueeze(1) / tau
+            for rows, own, pair, idx, total in chunks:  # e^mixed·b/den, e^mixed·b_π/den
+                scale = grad[view, rows].unsqueeze(1) / total.mul_(tau)
                 g = own.mul_(scale).index_add_(1, perm, pair.mul_(scale))
                 target = out[rows] if view == 0 else out[:, rows].T
                 target.scatter_add_(1, idx.long(), g)
