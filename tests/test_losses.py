@@ -847,6 +847,21 @@ def test_selection_in_row_chunks_on_threads(monkeypatch, threads):
         assert cols.tolist() == sorted(order)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_selection_of_nonnegative_entries_by_their_bits(dtype):
+    # Nonnegative floats order as their bit patterns do as integers, zeros, subnormals,
+    # ties and infinity included: the same selection.
+    from pyg_progcl.losses import selection
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 5, (30, 40), generator=g).to(dtype) * torch.rand(40, generator=g).to(dtype)
+    x[:, :4] = 0.0  # (the anchor's own entry, underflowed b)
+    x[::3, 5] = torch.finfo(dtype).tiny / 4  # subnormal
+    x[1, 6] = float("inf")
+    for k in (1, 7, 39):
+        assert torch.equal(selection.largest(x, k, nonnegative=True), selection.largest(x, k))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mix_breaks_ties_by_node_order(dtype):
     from pyg_progcl.losses.selection import largest as _largest

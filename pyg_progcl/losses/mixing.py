@@ -126,7 +126,7 @@ class MixedSums:
         # The mixed logits lie in [-2/τ, 0], and the engine runs only where e^{-2/τ} is a
         # normal float: the log-sum-exp needs no shift by the row maximum.
         assert -lowest <= EXP_SPAN
-        selected = largest(b, k)  # (row chunks on parallel threads)
+        selected = largest(b, k, nonnegative=True)  # (row chunks on parallel threads)
         out, chunks = logits.new_empty(logits.size(0)), []
         for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
             idx = selected[rows]

@@ -16,15 +16,19 @@ from torch import Tensor
 SELECT_CHUNK_ELEMENTS = 1 << 19
 
 
-def largest(x: Tensor, k: int) -> Tensor:
+def largest(x: Tensor, k: int, nonnegative: bool = False) -> Tensor:
     """Column indices of the ``k`` largest entries of each row of ``x``, ascending; ties at
     the ``k``-th value go to the lowest columns. The order is thus canonical, whatever the
-    selection algorithm (π pairs positions, so the order decides the pairs)."""
+    selection algorithm (π pairs positions, so the order decides the pairs).
+
+    ``nonnegative``: the caller guarantees every entry is ``+0`` or above (or NaN), whose
+    floats order as their bit patterns do as integers: the CPU partitions those (~0.7x
+    the time)."""
     n = x.size(1)
     if k >= n:
         return torch.arange(n, device=x.device).expand(x.size(0), n)
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        return _largest_numpy(x, k)  # (numpy has no bfloat16)
+        return _largest_numpy(x, k, nonnegative)  # (numpy has no bfloat16)
     kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
     keep = x >= kth  # at least k per row
     if int(keep.sum()) > keep.size(0) * k:
@@ -42,10 +46,12 @@ def _first_ties(x: Tensor, kth: Tensor, keep: Tensor, k: int) -> None:
     keep |= ties & (ties.cumsum(dim=1, dtype=torch.int32) <= room)
 
 
-def _largest_numpy(x: Tensor, k: int) -> Tensor:
+def _largest_numpy(x: Tensor, k: int, nonnegative: bool) -> Tensor:
     """:func:`largest` with numpy's introselect and ``flatnonzero`` (together about a third
     of ``torch.topk`` plus ``torch.nonzero``), row chunks on parallel threads."""
     x = x.contiguous().numpy()  # (a transposed input is 8x slower to partition)
+    if nonnegative:
+        x = x.view(np.int32 if x.dtype == np.float32 else np.int64)
     out = np.empty((x.shape[0], k), dtype=np.int64)
     step = max(1, SELECT_CHUNK_ELEMENTS // x.shape[1])
     chunks = [slice(i, min(i + step, x.shape[0])) for i in range(0, x.shape[0], step)]
