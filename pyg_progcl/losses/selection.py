@@ -21,9 +21,9 @@ def largest(x: Tensor, k: int, nonnegative: bool = False) -> Tensor:
     the ``k``-th value go to the lowest columns. The order is thus canonical, whatever the
     selection algorithm (π pairs positions, so the order decides the pairs).
 
-    ``nonnegative``: the caller guarantees every entry is ``+0`` or above (or NaN), whose
-    floats order as their bit patterns do as integers: the CPU partitions those (~0.7x
-    the time)."""
+    ``nonnegative``: the caller guarantees every entry is ``+0`` or above; such floats
+    order as their bit patterns do as integers, which the CPU partitions in ~0.7x the
+    time."""
     n = x.size(1)
     if k >= n:
         return torch.arange(n, device=x.device).expand(x.size(0), n)
