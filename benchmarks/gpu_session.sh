@@ -14,6 +14,8 @@
 # carry=[".gpu_data"], timeout_s=600). Everything comes back as OUT/results.tgz (JSON
 # results in the trainer's format, logs) plus OUT/summary.txt. A dry run without a GPU:
 #   DEVICE=cpu CELLS="Amazon-Photo 0" EXTRA="--epochs 5" bash benchmarks/gpu_session.sh DATA OUT 300
+# The default schedule against GRACE and the online refit (issue 32's Photo 2500 pairs):
+#   CELLS="Amazon-Photo 0,Amazon-Photo 1" METHODS="grace floored online" bash ...
 set -u
 cd "$(dirname "$0")/.."
 
@@ -36,6 +38,9 @@ DEVICE=${DEVICE:-cuda}
 # (dataset, seed): CS first (no CPU result at the published epochs), then Photo seeds (the
 # CPU has 0-4: a rerun checks device agreement); each cell GRACE, the reference, then GCA
 CELLS=${CELLS:-"Coauthor-CS 0,Amazon-Photo 2,Coauthor-CS 1,Amazon-Photo 3,Coauthor-CS 2,Amazon-Photo 4"}
+# per cell, in order: grace, reference (the papers' code), gca, floored (ProGCL-weight's
+# default schedule), online (the paper's online refit)
+METHODS=${METHODS:-"grace reference gca"}
 mkdir -p "$OUT"
 
 left() { echo $((START + BUDGET - $(date +%s))); }
@@ -56,7 +61,7 @@ pack
 IFS=, read -ra cells <<<"$CELLS"
 for cell in "${cells[@]}"; do
     set -- $cell
-    for method in grace reference gca; do
+    for method in $METHODS; do
         [ "$(left)" -lt 30 ] && { log "budget spent: stopped before $cell $method"; break 2; }
         name="${1}_${method}_seed$2"
         ckpt="$WORK/ckpt/$name"
@@ -68,6 +73,8 @@ for cell in "${cells[@]}"; do
             [ -f "$warmup" ] || { log "$name: skipped, no warm-up checkpoint"; continue; }
             mkdir -p "$ckpt" && cp "$warmup" "$ckpt/seed$2.pt"
             args="--method gca --checkpoint $ckpt --resume" ;;
+        floored | online) args="--method progcl-weight --schedule $method" ;;
+        *) log "$name: unknown method"; continue ;;
         esac
         tic=$(date +%s)
         timeout $(left) $PY -m pyg_progcl train --dataset "$1" $args --seeds 1 --seed "$2" \
