@@ -67,8 +67,9 @@ def _label(run: dict) -> str:
     non-default mixture options (joined by ``, ``)."""
     config = run["config"]
     schedule = SHARED_LABEL if config.get("shared_weights") else None
-    if _schedule(run) not in (None, DEFAULT_SCHEDULE):
-        schedule = schedule or SCHEDULE_LABELS.get(_schedule(run))
+    named = _schedule(run)
+    if named not in (None, DEFAULT_SCHEDULE):
+        schedule = schedule or SCHEDULE_LABELS.get(named)
     parts = [run.get("variant") or schedule]
     parts += [f.format(config[k]) for k, f in MIXTURE_LABELS.items() if config.get(k) is not None]
     parts += [f.format(config[k]) for k, f in OPTION_LABELS.items() if config.get(k)]

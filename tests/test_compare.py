@@ -24,6 +24,13 @@ def _run(method, seeds, accuracies, epochs=200, warmup=100):
     }
 
 
+def _write(tmp_path, **runs):
+    """Writes each run to ``tmp_path/<name>.json``; returns the paths, as strings."""
+    for name, run in runs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(run))
+    return [str(tmp_path / f"{name}.json") for name in runs]
+
+
 def _row(text, method, epochs="200"):
     rows = [r for r in text.splitlines() if f"| {method} | {epochs} |" in r]
     assert len(rows) == 1, text
@@ -116,9 +123,7 @@ def test_a_progcl_baseline_is_refused(compare, tmp_path, capsys):
 def test_runs_of_one_row_must_share_their_setting(compare, tmp_path, capsys):
     a, b = _run("progcl-weight", [0], [0.7]), _run("progcl-weight", [1], [0.8])
     a["config"]["eval_every"], b["config"]["eval_every"] = 0, 50  # not a setting: merged
-    (tmp_path / "a.json").write_text(json.dumps(a))
-    (tmp_path / "b.json").write_text(json.dumps(b))
-    files = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    files = _write(tmp_path, a=a, b=b)
     assert compare.main(files) == 0
     assert _row(capsys.readouterr().out, "progcl-weight")[4] == "0, 1"
     b["config"]["tau"] = 0.9
@@ -131,17 +136,13 @@ def test_runs_of_one_row_must_share_their_setting(compare, tmp_path, capsys):
 def test_grace_runs_merge_whatever_their_unused_schedule_field(compare, tmp_path, capsys):
     old, new = _run("grace", [0], [0.7]), _run("grace", [1], [0.8])
     old["config"]["schedule"], new["config"]["schedule"] = "online", "floored"
-    (tmp_path / "old.json").write_text(json.dumps(old))
-    (tmp_path / "new.json").write_text(json.dumps(new))
-    assert compare.main([str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 0
+    assert compare.main(_write(tmp_path, old=old, new=new)) == 0
     assert _row(capsys.readouterr().out, "grace")[4] == "0, 1"
 
 
 def test_only_runs_evaluated_alike_are_paired(compare, tmp_path, capsys):
     grace, progcl = _run("grace", [0], [0.8]), _run("progcl-weight", [0], [0.9])
     grace["config"]["protocol"], progcl["config"]["protocol"] = "grace", "gca"
-    (tmp_path / "g.json").write_text(json.dumps(grace))
-    (tmp_path / "p.json").write_text(json.dumps(progcl))
-    assert compare.main([str(tmp_path / "g.json"), str(tmp_path / "p.json")]) == 0
+    assert compare.main(_write(tmp_path, g=grace, p=progcl)) == 0
     text = capsys.readouterr().out
     assert "not paired" in text and _row(text, "progcl-weight")[6] == ""

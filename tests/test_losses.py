@@ -848,11 +848,19 @@ def test_selection_in_row_chunks_on_threads(monkeypatch, threads):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_selection_of_nonnegative_entries_by_their_bits(dtype):
+def test_selection_of_nonnegative_entries_by_their_bits(monkeypatch, dtype):
     # Nonnegative floats order as their bit patterns do as integers, zeros, subnormals,
-    # ties and infinity included: the same selection.
+    # ties and infinity included: the same selection, from a partition of integers.
     from pyg_progcl.losses import selection
 
+    partitioned = []
+    select_rows = selection._select_rows
+
+    def recording(x, *args):
+        partitioned.append(x.dtype.kind)
+        return select_rows(x, *args)
+
+    monkeypatch.setattr(selection, "_select_rows", recording)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 5, (30, 40), generator=g).to(dtype) * torch.rand(40, generator=g).to(dtype)
     x[:, :4] = 0.0  # (the anchor's own entry, underflowed b)
@@ -860,6 +868,7 @@ def test_selection_of_nonnegative_entries_by_their_bits(dtype):
     x[1, 6] = float("inf")
     for k in (1, 7, 39):
         assert torch.equal(selection.largest(x, k, nonnegative=True), selection.largest(x, k))
+    assert set(partitioned) == {"i", "f"}  # (one integer view, one float partition)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

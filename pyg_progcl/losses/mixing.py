@@ -77,7 +77,9 @@ def log_mixed_sum(logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float
     return torch.logsumexp(_mixed_logits(logit, b, perm, tau, eps)[0], dim=1)
 
 
-def _mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float, clamp=True):
+def _mixed_logits(
+    logit: Tensor, b: Tensor, perm: Tensor, tau: float, eps: float, clamp: bool = True
+):
     """``((θ_mix - 1)/τ, b_π, b + b_π + ε)`` of :func:`log_mixed_sum` (differentiable in
     ``logit``; ``b`` carries no gradient), as
     ``(θ_mix - 1)/τ = (b·logit + b_π·logit_π - ε/τ) / (b + b_π + ε)``; ``clamp=False``
