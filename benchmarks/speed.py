@@ -7,7 +7,10 @@ Every (dataset, method) row runs in its own subprocess so that its peak memory i
 of this machine is measured in the same run, and the time the GRACE step's matrix
 products need at that throughput is printed beside the measurement. Each row runs
 ``--repeats`` times (default 3), the methods in alternating order (ABBA), and reports the
-medians; the ratio to GRACE comes with its range over the repeats. (On this shared VM one
+medians; the ratio to GRACE comes with its range over the repeats. ``--pretrain N`` times
+the steps of a model first trained by ``N`` GRACE steps (the same model for every method)
+instead of an untrained one, whose cosines nearly all lie at 1: ProGCL's loss runs only
+after a warm-up, on embeddings that tell nodes apart. (On this shared VM one
 configuration's step time varied by up to 46 % between processes; interleaving the
 methods' steps inside one process was tried and rejected: with multi-GB matrices each
 method's page faults depend on what the other freed, and the ratio swung 0.86–1.45.)
@@ -24,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -159,6 +163,19 @@ class Stepper:
         return end - start, end - fit_start, loss.item()
 
 
+def pretrained(data, args, device: torch.device) -> dict:
+    """The model's state after ``args.pretrain`` GRACE steps from the common initialisation:
+    trained by the dataset's first process of a run, read from ``args.cache`` by the rest."""
+    path = args.cache / f"{args.dataset}_{args.pretrain}.pt"
+    if path.exists():
+        return torch.load(path, map_location=device)
+    grace = Stepper("grace", data, args, device)
+    for _ in range(args.pretrain):
+        grace.step()
+    torch.save(grace.model.state_dict(), path)
+    return grace.model.state_dict()
+
+
 def run_one(args) -> dict:
     """One (dataset, method) row; runs inside its own process."""
     device = torch.device(args.device)
@@ -166,6 +183,8 @@ def run_one(args) -> dict:
     n = data.num_nodes
     base_mb = _peak_memory_mb(device)
     stepper = Stepper(args.method, data, args, device)
+    if args.pretrain:
+        stepper.model.load_state_dict(pretrained(data, args, device))
     steps, fits = [], []
     for i in range(args.warmup + args.steps):
         step_s, fit_s, loss = stepper.step()
@@ -204,6 +223,7 @@ def _worker(args, dataset: str, block_size: str, *extra: str) -> dict:
     cmd += ["--device", args.device, "--root", str(args.root)]
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     cmd += ["--hidden", str(args.hidden), "--threads", str(args.threads)]
+    cmd += ["--pretrain", str(args.pretrain), "--cache", str(args.cache)]
     if block_size != "auto":
         cmd += ["--block-size", block_size]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -282,6 +302,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument(
+        "--pretrain", type=int, default=0, help="GRACE steps before the timed ones (0: untrained)"
+    )
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "speed.md")
@@ -292,6 +315,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="processes per row, the methods in alternating order; rows report medians",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--cache", type=Path, help=argparse.SUPPRESS)  # the pretrained models
     p.add_argument("--dataset", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
     p.add_argument("--block-size", type=int, default=None, help=argparse.SUPPRESS)
@@ -305,10 +329,13 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(run_one(args)))
         return
-    head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median); hidden = proj = {args.hidden}."
+    pretrain = f", model pretrained by {args.pretrain} GRACE steps" if args.pretrain else ""
+    head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median){pretrain}; hidden = proj = {args.hidden}."
     print(head)
     print(HEADER, flush=True)
-    rows = run_all(args)
+    with tempfile.TemporaryDirectory() as cache:
+        args.cache = Path(cache)
+        rows = run_all(args)
     table = "\n".join(_format_row(r, rows) for r in rows)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(f"{head}\n\n{HEADER}\n{table}\n")

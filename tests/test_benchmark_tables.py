@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import load_script as _script
+from helpers import small_graph
 
 
 def _cell(method, epochs, accuracy, seeds=3):
@@ -35,6 +36,19 @@ def test_speed_table_without_grace_says_so():
     grace = dict(row, method="grace", step_s=0.1, ratio_range=(1.0, 1.0))
     row["ratio_range"] = (1.9, 2.1)
     assert "| 2.00x (1.90–2.10) |" in speed._format_row(row, [grace, row])
+
+
+def test_speed_pretrains_once_per_run_and_every_method_starts_there(tmp_path, monkeypatch):
+    speed = _script("speed")
+    data, cpu = small_graph(), torch.device("cpu")
+    args = speed.parse_args(["--pretrain", "2", "--hidden", "8"])
+    args.cache, args.dataset = tmp_path, "small"
+    state = speed.pretrained(data, args, cpu)
+    initial = speed.Stepper("progcl-mix", data, args, cpu).model.state_dict()
+    assert any(not torch.equal(state[k], initial[k]) for k in state)  # trained
+    monkeypatch.setattr(speed.Stepper, "step", lambda self: pytest.fail("trained again"))
+    again = speed.pretrained(data, args, cpu)  # the run's next process
+    assert all(torch.equal(state[k], again[k]) for k in state)
 
 
 def test_fit_sampling_compares_both_samples_on_a_frozen_checkpoint(tmp_path):
