@@ -223,6 +223,7 @@ def test_progcl_weight_with_uniform_weights_is_grace_on_any_views(monkeypatch, b
     # A constant hardness b gives w = b / mean b = 1 however the cosines vary: the weighted
     # negative sum is then GRACE's, values and gradients, dense and in row blocks.
     monkeypatch.setattr(BetaMixture, "hardness_", lambda self, s, *args, **kwargs: s.fill_(0.7))
+    monkeypatch.setenv("PYG_PROGCL_KERNELS", "0")  # (the compiled b does not call hardness_)
     h1, h2 = views()
     loss = ProGCLLoss(0.5, mixture=fitted_mixture(), block_size=block_size)
     w = loss.negative_weights(h1, h2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import kernels
 from .engine import BlockPool, NegativeBlock, row_chunks, transpose_, underflow_threshold
 from .engine.ops import EXP_SPAN
 from .selection import largest
@@ -100,16 +101,19 @@ class MixedSums:
     anchors' in its columns; forward selects both (``π`` drawn for ``u``, then ``v``: the
     per-direction path's order), backward adds the mixed term's gradient at the selected
     entries to the engine's ``∂J/∂(u·vᵀ)``, so the term costs no Gram product of its own.
-    Both work in row chunks that stay in cache. One object serves one forward call.
+    On the CPU both run in one compiled pass over each row where the kernel builds
+    (:mod:`.kernels`), else in torch operations on row chunks that stay in cache. One
+    object serves one forward call.
     """
 
     def __init__(self, weights: HardnessWeights, num_mix: int, mix_eps: float = MIX_EPS):
         self.weights, self.num_mix, self.mix_eps = weights, num_mix, mix_eps
-        self.saved: list[tuple] = []  # per view: π and its chunks' gradient factors
+        self.saved: list[tuple] = []  # per view: π and its gradient factors
+        self.pool = BlockPool(0)
 
     @torch.no_grad()
     def forward(self, logits: Tensor, pool: BlockPool) -> Tensor:
-        n = logits.size(0)
+        n, self.pool = logits.size(0), pool
         k = min(self.num_mix, n - 1)
         perms = [torch.randperm(k, device=logits.device) for _ in range(2)]
         b = self.weights.block_weights(logits, pool.take(n, logits), slice(0, n))
@@ -123,11 +127,25 @@ class MixedSums:
 
     def _mix(self, logits: Tensor, b: Tensor, perm: Tensor, k: int) -> Tensor:
         """``log X`` of the anchors whose negatives are the rows of ``logits`` and ``b``;
-        keeps the gradient factors of each row chunk for backward."""
-        tau, lowest = self.weights.tau, -2.0 / self.weights.tau  # (θ = -1)
+        keeps the gradient factors for backward."""
         # The mixed logits lie in [-2/τ, 0], and the engine runs only where e^{-2/τ} is a
         # normal float: the log-sum-exp needs no shift by the row maximum.
-        assert -lowest <= EXP_SPAN
+        assert 2.0 / self.weights.tau <= EXP_SPAN
+        if k > 0 and kernels.usable(b, logits):  # the same, in one compiled pass per row
+            n, tau = b.size(0), self.weights.tau
+            ints = torch.empty(k, dtype=torch.int32)  # (its [N, k] matrices: pooled)
+            into = [self.pool.take(n, like) for like in (ints, logits[:k], logits[:k])]
+            *factors, out = kernels.mix_forward(b, logits, perm, k, tau, self.mix_eps, into)
+            factors = tuple(factors)
+        else:
+            factors, out = self._mix_chunks(logits, b, perm, k)
+        self.saved.append((perm, factors))
+        return out
+
+    def _mix_chunks(self, logits: Tensor, b: Tensor, perm: Tensor, k: int):
+        """:meth:`_mix` in torch operations on row chunks that stay in cache: ``log X`` and
+        each chunk's gradient factors."""
+        tau, lowest = self.weights.tau, -2.0 / self.weights.tau  # (θ = -1)
         selected = largest(b, k, nonnegative=True)  # (row chunks on parallel threads)
         out, chunks = logits.new_empty(logits.size(0)), []
         for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
@@ -144,8 +162,7 @@ class MixedSums:
             if below is not None:
                 soft.masked_fill_(below, 0.0)  # (none below the clamp)
             chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int(), total))
-        self.saved.append((perm, chunks))
-        return out
+        return chunks, out
 
     def backward(self, grad: Tensor, out: Tensor) -> None:
         """``∂J/∂θ_c`` (``θ = u·v``) of the selected ``c``: through ``θ_mix(c)`` with
@@ -153,6 +170,10 @@ class MixedSums:
         softmax of the mixed logits; none below the clamp at -1."""
         tau = self.weights.tau
         for view, (perm, chunks) in enumerate(self.saved):
+            if isinstance(chunks, tuple):  # the compiled pass's factors
+                kernels.mix_backward(grad[view], chunks, perm, tau, out if view == 0 else out.T)
+                self.pool.give(chunks[:3])
+                continue
             for rows, own, pair, idx, total in chunks:  # e^mixed·b/den, e^mixed·b_π/den
                 scale = grad[view, rows].unsqueeze(1) / total.mul_(tau)
                 g = own.mul_(scale).index_add_(1, perm, pair.mul_(scale))
