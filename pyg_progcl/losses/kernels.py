@@ -103,6 +103,8 @@ def mix_backward(grad: Tensor, saved: tuple, perm: Tensor, tau: float, out: Tens
     """Adds the gradient of :func:`mix_forward`'s ``log X`` (``grad``: ``∂J/∂ log X`` per
     row) to ``out[r, idx[r, a]]`` (``out`` of any strides, ``b``'s dtype)."""
     idx, own, pair, total = saved
+    if out.dtype != own.dtype or out.device.type != "cpu":
+        raise ValueError(f"`out` must be a CPU {own.dtype} matrix, got {out.dtype} on {out.device}")
     grad, perm = grad.to(own.dtype).contiguous(), perm.to(torch.int64).contiguous()
     fn = getattr(library(), "mix_backward_" + _SUFFIX[own.dtype])
     head = tuple(t.data_ptr() for t in (grad, total, own, pair, idx, perm))

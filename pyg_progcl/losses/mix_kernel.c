@@ -35,10 +35,10 @@ __attribute__((__simd__("notinbranch"))) float logf(float);
 /* ProGCL's hardness b = s p(TN | s) of the rows [r0, r1) of shifted logits (row stride
  * s0, contiguous rows): s = 1 + (tau/2) logit clamped to [eps, 1 - eps], the mixture's
  * log odds D = a log s + b log(1 - s) + c of a false negative, p(TN | s) = 1 / (1 + e^D)
- * floored at `floor` (mixture.py: BetaMixture.hardness_). */
+ * floored at min_p (mixture.py: BetaMixture.hardness_). */
 #define DEFINE_HARDNESS(NAME, T, LOG, EXP)                                                \
     int NAME(const T *logits, int64_t s0, int64_t n, double half_tau, double eps,        \
-             double a, double b, double c, double floor, int64_t r0, int64_t r1,         \
+             double a, double b, double c, double min_p, int64_t r0, int64_t r1,         \
              T *out, int threads) {                                                      \
         const T lo = (T)eps, hi = (T)1 - (T)eps, ta = (T)a, tb = (T)b, tc = (T)c;        \
         _Pragma("omp parallel for schedule(static) num_threads(threads)")                \
@@ -49,7 +49,7 @@ __attribute__((__simd__("notinbranch"))) float logf(float);
                 T s = (T)1 + (T)half_tau * x[j];                                         \
                 s = s < lo ? lo : (s > hi ? hi : s);                                     \
                 T p = (T)1 / ((T)1 + EXP(ta * LOG(s) + tb * LOG((T)1 - s) + tc));        \
-                o[j] = s * (p < (T)floor ? (T)floor : p);                                \
+                o[j] = s * (p < (T)min_p ? (T)min_p : p);                                \
             }                                                                            \
         }                                                                                \
         return 0;                                                                        \
@@ -260,7 +260,10 @@ DEFINE_FORWARD(mix_forward_f64, double, int64_t, select_f64, exp)
                 const int32_t *ir = idx + r * k;                                         \
                 for (int64_t a = 0; a < k; a++) g[a] = o[a] * scale;                     \
                 for (int64_t a = 0; a < k; a++) g[perm[a]] += p[a] * scale;              \
-                for (int64_t a = 0; a < k; a++) out[r * s0 + (int64_t)ir[a] * s1] += g[a]; \
+                for (int64_t a = 0; a < k; a++) {                                        \
+                    if (a + 24 < k) __builtin_prefetch(out + r * s0 + (int64_t)ir[a + 24] * s1, 1); \
+                    out[r * s0 + (int64_t)ir[a] * s1] += g[a];                           \
+                }                                                                        \
             }                                                                            \
             free(g);                                                                     \
         }                                                                                \
