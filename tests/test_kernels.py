@@ -35,6 +35,22 @@ def _torch_path(monkeypatch):
     monkeypatch.setenv("PYG_PROGCL_KERNELS", "0")
 
 
+@pytest.fixture
+def compiled_calls(monkeypatch):
+    """Counts the calls of the compiled passes, so that a comparison with the torch path
+    cannot pass by running the torch path twice."""
+    calls = {"hardness": 0, "mix_forward": 0, "mix_backward": 0}
+    for name in calls:
+        fn = getattr(kernels, name)
+
+        def counted(*args, _fn=fn, _name=name, **kwargs):
+            calls[_name] += 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(kernels, name, counted)
+    return calls
+
+
 def _matrices(n, dtype, seed=0, ties=False):
     """Shifted logits of unit rows (τ = 0.4, the diagonal masked) and a fitted mixture's
     ``b`` of them; with ``ties``, ``b`` rounded to 8 levels (ties at every k-th value)."""
@@ -74,18 +90,19 @@ def test_selection_equals_largest(dtype, ties, k):
     b[5] = 0.25  # a row of equal values
     perm = torch.randperm(k)
     for view in (logits, logits.T):
-        idx, *_ = kernels.mix_forward(b, view, perm, k, 0.4, 1e-8)
+        (idx, *_), _ = kernels.mix_forward(b, view, perm, k, 0.4, 1e-8)
         assert torch.equal(idx.long(), largest(b, k, nonnegative=True))
 
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("floor", [0.0, 0.5])
-def test_hardness_equals_the_mixtures(monkeypatch, dtype, floor):
+def test_hardness_equals_the_mixtures(monkeypatch, compiled_calls, dtype, floor):
     logits, _, weights = _matrices(50, dtype)
     logits[0, :5] = torch.tensor([0.0, -5.0, -1e-9, -4.99, -1e-3], dtype=dtype)  # s at 1, 0
     weights.floor = floor
     b = weights.of_logits(logits)
+    assert compiled_calls["hardness"] == 1
     _torch_path(monkeypatch)
     expected = weights.of_logits(logits)
     tol = 1e-6 if dtype == torch.float32 else 1e-13
@@ -95,7 +112,7 @@ def test_hardness_equals_the_mixtures(monkeypatch, dtype, floor):
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_mixing_and_its_backward_equal_the_torch_path(monkeypatch, dtype, threads):
+def test_mixing_and_its_backward_equal_the_torch_path(monkeypatch, compiled_calls, dtype, threads):
     logits, b, weights = _matrices(70, dtype, seed=1)
     logits[3, 9] = -2.0 / 0.4 - 1e-3  # a cosine below -1 (rounding), clamped, among the
     b[3, 9] = 0.99  # selected of both directions: no gradient through its own θ_mix
@@ -110,6 +127,7 @@ def test_mixing_and_its_backward_equal_the_torch_path(monkeypatch, dtype, thread
         g = torch.zeros_like(logits)
         term.backward(grad, g)
         results.append((out, g))
+    assert compiled_calls["mix_forward"] == 2 and compiled_calls["mix_backward"] == 2
     tol = 1e-6 if dtype == torch.float32 else 1e-13
     for a, e in zip(*results):
         torch.testing.assert_close(a, e, rtol=tol, atol=tol)
@@ -122,10 +140,11 @@ def test_without_openmp_the_row_ranges_run_on_the_pool(monkeypatch, fresh_build)
     logits, b, _ = _matrices(90, torch.float64)
     perm = torch.randperm(30)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
-    pooled = kernels.mix_forward(b, logits.T, perm, 30, 0.4, 1e-8)
+    factors, logx = kernels.mix_forward(b, logits.T, perm, 30, 0.4, 1e-8)
+    pooled = (*factors, logx)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    single = kernels.mix_forward(b, logits.T, perm, 30, 0.4, 1e-8)
-    for a, e in zip(pooled, single):
+    factors, logx = kernels.mix_forward(b, logits.T, perm, 30, 0.4, 1e-8)
+    for a, e in zip(pooled, (*factors, logx)):
         assert torch.equal(a, e)
 
 
@@ -149,7 +168,7 @@ def test_the_switch_turns_the_kernel_off(monkeypatch):
 
 @needs_kernel
 @pytest.mark.parametrize("mode", ["weight", "mix"])
-def test_the_loss_is_the_same_on_both_paths(monkeypatch, mode):
+def test_the_loss_is_the_same_on_both_paths(monkeypatch, compiled_calls, mode):
     # float64: the kernel's b differs from torch's in the last bits, which cannot change
     # which negatives are the hardest here; values and gradients to rounding.
     h1, h2 = views(n=40, d=8)
@@ -160,5 +179,7 @@ def test_the_loss_is_the_same_on_both_paths(monkeypatch, mode):
         loss = ProGCLLoss(0.4, mode=mode, num_mix=12, mixture=fitted_mixture())
         out = loss(h1, h2)
         results.append((out, *torch.autograd.grad(out, (h1, h2))))
+    assert compiled_calls["hardness"] > 0
+    assert (compiled_calls["mix_forward"] == 2) == (mode == "mix")
     for a, e in zip(*results):
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)

@@ -81,11 +81,11 @@ def hardness(logits: Tensor, out: Tensor, tau: float, mixture, floor: float) -> 
 def mix_forward(
     b: Tensor, logits: Tensor, perm: Tensor, k: int, tau: float, eps: float, out=None
 ) -> tuple[Tensor, ...]:
-    """``(idx, own, pair, total, log X)`` of the anchors whose hardness and logits are the
-    rows of ``b`` (contiguous) and ``logits`` (any strides), as ``MixedSums._mix`` defines
-    them: ``idx`` the ``k`` selected columns per row (int32, ascending), ``own``/``pair``
-    the gradient factors of backward, ``total = X``; the ``[N, k]`` three written to
-    ``out`` if given."""
+    """``((idx, own, pair, total), log X)`` of the anchors whose hardness and logits are
+    the rows of ``b`` (contiguous) and ``logits`` (any strides), as ``MixedSums._mix``
+    defines them: ``idx`` the ``k`` selected columns per row (int32, ascending),
+    ``own``/``pair`` the gradient factors of backward, ``total = X`` (the four are
+    :func:`mix_backward`'s ``saved``); the ``[N, k]`` three written to ``out`` if given."""
     n, cols = b.shape
     if out is None:
         out = torch.empty(n, k, dtype=torch.int32), b.new_empty(n, k), b.new_empty(n, k)
@@ -96,7 +96,7 @@ def mix_forward(
     head = (b.data_ptr(), cols, logits.data_ptr(), *logits.stride(), perm.data_ptr(), k, tau, eps)
     tail = tuple(t.data_ptr() for t in (idx, own, pair, total, logx))
     _run(fn, lambda r0, r1: (*head, r0, r1, *tail), n)
-    return idx, own, pair, total, logx
+    return (idx, own, pair, total), logx
 
 
 def mix_backward(grad: Tensor, saved: tuple, perm: Tensor, tau: float, out: Tensor) -> None:

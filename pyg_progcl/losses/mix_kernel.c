@@ -1,8 +1,9 @@
-/* ProGCL-mix's synthesised negatives, one pass over each anchor's row: the selection of
- * the k largest hardness values b (radix select on their bit patterns), the mixing of
- * the selected logits and, in backward, the scatter of their gradients. The compiled
- * counterpart of MixedSums._mix / .backward in mixing.py, which documents the formulas;
- * kernels.py compiles and loads this file and checks it against the torch path.
+/* ProGCL's row passes: the hardness b of a block of logits and, for ProGCL-mix's
+ * synthesised negatives, one pass over each anchor's row: the selection of the k largest
+ * b (radix select on their bit patterns), the mixing of the selected logits and, in
+ * backward, the scatter of their gradients. The compiled counterpart of
+ * BetaMixture.hardness_ (mixture.py) and MixedSums._mix / .backward (mixing.py), which
+ * document the formulas; kernels.py compiles and loads this file.
  *
  * Every function handles the rows [r0, r1) of its matrices on `threads` OpenMP threads
  * (compiled with -fopenmp inside torch's process, the runtime is torch's own libgomp, so

@@ -135,8 +135,7 @@ class MixedSums:
             n, tau = b.size(0), self.weights.tau
             ints = torch.empty(k, dtype=torch.int32)  # (its [N, k] matrices: pooled)
             into = [self.pool.take(n, like) for like in (ints, logits[:k], logits[:k])]
-            *factors, out = kernels.mix_forward(b, logits, perm, k, tau, self.mix_eps, into)
-            factors = tuple(factors)
+            factors, out = kernels.mix_forward(b, logits, perm, k, tau, self.mix_eps, into)
         else:
             factors, out = self._mix_chunks(logits, b, perm, k)
         self.saved.append((perm, factors))
