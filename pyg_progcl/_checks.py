@@ -3,10 +3,16 @@ that names the argument and the expected form, never a silent NaN."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Optional
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import is_sparse
 
 
 def _number(name: str, value, form: str) -> float:
@@ -125,3 +131,274 @@ def check_input_width(x: Tensor, encoder) -> None:
             f"`x` must have shape [num_nodes, {width}] (the encoder's in_channels) "
             f"(got {list(x.shape)})"
         )
+
+
+# ----------------------------------------------------------------------------- graphs
+#
+# A graph's tensors reach native code (``to_torch_csr_tensor``, sparse matmuls, scatter)
+# that does not check indices: a negative node index there reads and writes outside its
+# buffers. :func:`check_graph` runs where a user's graph enters (the encoders, the model,
+# the mini-batch entry points). A training loop hands the same ``x`` / ``edge_index``
+# back every step, so the tensors checked last are remembered (weakly, with their
+# ``_version``) and a step re-checks nothing; tensors the package derives from a checked
+# graph (augmented views, sampled batches) are passed on under :func:`trusted_graph`.
+
+_GRAPH_CACHE_SIZE = 4
+_SPARSE_COMPRESSED = {
+    torch.sparse_csr: ("crow_indices", "col_indices"),
+    torch.sparse_csc: ("ccol_indices", "row_indices"),
+}
+
+
+class _Trusted(threading.local):
+    depth = 0
+
+
+_trusted = _Trusted()
+
+
+@contextlib.contextmanager
+def trusted_graph() -> Iterator[None]:
+    """Skips :func:`check_graph` (in this thread) for graphs derived from a checked one:
+    the augmented views of a checked graph, the batches sampled from it."""
+    _trusted.depth += 1
+    try:
+        yield
+    finally:
+        _trusted.depth -= 1
+
+
+class _CheckedGraphs:
+    """The last few validated ``(x, edge_index, edge_weight, num_nodes)``, by identity and
+    ``_version`` (weak references: holds no tensor alive)."""
+
+    def __init__(self):
+        self._entries: list[tuple] = []
+
+    @staticmethod
+    def _key(tensors: tuple, num_nodes) -> Optional[tuple]:
+        key = [num_nodes]
+        for t in tensors:
+            if t is None:
+                key.append((None, None))
+                continue
+            try:  # inference tensors track no version; a torch_sparse SparseTensor has none
+                version = t._version if isinstance(t, Tensor) else None
+                key.append((weakref.ref(t), version))
+            except (RuntimeError, TypeError):
+                return None
+        return tuple(key)
+
+    @staticmethod
+    def _same(entry: tuple, tensors: tuple, num_nodes) -> bool:
+        if entry[0] != num_nodes:
+            return False
+        for (ref, version), t in zip(entry[1:], tensors):
+            if ref is None:
+                if t is not None:
+                    return False
+            elif ref() is not t or (isinstance(t, Tensor) and t._version != version):
+                return False
+        return True
+
+    def hit(self, tensors: tuple, num_nodes) -> bool:
+        try:
+            return any(self._same(e, tensors, num_nodes) for e in self._entries)
+        except RuntimeError:  # an inference tensor's _version
+            return False
+
+    def add(self, tensors: tuple, num_nodes) -> None:
+        key = self._key(tensors, num_nodes)
+        if key is not None:
+            self._entries = [key, *self._entries[: _GRAPH_CACHE_SIZE - 1]]
+
+
+_checked = _CheckedGraphs()
+
+
+def check_graph(
+    x: Optional[Tensor],
+    edge_index,
+    edge_weight: Optional[Tensor] = None,
+    *,
+    num_nodes: Optional[int] = None,
+) -> None:
+    """Checks a graph before it reaches native code; a ``ValueError`` names the argument
+    (``x``, ``edge_index``, ``edge_weight``) and what was found.
+
+    * ``x``: a 2-D floating-point tensor, dense or sparse (COO / CSR / CSC: its stored
+      values are checked), every value finite. Integer or boolean features are refused,
+      not cast: cast them once with ``x.float()``. ``None`` only with ``num_nodes``.
+    * ``edge_index``: an integer ``[2, num_edges]`` tensor with entries in
+      ``[0, num_nodes)``; or a sparse adjacency (torch.sparse, ``torch_sparse``'s
+      ``SparseTensor``) of size ``[num_nodes, num_nodes]``.
+    * ``edge_weight``: ``None`` or a 1-D floating-point tensor of ``num_edges`` finite,
+      non-negative values.
+
+    ``num_nodes`` defaults to ``x.size(0)``. The tensors checked last pass at once while
+    they come back unmodified (same objects, same ``_version``), so a training loop that
+    hands in the same graph every step pays for one check.
+    """
+    if _trusted.depth:
+        return
+    tensors = (x, edge_index, edge_weight)
+    if _checked.hit(tensors, num_nodes):
+        return
+    with torch.no_grad():  # (learnable features or weights: no graph for the reductions)
+        nodes = _check_x(x, num_nodes)
+        _check_edge_index(edge_index, nodes)
+        _check_edge_weight(edge_weight, edge_index)
+    _checked.add(tensors, num_nodes)
+
+
+def check_node_features(x: Tensor) -> None:
+    """:func:`check_graph`'s checks of ``x`` alone (for models that ignore the graph)."""
+    if _trusted.depth:
+        return
+    tensors = (x, None, None)
+    if not _checked.hit(tensors, "x"):
+        with torch.no_grad():
+            _check_x(x, None)
+        _checked.add(tensors, "x")
+
+
+def _nonfinite(values: Tensor) -> int:
+    """How many of ``values`` are NaN or infinite (one reduction when there are none)."""
+    if values.numel() == 0 or bool(torch.isfinite(values.sum())):
+        return 0  # a finite sum has no NaN or inf term
+    return int((~torch.isfinite(values)).sum())  # or the sum overflowed
+
+
+def _stored_values(x: Tensor) -> Tensor:
+    """The values ``x`` stores: all of a dense tensor, the non-zeros of a sparse one."""
+    if x.layout == torch.strided:
+        return x
+    return x._values() if x.layout == torch.sparse_coo else x.values()
+
+
+def _check_x(x: Optional[Tensor], num_nodes: Optional[int]) -> int:
+    """Checks the node features; returns the number of nodes."""
+    if x is None:
+        if num_nodes is None:
+            raise ValueError("`x` is None: pass node features, or `num_nodes` without them")
+        return check_int("num_nodes", num_nodes, minimum=0)
+    if not isinstance(x, Tensor) or x.dim() != 2:
+        shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"`x` must be a tensor of shape [num_nodes, num_features] (got {shape})")
+    if not x.is_floating_point():
+        raise ValueError(
+            f"`x` must be a floating-point tensor (got {x.dtype}); cast integer or boolean "
+            "features once with x.float()"
+        )
+    if num_nodes is not None and x.size(0) != check_int("num_nodes", num_nodes, minimum=0):
+        raise ValueError(f"`x` must have num_nodes = {num_nodes} rows (got {x.size(0)})")
+    bad = _nonfinite(_stored_values(x))
+    if bad:
+        raise ValueError(f"`x` has {bad} NaN or infinite value(s); node features must be finite")
+    return x.size(0)
+
+
+def _check_edge_index(edge_index, num_nodes: int) -> None:
+    """Checks connectivity: an integer ``[2, E]`` tensor in range, or a sparse adjacency."""
+    if is_sparse(edge_index):
+        _check_adjacency(edge_index, num_nodes)
+        return
+    if not isinstance(edge_index, Tensor):
+        raise ValueError(
+            f"`edge_index` must be a tensor of shape [2, num_edges] or a sparse adjacency "
+            f"(got {type(edge_index).__name__})"
+        )
+    shape = list(edge_index.shape)
+    if edge_index.dim() == 2 and edge_index.size(1) == 2 and edge_index.size(0) != 2:
+        raise ValueError(
+            f"`edge_index` must have shape [2, num_edges] (got {shape}, which looks "
+            "transposed: pass edge_index.t())"
+        )
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"`edge_index` must have shape [2, num_edges] (got {shape})")
+    if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
+        raise ValueError(
+            f"`edge_index` must be an integer tensor (got {edge_index.dtype}); node indices "
+            "are integers, e.g. edge_index.long()"
+        )
+    _check_range("edge_index", edge_index, num_nodes)
+
+
+def _check_range(name: str, index: Tensor, size: int) -> None:
+    """Checks every entry of ``index`` lies in ``[0, size)``."""
+    if index.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(index))
+    if low < 0:
+        raise ValueError(
+            f"`{name}` has negative node indices (min {low}); entries must lie in [0, {size})"
+        )
+    if high >= size:
+        raise ValueError(
+            f"`{name}` has node indices >= num_nodes = {size} (max {high}); entries must "
+            f"lie in [0, {size})"
+        )
+
+
+def _check_adjacency(adj, num_nodes: int) -> None:
+    """Checks a sparse adjacency is ``[num_nodes, num_nodes]`` and its stored indices lie
+    in range: torch checks neither when it builds a sparse tensor (unless its sparse
+    invariant checks are on), and a ``torch_sparse.SparseTensor`` does not either. Block
+    layouts (BSR / BSC), which no PyG convolution takes, are checked by size only."""
+    size = [int(adj.size(0)), int(adj.size(1))]
+    if size != [num_nodes, num_nodes]:
+        raise ValueError(
+            f"`edge_index` (a sparse adjacency) must have size [num_nodes, num_nodes] = "
+            f"[{num_nodes}, {num_nodes}] (got {size})"
+        )
+    if not isinstance(adj, Tensor):  # torch_sparse.SparseTensor
+        row, col, _ = adj.coo()
+        _check_range("edge_index", torch.stack([row, col]), num_nodes)
+    elif adj.layout == torch.sparse_coo:
+        _check_range("edge_index", adj._indices(), num_nodes)
+    elif adj.layout in _SPARSE_COMPRESSED:
+        compressed, plain = (getattr(adj, name)() for name in _SPARSE_COMPRESSED[adj.layout])
+        ptr_ok = compressed.numel() == num_nodes + 1 and int(compressed[0]) == 0
+        ptr_ok = ptr_ok and int(compressed[-1]) == plain.numel()
+        if not (ptr_ok and bool((compressed.diff() >= 0).all())):
+            raise ValueError(
+                f"`edge_index` (a sparse {adj.layout} adjacency) has invalid compressed indices"
+            )
+        _check_range("edge_index", plain, num_nodes)
+
+
+def _check_edge_weight(edge_weight: Optional[Tensor], edge_index) -> None:
+    """Checks edge weights: 1-D, one per edge, floating point, finite, non-negative."""
+    if edge_weight is None:
+        return
+    if not isinstance(edge_weight, Tensor) or edge_weight.dim() != 1:
+        shape = list(edge_weight.shape) if isinstance(edge_weight, Tensor) else type(edge_weight)
+        raise ValueError(f"`edge_weight` must be a 1-D tensor [num_edges] (got {shape})")
+    # A sparse adjacency carries its own values; its edge count is not an edge list's.
+    if not is_sparse(edge_index) and edge_weight.numel() != edge_index.size(1):
+        raise ValueError(
+            f"`edge_weight` must have one entry per edge, num_edges = {edge_index.size(1)} "
+            f"(got {edge_weight.numel()})"
+        )
+    if not edge_weight.is_floating_point():
+        raise ValueError(
+            f"`edge_weight` must be a floating-point tensor (got {edge_weight.dtype}); cast "
+            "it with edge_weight.float()"
+        )
+    if edge_weight.numel() == 0:
+        return
+    low, high = (float(v) for v in torch.aminmax(edge_weight))
+    if not (math.isfinite(low) and math.isfinite(high)):
+        bad = _nonfinite(edge_weight)
+        raise ValueError(
+            f"`edge_weight` has {bad} NaN or infinite value(s); weights must be finite"
+        )
+    if low < 0:
+        raise ValueError(f"`edge_weight` has negative weights (min {low}); weights must be >= 0")
+
+
+def check_data(data) -> None:
+    """:func:`check_graph` on a ``Data``'s ``x``, ``edge_index`` (else ``adj_t``) and
+    ``edge_weight``, with its ``num_nodes``."""
+    edge_index = data.edge_index if data.edge_index is not None else data.get("adj_t")
+    check_graph(data.x, edge_index, data.get("edge_weight"), num_nodes=data.num_nodes)

@@ -26,7 +26,7 @@ from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
-from ._checks import check_choice, check_int
+from ._checks import check_choice, check_graph, check_int, check_node_features
 
 
 def _csr_adjacency_t(
@@ -67,14 +67,20 @@ def sparse_features(x: Tensor) -> Tensor:
         return x
     if int(torch.count_nonzero(x)) > SPARSE_FEATURE_DENSITY * x.numel():
         return x
-    with warnings.catch_warnings():  # torch's one-time "CSR support is in beta" notice
+    return _to_csr(x)
+
+
+def _to_csr(x: Tensor) -> Tensor:
+    """``x.to_sparse_csr()``, without torch's one-time "CSR support is in beta" notice."""
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
         return x.to_sparse_csr()
 
 
 class SparseFeatureCache:
     """:func:`sparse_features` of the feature matrix seen last, reused while the same
-    tensor comes back unmodified (a model's ``data.x``, step after step).
+    tensor comes back unmodified (a model's ``data.x``, step after step); a sparse matrix
+    of another layout (COO, CSC) as CSR.
 
     Converting costs a pass over the dense matrix; masking the cached CSR matrix
     afterwards costs ``O(nnz)``. Holds only a weak reference to the dense matrix; copies
@@ -87,10 +93,10 @@ class SparseFeatureCache:
         self._sparse: Optional[Tensor] = None  # None: the source stays dense
 
     def __call__(self, x: Tensor) -> Tensor:
-        if x.layout != torch.strided:
+        if x.layout == torch.sparse_csr:
             return x
         if self._source is None or self._source() is not x or self._version != x._version:
-            sparse = sparse_features(x)
+            sparse = sparse_features(x) if x.layout == torch.strided else _to_csr(x)
             self._source, self._version = weakref.ref(x), x._version
             self._sparse = None if sparse is x else sparse
         return x if self._sparse is None else self._sparse
@@ -300,12 +306,20 @@ class GCNEncoder(_StackEncoder):
         r"""Returns node embeddings of shape ``[num_nodes, hidden_channels]``.
 
         Args:
-            x (torch.Tensor): Node features ``[num_nodes, in_channels]``.
-            edge_index (torch.Tensor): Graph connectivity ``[2, num_edges]``.
+            x (torch.Tensor): Node features ``[num_nodes, in_channels]``, dense or sparse.
+            edge_index (torch.Tensor): Graph connectivity ``[2, num_edges]``, or a sparse
+                adjacency ``[num_nodes, num_nodes]``.
             edge_weight (torch.Tensor, optional): Edge weights ``[num_edges]``,
                 passed to convolutions that accept ``edge_weight`` (or
                 ``edge_attr``).
+
+        Raises:
+            ValueError: If the graph is malformed: ``edge_index`` not an integer ``[2,
+                num_edges]`` tensor of node indices in ``[0, num_nodes)``, ``x`` not a
+                finite floating-point matrix, ``edge_weight`` not ``num_edges`` finite
+                values ``>= 0``.
         """
+        check_graph(x, edge_index, edge_weight)
         kwargs = {}
         if edge_weight is not None and self._edge_weight_arg is None:
             raise ValueError(
@@ -321,6 +335,8 @@ class GCNEncoder(_StackEncoder):
             adj = _csr_adjacency_t(edge_index, edge_weight, x)
         if self.sparse_features:
             x = sparse_features(x)
+        elif x.layout != torch.strided and self.conv not in LINEAR_FIRST_CONVS:
+            x = x.to_dense()  # a sparse x only enters convolutions that start with x @ W
         if adj is not None:
             edge_index = adj
         elif edge_weight is not None:
@@ -386,7 +402,12 @@ class MLPEncoder(_StackEncoder):
         edge_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
     ) -> Tensor:
-        r"""Returns node embeddings ``[num_nodes, hidden_channels]``; the graph is ignored."""
+        r"""Returns node embeddings ``[num_nodes, hidden_channels]``; the graph is ignored.
+
+        Raises:
+            ValueError: If ``x`` is not a 2-D floating-point tensor of finite values.
+        """
+        check_node_features(x)
         if self.sparse_features:
             x = sparse_features(x)
         for layer, act in zip(self.layers, self.activations):

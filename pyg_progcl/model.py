@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Callable, Optional, Union
 
 import torch
@@ -13,7 +14,7 @@ from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
-from ._checks import check_input_width, check_int
+from ._checks import check_graph, check_input_width, check_int, trusted_graph
 from .augment import Augmenter, Compose
 from .encoders import SparseFeatureCache
 
@@ -30,6 +31,38 @@ def _as_augmenter(name: str, augment: AugmentSpec) -> Optional[Callable]:
         f"`{name}` must be None, an Augmenter, a list of Augmenters or a callable "
         f"(x, edge_index, edge_weight) -> (x, edge_index, edge_weight) (got {augment!r})"
     )
+
+
+def _output_width(encoder) -> Optional[tuple[str, int]]:
+    """The encoder's output width where it states one: ``out_channels`` (PyG's ``BasicGNN``
+    and ``MLP``; times ``heads`` for a concatenating multi-head convolution), else
+    ``hidden_channels`` (:class:`~pyg_progcl.GCNEncoder`, :class:`~pyg_progcl.MLPEncoder`);
+    ``None`` where neither is a positive integer (e.g. PyG's lazy ``-1``)."""
+    for name in ("out_channels", "hidden_channels"):
+        width = getattr(encoder, name, None)
+        if isinstance(width, int) and not isinstance(width, bool) and width > 0:
+            heads = getattr(encoder, "heads", 1)
+            if getattr(encoder, "concat", False) and isinstance(heads, int):
+                return f"{name} x heads", width * heads
+            return name, width
+    return None
+
+
+@contextlib.contextmanager
+def _augmenting(augment) -> Iterator[None]:
+    """Runs an augmenter module (and its members) in training mode, whatever the model's
+    mode, so that :meth:`GRACEModel.views` always augments; the modes are restored."""
+    if not isinstance(augment, torch.nn.Module):
+        yield
+        return
+    modes = [(module, module.training) for module in augment.modules()]
+    try:
+        for module, _ in modes:
+            module.training = True
+        yield
+    finally:
+        for module, mode in modes:
+            module.training = mode
 
 
 def _unpack(x, edge_index, edge_weight) -> tuple[Tensor, Tensor, Optional[Tensor]]:
@@ -66,7 +99,8 @@ class GRACEModel(torch.nn.Module):
         encoder (torch.nn.Module): Maps ``(x, edge_index, edge_weight)`` to
             ``[num_nodes, hidden_channels]``, e.g. :class:`~pyg_progcl.GCNEncoder` or
             :class:`~pyg_progcl.MLPEncoder`.
-        hidden_channels (int): Output size of the encoder.
+        hidden_channels (int): Output size of the encoder; checked against the
+            encoder's ``out_channels`` (else ``hidden_channels``) where it states one.
         proj_channels (int): Hidden size of the projection head.
         augment1 (Augmenter, list or callable, optional): Augmentation of the
             first view; a list is wrapped in :class:`Compose`; :obj:`None` is the
@@ -97,6 +131,12 @@ class GRACEModel(torch.nn.Module):
         if not callable(encoder):
             raise ValueError(f"`encoder` must be a torch.nn.Module (got {encoder!r})")
         self.hidden_channels = check_int("hidden_channels", hidden_channels, minimum=1)
+        stated = _output_width(encoder)
+        if stated is not None and stated[1] != self.hidden_channels:
+            raise ValueError(
+                f"`hidden_channels` ({self.hidden_channels}) must equal the encoder's output "
+                f"width ({stated[1]}, its `{stated[0]}`)"
+            )
         self.proj_channels = check_int("proj_channels", proj_channels, minimum=1)
         self.encoder = encoder
         self.projector = torch.nn.Sequential(
@@ -125,9 +165,20 @@ class GRACEModel(torch.nn.Module):
         edge_weight: Optional[Tensor] = None,
     ) -> Tensor:
         r"""Returns the encoder embeddings ``f(G)`` of the un-augmented graph
-        (``[num_nodes, hidden_channels]``). Accepts a ``Data`` in place of ``x``."""
+        (``[num_nodes, hidden_channels]``), in training and eval mode alike. Accepts a
+        ``Data`` in place of ``x``.
+
+        Raises:
+            ValueError: If the graph is malformed (node indices outside ``[0,
+                num_nodes)``, a transposed or non-integer ``edge_index``, non-finite or
+                integer features, bad edge weights); checked once per graph, not per step.
+        """
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
-        return self._encode(self.input_features(x), edge_index, edge_weight)
+        check_input_width(x, self.encoder)
+        check_graph(x, edge_index, edge_weight)
+        x = self.input_features(x)
+        with trusted_graph():
+            return self._encode(x, edge_index, edge_weight)
 
     def project(self, z: Tensor) -> Tensor:
         r"""Applies the projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
@@ -142,10 +193,17 @@ class GRACEModel(torch.nn.Module):
         r"""Returns the projected views ``(h1, h2) = (g(f(t_1(G))), g(f(t_2(G))))``,
         each ``[num_nodes, hidden_channels]``, ready for ``loss(h1, h2)``.
 
-        The augmenters follow the model's mode: in eval mode both views are the
-        un-augmented graph. Accepts a ``Data`` in place of ``x``.
+        The views are augmented whatever the model's mode: ``model.eval()`` puts the
+        encoder in eval mode (dropout, batch norm) but keeps ``augment1`` / ``augment2``
+        drawing. The un-augmented graph's projection is ``model.project(model(x,
+        edge_index))``. Accepts a ``Data`` in place of ``x``.
+
+        Raises:
+            ValueError: If the graph is malformed (see :meth:`forward`).
         """
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
+        check_input_width(x, self.encoder)
+        check_graph(x, edge_index, edge_weight)
         x = self.input_features(x)
         return (
             self._view(self.augment1, x, edge_index, edge_weight),
@@ -157,9 +215,11 @@ class GRACEModel(torch.nn.Module):
         as CSR (converted once per feature matrix, then cached) for an encoder that takes
         mostly-zero features sparse (``encoder.sparse_features``), else ``x`` itself. The
         views' feature masks then drop entries (``O(nnz)``) instead of copying a dense
-        matrix."""
+        matrix. A sparse ``x`` of another layout (COO) becomes CSR, which the masks take."""
         check_input_width(x, self.encoder)
-        return self._sparse_x(x) if getattr(self.encoder, "sparse_features", False) else x
+        if getattr(self.encoder, "sparse_features", False) or x.layout != torch.strided:
+            return self._sparse_x(x)
+        return x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
         if self.recompute_views and torch.is_grad_enabled():
@@ -171,8 +231,13 @@ class GRACEModel(torch.nn.Module):
 
     def _augment_and_encode(self, augment, x, edge_index, edge_weight) -> Tensor:
         if augment is not None:
-            x, edge_index, edge_weight = augment(x, edge_index, edge_weight)
-        return self.project(self._encode(x, edge_index, edge_weight))
+            with _augmenting(augment):
+                x, edge_index, edge_weight = augment(x, edge_index, edge_weight)
+        # The package's augmenters keep a checked graph valid; the output of any other
+        # callable is checked by the encoder.
+        own = augment is None or isinstance(augment, Augmenter)
+        with trusted_graph() if own else contextlib.nullcontext():
+            return self.project(self._encode(x, edge_index, edge_weight))
 
     def _encode(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
         if edge_weight is None:

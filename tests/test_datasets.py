@@ -210,8 +210,41 @@ def test_ogbn_arxiv_loader_on_a_tiny_copy(tmp_path):
 def test_ogb_folder_without_release_file_is_an_error_not_a_prompt(tmp_path):
     pytest.importorskip("ogb")
     os.makedirs(tmp_path / "ogbn_arxiv" / "raw")
-    with pytest.raises(FileNotFoundError, match="RELEASE"):
+    with pytest.raises(FileNotFoundError, match="RELEASE.*delete it .rm -r .*ogbn_arxiv"):
         load_dataset("ogbn-arxiv", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name,folders,archives",
+    [("Cora", ["Cora"], []), ("arxiv", ["ogbn_arxiv", "arxiv"], ["arxiv.zip"])],
+)
+def test_a_failed_download_leaves_nothing_that_breaks_the_next_run(
+    tmp_path, monkeypatch, name, folders, archives
+):
+    """A download that fails halfway (here: a loader that writes part of its files, then
+    loses the network) leaves no partial folder or archive: the next run downloads anew.
+    What was there before stays."""
+    import pyg_progcl.experiments.datasets as datasets
+
+    (tmp_path / "keep.txt").write_text("mine")
+    info = datasets.DATASETS[canonical_name(name)]
+
+    def broken(info, folder):
+        for name in folders:
+            (folder.parent / name / "raw").mkdir(parents=True, exist_ok=True)
+            (folder.parent / name / "raw" / "part").write_bytes(b"half a file")
+        for name in archives:
+            (folder.parent / name).write_bytes(b"PK\x03\x04 half an archive")
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setitem(datasets._LOADERS, info.kind, broken)
+    with pytest.raises(OSError, match="unreachable"):
+        load_dataset(name, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+    (tmp_path / info.folder).mkdir()  # there before: not removed
+    with pytest.raises(OSError, match="unreachable"):
+        load_dataset(name, tmp_path)
+    assert (tmp_path / info.folder).is_dir()
 
 
 def test_cache_copy_is_refreshed_when_a_source_file_changes(tmp_path, _isolated_cache):

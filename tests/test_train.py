@@ -28,6 +28,7 @@ from helpers import (
 
 from pyg_progcl.experiments import build_loss, evaluate, train, train_seed
 from pyg_progcl.experiments import machine as pyg_machine
+from pyg_progcl.experiments.checkpoint import save_checkpoint
 from pyg_progcl.experiments.presets import METHODS, get_preset
 
 
@@ -269,7 +270,7 @@ def test_checkpoints_of_older_versions_resume(small_graph, tmp_path):
     payload = torch.load(ckpt / "seed0.pt", weights_only=True)
     assert payload["epoch"] == 4  # past the warm-up: no other config may resume it
     del payload["config"]["shared_weights"]
-    torch.save(payload, ckpt / "seed0.pt")
+    save_checkpoint(ckpt / "seed0.pt", payload)  # (sealed with a new checksum)
     _, _, resumed = train_seed(
         config, small_graph, checkpoint_dir=ckpt, resume=True, progress=False
     )
@@ -280,7 +281,8 @@ def test_unreadable_checkpoints_are_one_line_errors(capsys, tmp_path):
     cases = {
         "garbage": (lambda p: p.write_bytes(b"\x00not a checkpoint" * 10), "not a readable"),
         "tensor": (lambda p: torch.save(torch.ones(2), p), "a Tensor"),
-        "no_config": (lambda p: torch.save({"format": 1}, p), "no config"),
+        "format_1": (lambda p: torch.save({"format": 1}, p), "format 1, written by an older"),
+        "no_config": (lambda p: torch.save({"format": 2}, p), "incomplete checkpoint"),
     }
     for name, (write, words) in cases.items():
         (tmp_path / name).mkdir()

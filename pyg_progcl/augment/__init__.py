@@ -11,7 +11,8 @@ dropping and feature-column masking (docs/algorithms.md §2).
   for feature columns, ``c`` a node centrality computed once per graph.
 
 Every augmenter is both a :class:`torch.nn.Module` (``.train()`` / ``.eval()``
-of a parent model propagate; eval mode is a no-op) and a
+of a parent model propagate; called on its own in eval mode it is a no-op, while
+:meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>` runs it in every mode) and a
 :class:`torch_geometric.transforms.BaseTransform`:
 
 .. code-block:: python

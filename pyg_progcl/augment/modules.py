@@ -28,8 +28,9 @@ class Augmenter(torch.nn.Module, BaseTransform):
     edge_weight)`` (this runs :meth:`forward`), or on a
     :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a new object;
     edge-level attributes are filtered with the edges). It is a no-op in eval
-    mode and with ``p = 0``. Subclasses override ``_augment_features``
-    and/or ``_edge_keep_mask``.
+    mode and with ``p = 0``; :meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>`
+    runs its augmenters in training mode whatever the model's mode. Subclasses override
+    ``_augment_features`` and/or ``_edge_keep_mask``.
 
     Heterogeneous graphs (:class:`~torch_geometric.data.HeteroData`) are refused with a
     ``ValueError``: augment each type's tensors instead.

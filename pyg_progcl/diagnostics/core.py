@@ -17,6 +17,7 @@ similarities the loss sees and the mixture is fitted on (the paper's figures). W
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Optional, Union
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_matrix
 from ..losses.engine import normalize_views, sample_negative_pairs
-from ..mixture import BetaMixture
+from ..mixture import BetaMixture, MixtureDegeneracyWarning, _stacklevel_outside_package
 
 Source = Union[torch.nn.Module, Tensor, tuple]
 
@@ -146,6 +147,9 @@ def _model_embeddings(model, data, embeddings: str, augment: bool, seed: int):
         if embeddings == "encoder" or not hasattr(model, "views"):
             z = model(x, edge_index)
             return z, z
+        if not augment and callable(getattr(model, "project", None)):
+            h = model.project(model(x, edge_index))  # GRACEModel.views always augments
+            return h, h
         if augment:
             for name in ("augment1", "augment2"):
                 aug = getattr(model, name, None)
@@ -204,12 +208,38 @@ def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -
 def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> BetaMixture:
     """Fits a fresh :class:`BetaMixture` (reference initialisation) to convergence.
 
+    Its ``problems_`` list what its check found. A degenerate fit warns once per kind of
+    degeneration in a process (every diagnosis fits afresh); EM that stops at
+    ``max_iter`` (slowly creeping along a flat likelihood) is only recorded there.
+
     Args:
         sample: A :class:`NegativeSample` or cosines in ``[-1, 1]``.
         max_iter: EM iteration budget (stops earlier at the mixture's tolerance).
     """
     cos = sample.cos if isinstance(sample, NegativeSample) else sample
-    return BetaMixture(max_iter=max_iter).fit((cos.double().clamp(-1, 1) + 1) / 2)
+    mixture = BetaMixture(max_iter=max_iter)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MixtureDegeneracyWarning)
+        mixture.fit((cos.double().clamp(-1, 1) + 1) / 2)
+    new = set(mixture.degenerate_fits) - {"not-converged"} - _WARNED_KINDS
+    if new:
+        _WARNED_KINDS.update(new)
+        problems = [p for p in mixture.problems_ if not p.startswith("EM did not converge")]
+        warnings.warn(
+            MixtureDegeneracyWarning(
+                "the Beta mixture fitted to the sampled similarities is degenerate: "
+                + "; ".join(problems)
+                + ". The posterior-based numbers (auc_posterior, flagged_*, "
+                "fn_share_topk_hardness) describe that fit (warned once per kind of "
+                "degeneration; Diagnosis.mixture.problems_ lists each fit's)."
+            ),
+            stacklevel=_stacklevel_outside_package(),
+        )
+    return mixture
+
+
+#: The kinds of degenerate cold fit already warned about in this process.
+_WARNED_KINDS: set[str] = set()
 
 
 def true_negative_posterior(mixture: BetaMixture, cos: Tensor) -> Tensor:

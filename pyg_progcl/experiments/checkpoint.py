@@ -1,23 +1,29 @@
 """Checkpoints: everything a run needs to continue bit-identically (model, optimiser,
-loss with its mixture, RNG states, history), written atomically; SIGTERM as a request
-to stop after the running epoch."""
+loss with its mixture, RNG states, history), sealed with a checksum and written
+atomically into a folder that one run at a time holds; SIGTERM as a request to stop
+after the running epoch."""
 
 from __future__ import annotations
 
 import contextlib
-import os
+import hashlib
 import random
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
+from .._files import atomic_write, check_folder, lock_folder, remove_temporaries
 from .presets import TrainConfig
 
-CHECKPOINT_FORMAT = 1
+#: Version of the checkpoint layout; 2: sealed with a checksum (:func:`payload_checksum`).
+CHECKPOINT_FORMAT = 2
+#: What a checkpoint holds (``format`` and ``checksum`` besides).
+_ENTRIES = ("config", "epoch", "model", "optimizer", "loss", "rng_ranks", "record")
 #: Config fields that may differ between a checkpoint and the resumed run
 #: (they change what is logged or how fast, not what is trained).
 _RESUME_FREE = {"eval_every", "diagnose_every", "frozen_cache_mib"}
@@ -93,11 +99,57 @@ def warmup_checkpoint_path(path: Path) -> Path:
     return path.with_name(path.stem + "_warmup" + path.suffix)
 
 
+def payload_checksum(payload: dict[str, Any]) -> str:
+    """SHA-256 of everything in ``payload`` but its ``checksum`` entry: every tensor's
+    dtype, shape and bytes, every other value's type and value, every key, in order."""
+    digest = hashlib.sha256()
+    _feed(digest, {k: v for k, v in payload.items() if k != "checksum"})
+    return digest.hexdigest()
+
+
+def _feed(digest, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        t = (t.to_dense() if t.layout != torch.strided else t).contiguous().reshape(-1)
+        digest.update(f"T{t.dtype}{tuple(value.shape)};".encode())
+        digest.update(t.view(torch.uint8).numpy())
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)};".encode())
+        for key, item in value.items():
+            _feed(digest, key)
+            _feed(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"L{len(value)};".encode())
+        for item in value:
+            _feed(digest, item)
+    elif isinstance(value, float):
+        digest.update(f"F{value.hex()};".encode())
+    elif isinstance(value, bytes):
+        digest.update(f"Y{len(value)};".encode() + value)
+    else:  # str, int, bool, None, ...
+        text = repr(value)
+        digest.update(f"{type(value).__name__}{len(text)};{text}".encode())
+
+
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Seals ``payload`` with its checksum and writes it to ``path`` atomically (never a
+    half-written checkpoint, even when the process is killed while writing)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)  # never a half-written checkpoint
+    payload = {**payload, "format": CHECKPOINT_FORMAT}
+    payload["checksum"] = payload_checksum(payload)
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+@contextlib.contextmanager
+def checkpoint_folder(directory: Path) -> Iterator[Path]:
+    """Creates ``directory`` if missing, holds its lock while the ``with`` block runs (a
+    second run on it fails at once, naming this one's process id) and removes the
+    temporary files that a killed run left there."""
+    directory = check_folder(directory, "checkpoint folder")
+    with lock_folder(directory, "checkpoint folder"):
+        remove_temporaries(directory, also=("seed*.pt.tmp",))  # (older versions' name)
+        yield directory
 
 
 class TrainingInterruptedError(Exception):
@@ -131,30 +183,58 @@ def stop_requests(enabled: bool):
         signal.signal(signal.SIGTERM, previous)
 
 
-def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
-    """The checkpoint at ``path`` if ``config`` may resume from it, else a ``ValueError``.
-
-    Fields that the checkpoint's config lacks (written before they existed) take their
-    defaults, as they did in the run that wrote it.
-    """
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, checked: complete, of this version's format, and
+    unchanged since it was written (its checksum); else a one-line ``ValueError``."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except OSError:
         raise
     except Exception as exc:  # truncated, foreign or not a torch file
         kind = type(exc).__name__  # (torch's messages run over several lines)
-        raise ValueError(f"{path} is not a readable pyg_progcl checkpoint ({kind})") from None
+        raise ValueError(
+            f"{path} is not a readable pyg_progcl checkpoint ({kind}: truncated, corrupted or "
+            "not a checkpoint); resume from an intact copy, or drop --resume to start again"
+        ) from None
     if not isinstance(payload, dict):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (a {type(payload).__name__})")
-    if payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a pyg_progcl checkpoint (format {payload.get('format')})")
-    if not isinstance(payload.get("config"), dict):
+    found = payload.get("format")
+    if found != CHECKPOINT_FORMAT:
+        age = "an older" if isinstance(found, int) and found < CHECKPOINT_FORMAT else "another"
+        raise ValueError(
+            f"{path} is not a checkpoint this version can resume (format {found!r}, written "
+            f"by {age} version of pyg_progcl; this one reads format {CHECKPOINT_FORMAT}): "
+            "drop --resume to start again, or use another checkpoint folder"
+        )
+    missing = [k for k in (*_ENTRIES, "checksum") if k not in payload]
+    if missing:
+        raise ValueError(
+            f"{path} is an incomplete checkpoint (no {', '.join(map(repr, missing))} entry): "
+            "edited or written by another program; drop --resume to start again"
+        )
+    if not isinstance(payload["config"], dict):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (no config)")
+    if payload_checksum(payload) != payload["checksum"]:
+        raise ValueError(
+            f"{path} is corrupted or was edited: its content does not match its checksum; "
+            "resume from an intact copy, or drop --resume to start again"
+        )
+    return payload
+
+
+def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
+    """The checkpoint at ``path`` (:func:`read_checkpoint`) if ``config`` may resume from
+    it, else a ``ValueError`` that names the config fields that differ.
+
+    Fields that the checkpoint's config lacks (written before they existed) take their
+    defaults, as they did in the run that wrote it.
+    """
+    payload = read_checkpoint(path)
     saved, current = {**TrainConfig.defaults(), **payload["config"]}, config.to_dict()
-    diff = [k for k in current if k not in _RESUME_FREE and saved[k] != current[k]]
+    diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
     refused = set(diff) - resumable_fields(saved, current, payload["epoch"])
     if refused:
-        detail = ", ".join(f"{k}: {saved[k]!r} -> {current[k]!r}" for k in diff if k in refused)
+        detail = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff if k in refused)
         raise ValueError(
             f"cannot resume from {path} (epoch {payload['epoch']}): it was written with "
             f"another config ({detail}); use another checkpoint folder or drop --resume "
@@ -162,8 +242,22 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
             f"only warmup_epochs, {', '.join(sorted(_AFTER_WARMUP))} and a method among "
             f"{', '.join(sorted(_WARMUP_METHODS))} may differ besides)"
         )
-    payload["branched_from"] = {k: saved[k] for k in diff}
+    payload["branched_from"] = {k: saved.get(k) for k in diff}
     return payload
+
+
+def stored_warmup(path: Path, config: TrainConfig) -> Optional[int]:
+    """The warm-up of the ProGCL run whose checkpoint is at ``path``, where it differs from
+    ``config``'s and would be valid in it; else ``None`` (also when ``path`` is no
+    readable checkpoint: resuming it reports why)."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["config"]
+        warmup, method = int(saved["warmup_epochs"]), str(saved["method"])
+    except Exception:
+        return None
+    if method not in _WARMUP_METHODS - _GRACE_METHODS or warmup == config.warmup_epochs:
+        return None
+    return warmup if warmup < config.epochs else None
 
 
 def checkpoint_payload(
@@ -193,18 +287,28 @@ def restore_checkpoint(
     noted in ``record["branched"]``."""
     payload = load_checkpoint(path, config)
     rank, world_size = (0, 1) if ranks is None else (ranks.rank, ranks.world_size)
-    states = payload.get("rng_ranks") or [payload["rng"]]  # (one "rng" before 4015645)
+    states = payload["rng_ranks"]
     if len(states) != world_size:
         raise ValueError(
             f"{path} was written by {len(states)} process(es); resume it with as many "
             f"(got {world_size})"
         )
-    model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
     record, branched_from = payload["record"], payload["branched_from"]
+    _load_state(path, "model", model, payload["model"])
+    _load_state(path, "optimizer", optimizer, payload["optimizer"])
+    if not set(branched_from) & (_AFTER_WARMUP | {"method"}):
+        _load_state(path, "loss", loss_fn, payload["loss"])
     if branched_from:
         record.setdefault("branched", []).append({"epoch": payload["epoch"], "from": branched_from})
-    if not set(branched_from) & (_AFTER_WARMUP | {"method"}):
-        loss_fn.load_state_dict(payload["loss"])
     set_rng_state(states[rank])
     return payload["epoch"], record
+
+
+def _load_state(path: Path, entry: str, module: Any, state: dict[str, Any]) -> None:
+    """``module.load_state_dict(state)``; a mismatch as one line naming ``entry``."""
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        detail = "; ".join(lines[:3])[:300]
+        raise ValueError(f"{path}: its {entry} does not fit this run's ({detail})") from None

@@ -279,7 +279,9 @@ def _load_ogb(info: DatasetInfo, folder: Path) -> Data:
     if folder.is_dir() and not list(folder.glob("RELEASE_v*.txt")):
         # ogb would otherwise ask on stdin whether to delete the folder.
         raise FileNotFoundError(
-            f"{folder} exists but has no RELEASE_v*.txt; it is not a complete OGB dataset folder"
+            f"{folder} exists but has no RELEASE_v*.txt; it is not a complete OGB dataset "
+            f"folder (an interrupted download?): delete it (rm -r '{folder}') and run again "
+            "to download it anew, or pass --root with a complete copy"
         )
     with torch.serialization.safe_globals([DataEdgeAttr, DataTensorAttr, GlobalStorage]):
         dataset = PygNodePropPredDataset(name=info.pyg_name, root=str(folder.parent))
@@ -295,6 +297,33 @@ def _load_ogb(info: DatasetInfo, folder: Path) -> Data:
     if "node_year" in data:
         del data.node_year
     return data
+
+
+def _leftovers(info: DatasetInfo, folder: Path) -> list[Path]:
+    """What a download of ``info`` into ``folder`` writes: the folder; for OGB also the
+    archive and its unpacked folder beside it (``arxiv.zip``, ``arxiv/``)."""
+    paths = [folder]
+    if info.kind == "ogb":
+        short = info.pyg_name.split("-", 1)[1]
+        paths += [folder.parent / short, folder.parent / f"{short}.zip"]
+    return paths
+
+
+def _load_or_clean_up(info: DatasetInfo, folder: Path) -> Data:
+    """Loads ``info`` from ``folder``. If that fails (or is interrupted) while downloading
+    into a folder that did not exist before, what the download left is removed, so that
+    the next run downloads again instead of failing on a partial folder."""
+    new = [p for p in _leftovers(info, folder) if not p.exists()]
+    try:
+        return _LOADERS[info.kind](info, folder)
+    except BaseException:
+        for path in new:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists():
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        raise
 
 
 _LOADERS = {
@@ -348,7 +377,7 @@ def load_dataset(
         if not root.is_dir():
             raise FileNotFoundError(f"data root {str(root)!r} does not exist or is not a folder")
         with _lock(info, root):
-            data = _LOADERS[info.kind](info, _locate(info, root))
+            data = _load_or_clean_up(info, _locate(info, root))
     if info.normalize if normalize is None else normalize:
         data = T.NormalizeFeatures()(data)
     return data

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import platform
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -17,28 +16,36 @@ import torch
 from torch_geometric.data import Data
 
 from .._checks import check_int
+from .._files import atomic_write_text, check_writable
 from ..losses import ProGCLLoss
 from ..losses.schedules import DEFAULT_SCHEDULE, schedule_name
 from ..model import GRACEModel
-from .checkpoint import TrainingInterruptedError, stop_requests
+from .checkpoint import TrainingInterruptedError, checkpoint_folder, stop_requests
 from .datasets import load_dataset
 from .evaluation import mean_std
 from .parallel import ONE, Ranks
-from .presets import TrainConfig, get_preset
-from .run import mixture_state, start_seed
+from .presets import TrainConfig, get_preset, is_graph_file
+from .run import NO_LABELS, has_labels, mixture_state, start_seed
 
 
 def resolve_device(device: Union[str, torch.device]) -> torch.device:
-    """``device`` as a ``torch.device`` (``"auto"``: CUDA if available); a clear error if absent."""
+    """``device`` as a ``torch.device``: ``cpu``, ``cuda`` / ``cuda:i`` (where CUDA has that
+    device) or ``auto`` (CUDA if available); anything else a ``ValueError`` that says what
+    is supported here."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cuda = ", cuda, cuda:0" + (f" .. cuda:{count - 1}" if count > 1 else "")
+    here = "cpu, auto" + (cuda if count else " (CUDA is not available here)")
     if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda" if count else "cpu")
     try:
-        device = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"invalid device {str(device)!r}: {exc}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} requested but CUDA is not available")
-    return device
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        resolved = None
+    if resolved is None or resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {str(device)!r} is not supported; use {here}")
+    if resolved.type == "cuda" and (not count or (resolved.index or 0) >= count):
+        raise ValueError(f"device {str(device)!r} requested but not available; use {here}")
+    return resolved
 
 
 def progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
@@ -120,7 +127,10 @@ def train_seed(
             ``checkpoint_every`` epochs and at the end (model, optimiser, loss
             with its mixture, epoch, RNG states, history); a ProGCL run also keeps
             ``seed{seed}_warmup.pt``, its state at the end of the warm-up, to branch
-            variants from (``resume``). With a folder, a SIGTERM
+            variants from (``resume``). The folder is created if missing and held by
+            this run (a second run on it fails at once, naming this one's process id);
+            checkpoints are sealed with a checksum and written atomically, so that a run
+            killed at any moment resumes. With a folder, a SIGTERM
             (in the main thread) stops training after the current epoch, which is
             checkpointed, and raises :class:`TrainingInterruptedError`.
         checkpoint_every: Checkpoint interval in epochs.
@@ -147,18 +157,46 @@ def train_seed(
 
     Returns:
         ``(model, loss_fn, record)``; ``record`` holds ``seed``, ``accuracy``,
-        ``history`` (evaluations), ``losses``, ``epoch_times``, ``mixture``.
+        ``history`` (evaluations), ``losses``, ``epoch_times``, ``wall_time_s`` (over
+        every part of a resumed run), ``mixture``.
     """
-    from tqdm.auto import tqdm
-
     device = resolve_device(device)
     checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
-    run, start = start_seed(config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks)
-    if start >= config.epochs and "accuracy" in run.record:
-        return run.model, run.loss_fn, run.record
+    if config.diagnose_every and not has_labels(data):
+        raise ValueError("`diagnose_every` counts false negatives by label; the graph has none")
+    with owned_folder(checkpoint_dir, ranks):
+        run, start = start_seed(
+            config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks
+        )
+        if start >= config.epochs and "accuracy" in run.record:
+            return run.model, run.loss_fn, run.record
+        return _train_epochs(run, start, checkpoint_every, progress, callback)
 
+
+@contextlib.contextmanager
+def owned_folder(checkpoint_dir: Optional[Union[str, os.PathLike]], ranks: Ranks = ONE):
+    """Rank 0 holds ``checkpoint_dir`` while the ``with`` block runs
+    (:func:`~pyg_progcl.experiments.checkpoint.checkpoint_folder`: created if missing,
+    locked, stale temporary files removed); if it cannot, every rank fails alike."""
+    with contextlib.ExitStack() as stack:
+        error = None
+        if checkpoint_dir is not None and ranks.main:
+            try:
+                stack.enter_context(checkpoint_folder(Path(checkpoint_dir)))
+            except ValueError as exc:
+                error = exc
+        if ranks.any(error is not None):
+            raise error or ValueError(f"rank 0 could not take checkpoint folder {checkpoint_dir}")
+        yield
+
+
+def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callback) -> tuple:
+    """:func:`train_seed`'s epochs from ``start + 1`` on."""
+    from tqdm.auto import tqdm
+
+    config, seed, ranks = run.config, run.seed, run.ranks
     bar = tqdm(
         total=config.epochs,
         initial=start,
@@ -176,7 +214,7 @@ def train_seed(
             last = epoch == config.epochs
             if last or (config.eval_every and epoch % config.eval_every == 0):
                 accuracy = run.evaluate(epoch, value)
-                if progress and ranks.main and not last:
+                if progress and ranks.main and not last and accuracy is not None:
                     bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
             if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
                 run.diagnose(epoch)
@@ -189,22 +227,25 @@ def train_seed(
                 if not saved:
                     run.checkpoint(epoch)
                 raise TrainingInterruptedError(epoch, run.path)
+    run.tick()
     return run.model, run.loss_fn, run.record
 
 
 def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any]:
     """The JSON-serialisable result of :func:`train` from its per-seed records."""
     accs = [r["accuracy"] for r in records]
-    mean, std = mean_std(accs)
+    labelled = all(a is not None for a in accs)  # (unlabelled graphs train without a probe)
+    mean, std = mean_std(accs) if labelled else (None, None)
     times = [t for r in records for t in r["epoch_times"]]
     return {
         "dataset": config.dataset,
         "method": config.method,
         "config": config.to_dict(),
         "seeds": [r["seed"] for r in records],
-        "accuracies": accs,
+        "accuracies": accs if labelled else None,
         "accuracy_mean": mean,
         "accuracy_std": std,
+        "probe": f"linear probe, {config.protocol} protocol" if labelled else NO_LABELS,
         "epoch_time_s": float(np.mean(times)) if times else 0.0,
         "epoch_time_s_per_seed": [float(np.mean(r["epoch_times"])) for r in records],
         "wall_time_s": wall_time,
@@ -237,8 +278,13 @@ def train(
     callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
     loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
     ranks: Ranks = ONE,
-) -> dict[str, Any]:
+    return_model: bool = False,
+) -> Union[dict[str, Any], tuple[dict[str, Any], GRACEModel]]:
     """Trains ``config`` with several seeds and reports the probe accuracy.
+
+    A graph without labels (no ``data.y``) trains the same, without a probe: the result's
+    ``accuracies``, ``accuracy_mean`` and ``accuracy_std`` are ``None`` and its ``probe``
+    says ``"skipped: the graph has no labels"``; ``return_model=True`` gives the model.
 
     Args:
         config: A :class:`TrainConfig`, a dict of overrides of the synthetic /
@@ -252,12 +298,18 @@ def train(
             See :func:`train_seed` (one checkpoint file per seed).
         output: Also write the result as JSON to this file (rank 0 only).
         ranks: See :func:`train_seed`; every rank returns rank 0's result.
+        return_model: Return ``(result, model)``: also the trained
+            :class:`~pyg_progcl.GRACEModel` of the first seed, in eval mode, for
+            ``model(x, edge_index)``, :func:`~pyg_progcl.io.embed` or
+            :func:`~pyg_progcl.io.save_model`.
 
     Returns:
         A JSON-serialisable dict: ``dataset``, ``method``, ``config``,
         ``seeds``, ``accuracies`` (fractions), ``accuracy_mean``,
-        ``accuracy_std``, ``epoch_time_s`` (mean seconds per training epoch),
-        ``wall_time_s``, ``history``, ``final_loss``, ``mixture``, ``device``,
+        ``accuracy_std`` (``None`` without labels), ``probe`` (what evaluated the
+        embeddings), ``epoch_time_s`` (mean seconds per training epoch),
+        ``wall_time_s`` (seconds of training and evaluation, summed over the seeds; a
+        resumed run's includes the time before the interruption), ``history``, ``final_loss``, ``mixture``, ``device``,
         ``versions``.
     """
     if config is None:
@@ -272,35 +324,45 @@ def train(
     if not seed_list:
         raise ValueError("`seeds` must name at least one seed")
     device = resolve_device(device)
-    if data is None:
-        data = load_dataset(config.dataset, root)
-
-    tic = time.perf_counter()
-    records = []
-    for seed in seed_list:
-        _, _, record = train_seed(
-            config,
-            data,
-            seed,
-            device=device,
-            checkpoint_dir=checkpoint_dir,
-            checkpoint_every=checkpoint_every,
-            resume=resume,
-            progress=progress,
-            callback=callback,
-            loss_factory=loss_factory,
-            ranks=ranks,
+    if output is not None and ranks.main:
+        check_writable(output, "output", create=True)  # before hours of training, not after
+    if data is None and is_graph_file(config.dataset):
+        raise ValueError(
+            f"dataset {config.dataset!r} is a graph file: pass its graph, "
+            "data=pyg_progcl.read_graph(path)"
         )
-        records.append(record)
-    result = _summarize(config, data, device, records, time.perf_counter() - tic)
+    records = []
+    with owned_folder(checkpoint_dir, ranks):  # (from before the data loads to the last seed)
+        if data is None:
+            data = load_dataset(config.dataset, root)
+        for seed in seed_list:
+            model, _, record = train_seed(
+                config,
+                data,
+                seed,
+                device=device,
+                checkpoint_dir=checkpoint_dir,
+                checkpoint_every=checkpoint_every,
+                resume=resume,
+                progress=progress,
+                callback=callback,
+                loss_factory=loss_factory,
+                ranks=ranks,
+            )
+            records.append(record)
+            if return_model and len(records) == 1:
+                first_model = model.eval()
+    wall_time = sum(r.get("wall_time_s", 0.0) for r in records)  # earlier parts included
+    result = _summarize(config, data, device, records, wall_time)
     result["world_size"] = ranks.world_size
     if output is not None and ranks.main:
         write_json(result, output)
-    return result
+    return (result, first_model) if return_model else result
 
 
 def write_json(result: dict[str, Any], path: Union[str, os.PathLike]) -> None:
-    """Writes a result dict as JSON (creating the folder)."""
-    path = Path(path)
+    """Writes a result dict as JSON (creating the folder), atomically: a reader never
+    sees a half-written file, and a failed write leaves the old one."""
+    path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(result, indent=2) + "\n")

@@ -17,7 +17,7 @@ from ..diagnostics import summarize
 from ..distributed import DistributedLoss
 from ..losses import ProGCLLoss
 from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
-from ..mixture import MixtureDegeneracyWarning
+from ..mixture import MixtureDegeneracyWarning, _stacklevel_outside_package
 from ..model import GRACEModel
 from .build import build_loss, build_model, seed_everything
 from .checkpoint import (
@@ -31,6 +31,14 @@ from .checkpoint import (
 from .evaluation import evaluate
 from .parallel import ONE, Ranks
 from .presets import TrainConfig
+
+#: What a result says in place of a probe accuracy on a graph without labels.
+NO_LABELS = "skipped: the graph has no labels"
+
+
+def has_labels(data: Data) -> bool:
+    """Whether ``data`` has node labels ``y`` to probe the embeddings with."""
+    return isinstance(data.get("y"), torch.Tensor)
 
 
 def mixture_state(loss: torch.nn.Module) -> Optional[dict[str, Any]]:
@@ -127,6 +135,14 @@ class SeedRun:
     ranks: Ranks = ONE
     objective: Optional[torch.nn.Module] = None  # what trains: loss_fn, or its DistributedLoss
     views: Optional[torch.nn.Module] = None  # the seeds' views, DDP-wrapped with several ranks
+    clock: float = dataclasses.field(default_factory=time.perf_counter)  # see tick()
+
+    def tick(self) -> None:
+        """Adds the time since the last call to the record's ``wall_time_s`` (which a
+        checkpoint keeps, so that a resumed run's time includes the earlier part)."""
+        now = time.perf_counter()
+        self.record["wall_time_s"] = self.record.get("wall_time_s", 0.0) + now - self.clock
+        self.clock = now
 
     def step(self, epoch: int) -> float:
         """Trains one epoch (ProGCL refits first after the warm-up); returns its loss."""
@@ -175,11 +191,17 @@ class SeedRun:
                     + " (reported once per run; every such epoch is "
                     "listed under 'degenerate_fits' in the results; docs/algorithms.md §5.4)"
                 ),
-                stacklevel=2,
+                stacklevel=_stacklevel_outside_package(),
             )
 
-    def evaluate(self, epoch: int, value: float) -> float:
-        """Probes the current embeddings; at the last epoch also stores the final result."""
+    def evaluate(self, epoch: int, value: float) -> Optional[float]:
+        """Probes the current embeddings; at the last epoch also stores the final result.
+        A graph without labels has nothing to probe: ``None``, and the record says why."""
+        if not has_labels(self.data):
+            if epoch == self.config.epochs:
+                self.record.update(accuracy=None, probe=NO_LABELS)
+                self.record["mixture"] = mixture_state(self.loss_fn)
+            return None
         result = probe(self.model, self.data, self.config, self.seed, self.ranks)
         self.record["history"].append(
             {"epoch": epoch, "accuracy": result["accuracy"], "loss": value}
@@ -203,18 +225,22 @@ class SeedRun:
         """Whether ``epoch`` is the last one before ProGCL's first mixture fit."""
         return epoch == self.config.warmup_epochs and isinstance(self.loss_fn, ProGCLLoss)
 
-    def checkpoint(self, epoch: int) -> None:
-        """Saves the run; the warm-up's last epoch also to :func:`warmup_checkpoint_path`."""
+    def checkpoint(self, epoch: int, warmup_only: bool = False) -> None:
+        """Saves the run; the warm-up's last epoch first to :func:`warmup_checkpoint_path`
+        (so that a run killed in between still has both: the main checkpoint, not yet
+        replaced, trains to the warm-up's end again)."""
         if self.path is None:
             return
+        self.tick()
         rng = self.ranks.gather(rng_state())  # every rank's generators, for rank 0 to save
         if self.ranks.main:
             payload = checkpoint_payload(
                 epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record, rng
             )
-            save_checkpoint(self.path, payload)
             if self.ends_warmup(epoch):
                 save_checkpoint(warmup_checkpoint_path(self.path), payload)
+            if not warmup_only:
+                save_checkpoint(self.path, payload)
         self.ranks.wait()  # the others, until the checkpoint is written
 
 
@@ -251,4 +277,6 @@ def start_seed(
         config, data, seed, device, model, loss_fn, optimizer, loader, path, record, ranks,
         objective, views,
     )  # fmt: skip
+    if start and run.ends_warmup(start) and ranks.any(not warmup_checkpoint_path(path).exists()):
+        run.checkpoint(start, warmup_only=True)  # (restores a lost warm-up checkpoint)
     return run, start

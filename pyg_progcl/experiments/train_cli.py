@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -14,11 +15,13 @@ from typing import Any
 
 import torch
 
-from .checkpoint import TrainingInterruptedError
-from .datasets import DATASETS, canonical_name
-from .loop import train
+from .._files import check_folder, check_writable
+from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
+from .checkpoint import TrainingInterruptedError, checkpoint_path, stored_warmup
+from .datasets import DATASETS, canonical_name, load_dataset
+from .loop import resolve_device, train
 from .parallel import ONE, join, leave
-from .presets import METHODS, TrainConfig, get_preset
+from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
 
 _FIELD_HELP = {
     "lr": "Adam learning rate",
@@ -59,6 +62,8 @@ _FIELD_HELP = {
     "split": "random or public",
     "probe_epochs": "epochs of the logistic-regression probe (gca protocol)",
     "eval_every": "evaluate every N epochs (0: only at the end)",
+    "diagnose_every": "record the false-negative diagnostics (as `diagnose` prints them) every "
+    "N epochs and at the end into the result (0: never)",
 }
 
 
@@ -114,9 +119,16 @@ def int_at_least(minimum: int):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``train`` subcommand's arguments to ``parser``."""
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--dataset", type=_dataset_name,
         help=f"dataset name (default: synthetic, needs no files); one of {', '.join(DATASETS)}",
+    )  # fmt: skip
+    source.add_argument(
+        "--data", metavar="FILE",
+        help="train on your graph: a .pt file of a torch_geometric Data (torch.save) or a .npz "
+        "of arrays edge_index, x [, y, train_mask, val_mask, test_mask]; without y no probe "
+        "runs (docs/own_graph.md)",
     )  # fmt: skip
     parser.add_argument(
         "--root",
@@ -124,7 +136,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "$PYG_PROGCL_DATA, else ~/.cache/pyg_progcl",
     )
     parser.add_argument("--method", choices=METHODS, help="loss (default: progcl-weight)")
-    parser.add_argument("--epochs", type=int_at_least(1), help="training epochs (preset)")
+    parser.add_argument(
+        "--epochs", type=int_at_least(1), metavar="N",
+        help="training epochs (default: the preset's, e.g. Cora 200, Amazon-Photo 2500); "
+        "ProGCL's warm-up keeps its share of the epochs unless --warmup-epochs is given "
+        "(Amazon-Photo: 400 of 2500, so --epochs 500 warms up 80)",
+    )  # fmt: skip
     parser.add_argument("--seeds", type=int_at_least(1), default=1, help="number of seeds")
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="first seed")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 or auto")
@@ -139,10 +156,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads (default: 1 for the small synthetic graph, where OpenMP "
         "overhead dominates; else torch's choice; 1 is also faster on a busy machine)",
     )
-    parser.add_argument("--output", help="write the result as JSON to this file")
-    parser.add_argument("--checkpoint", help="checkpoint folder (one file per seed)")
-    parser.add_argument("--checkpoint-every", type=int_at_least(1), default=50, metavar="N")
-    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.add_argument(
+        "--output", help="write the result as JSON to this file (in an existing folder; every "
+        "output is checked before training starts)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--save-embeddings", metavar="FILE",
+        help="write every node's final embedding (N x hidden, float32, node order) to FILE.npy "
+        "or FILE.pt (the first seed's model)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--save-model", metavar="FILE",
+        help="write the trained model (configuration and weights, the first seed's) to FILE, "
+        "for pyg_progcl.load_model and the embed command",
+    )  # fmt: skip
+    parser.add_argument(
+        "--checkpoint", metavar="DIR",
+        help="checkpoint folder (one file per seed; created if missing); one run at a time: "
+        "a second run on it ends at once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--checkpoint-every", type=int_at_least(1), default=50, metavar="N",
+        help="with --checkpoint: also save every N epochs (default 50; always at the end "
+        "of the warm-up and of training)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="continue from --checkpoint (a seed without a checkpoint there starts from epoch "
+        "0; a note says so when no seed has one); keeps the checkpoint's warm-up unless "
+        "--warmup-epochs is given",
+    )  # fmt: skip
     parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     group = parser.add_argument_group("preset overrides (default: the preset's value)")
@@ -189,7 +232,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             raise ValueError(f"config file {args.config!r} must hold a JSON object")
         # A result file of `--output` works too: its "config" entry is the config.
         fields.update(loaded["config"] if isinstance(loaded.get("config"), dict) else loaded)
-    dataset = args.dataset or fields.get("dataset") or "synthetic"
+    graph_file = getattr(args, "data", None)
+    dataset = args.dataset or (graph_file and graph_file_name(graph_file))
+    dataset = dataset or fields.get("dataset") or "synthetic"
     method = args.method or fields.get("method") or "progcl-weight"
     fields.pop("dataset", None)
     fields.pop("method", None)
@@ -208,7 +253,12 @@ def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
         raise ValueError("--resume needs --checkpoint DIR")
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
+    resolve_device(args.device.split(":")[0] if args.distributed else args.device)
+    _check_graph_args(args)
+    _check_outputs(args)
     config = config_from_args(args)
+    if is_graph_file(config.dataset) and not getattr(args, "data", None):
+        raise ValueError(f"the config names a graph file ({config.dataset}): pass --data FILE")
     threads = args.threads
     if threads is None and config.dataset == "synthetic":
         # Measured on a shared 2-core machine: 43 ms/epoch with 1 thread, 2 s/epoch
@@ -216,7 +266,71 @@ def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
         threads = 1
     if threads is not None:
         torch.set_num_threads(threads)
-    return config, list(range(args.seed, args.seed + args.seeds))
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    return _resume_config(args, config, seeds), seeds
+
+
+def _check_graph_args(args: argparse.Namespace) -> None:
+    """``--data`` and the ``--save-*`` flags: a graph file takes no ``--root``; embeddings
+    are ``.npy`` or ``.pt``."""
+    if getattr(args, "data", None) is not None and args.root is not None:
+        raise ValueError("--root locates --dataset's files; --data names the graph file itself")
+    if getattr(args, "save_embeddings", None) is not None:
+        check_embedding_path(args.save_embeddings, "--save-embeddings")
+
+
+def _save_outputs(args, config: TrainConfig, model, data) -> None:
+    """Writes ``--save-embeddings`` (every node, exact) and ``--save-model``, atomically."""
+    if data is None:
+        data = load_dataset(config.dataset, args.root)
+    if args.save_embeddings:
+        z = embed(model, data, batch_size=config.batch_size, progress=not args.quiet)
+        save_embeddings(z, args.save_embeddings)
+        if not args.quiet:
+            print(f"wrote {args.save_embeddings} ({z.size(0)} x {z.size(1)} embeddings)")
+    if args.save_model:
+        graph = str(args.data) if args.data else config.dataset
+        save_model(model, args.save_model, metadata={"config": config.to_dict(), "graph": graph})
+        if not args.quiet:
+            print(f"wrote {args.save_model} (the model; pyg_progcl.load_model reads it)")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Checks, before anything is loaded or trained, that every output the command line
+    names can be written (in an existing folder; the checkpoint folder is created), so
+    that a bad path fails at once."""
+    for flag in ("output", "save_embeddings", "save_model"):
+        path = getattr(args, flag, None)
+        if path is not None:
+            check_writable(path, "--" + flag.replace("_", "-"))
+    if getattr(args, "checkpoint", None):
+        check_folder(args.checkpoint, "--checkpoint")
+
+
+def _resume_config(args: argparse.Namespace, config: TrainConfig, seeds: list[int]) -> TrainConfig:
+    """With ``--resume``: the checkpoint's warm-up unless ``--warmup-epochs`` is given (a
+    preset's warm-up follows ``--epochs``, which a resumed run may raise), and a note on
+    stderr when no seed has a checkpoint yet."""
+    if not args.resume:
+        return config
+    found = [p for p in (checkpoint_path(Path(args.checkpoint), s) for s in seeds) if p.exists()]
+    speaks = not args.distributed or os.environ.get("RANK", "0") == "0"
+    if not found:
+        if speaks:
+            print(
+                f"pyg_progcl train: note: no checkpoint in {args.checkpoint}; starting from "
+                "epoch 0", file=sys.stderr,
+            )  # fmt: skip
+        return config
+    warmup = None if "warmup_epochs" in vars(args) else stored_warmup(found[0], config)
+    if warmup is None:
+        return config
+    if speaks and not args.quiet:
+        print(
+            f"pyg_progcl train: note: keeping the checkpoint's warm-up of {warmup} epochs "
+            f"(not {config.warmup_epochs}; --warmup-epochs N sets it)", file=sys.stderr,
+        )  # fmt: skip
+    return config.replace(warmup_epochs=warmup)
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -225,9 +339,12 @@ def run_cli(args: argparse.Namespace) -> int:
     # (else the launcher may stop the others before they report it).
     ranks, device = join(args.device) if args.distributed else (ONE, args.device)
     try:
-        config, seeds = _setup(args)
+        config, seeds = _setup(args)  # (outputs checked before the graph is read)
+        data = read_graph(args.data) if getattr(args, "data", None) else None
+        saving = bool(getattr(args, "save_embeddings", None) or getattr(args, "save_model", None))
         result = train(
             config,
+            data,
             seeds=seeds,
             root=args.root,
             device=device,
@@ -237,7 +354,10 @@ def run_cli(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             output=args.output,
             ranks=ranks,
+            return_model=saving,
         )
+        if saving:
+            result, model = result
     except TrainingInterruptedError as exc:
         if ranks.main:
             print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)
@@ -245,13 +365,28 @@ def run_cli(args: argparse.Namespace) -> int:
     finally:
         leave()
     if not args.quiet and ranks.main:
-        accs = ", ".join(f"{a:.4f}" for a in result["accuracies"])
-        print(
-            f"{result['dataset']} / {result['method']}: accuracy "
-            f"{result['accuracy_mean']:.4f} ± {result['accuracy_std']:.4f} "
-            f"over {len(seeds)} seed(s) [{accs}]; {config.epochs} epochs, "
-            f"{result['epoch_time_s'] * 1000:.1f} ms/epoch, {result['wall_time_s']:.1f} s"
-        )
+        print(_summary_line(result, config, seeds))
         if args.output:
             print(f"wrote {args.output}")
+    if saving and ranks.main:
+        _save_outputs(args, config, model, data)
     return 0
+
+
+def _summary_line(result: dict[str, Any], config: TrainConfig, seeds: list[int]) -> str:
+    """One line: the probe accuracy over the seeds (or why there is none), and the time."""
+    times = (
+        f"{config.epochs} epochs, {result['epoch_time_s'] * 1000:.1f} ms/epoch, "
+        f"{result['wall_time_s']:.1f} s"
+    )
+    if result["accuracies"] is None:
+        return (
+            f"{result['dataset']} / {result['method']}: trained {len(seeds)} seed(s); "
+            f"no accuracy: probe {result['probe']}; {times}"
+        )
+    accs = ", ".join(f"{a:.4f}" for a in result["accuracies"])
+    return (
+        f"{result['dataset']} / {result['method']}: accuracy "
+        f"{result['accuracy_mean']:.4f} ± {result['accuracy_std']:.4f} "
+        f"over {len(seeds)} seed(s) [{accs}]; {times}"
+    )

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from .._checks import check_data, trusted_graph
 from ..losses import FrozenFit
 from .augmentation import SubgraphAugmenter
 from .sampling import seed_count
@@ -27,6 +28,8 @@ class SeedViews(torch.nn.Module):
     :class:`~torch.nn.parallel.DistributedDataParallel` can wrap one training step's
     forward (:mod:`pyg_progcl.distributed`).
 
+    The full graph is checked once, here; the batches, subgraphs of it, are not.
+
     Args:
         model: A :class:`~pyg_progcl.GRACEModel`.
         graph: The full graph (adaptive augmenters fit on it).
@@ -34,6 +37,7 @@ class SeedViews(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, graph: Data):
         super().__init__()
+        check_data(graph)
         self.model = model
         self.augmenters = [SubgraphAugmenter(a, graph) for a in (model.augment1, model.augment2)]
 
@@ -44,7 +48,8 @@ class SeedViews(torch.nn.Module):
         views = []
         for augment in self.augmenters:
             x, edge_index, edge_weight = augment(batch.x, batch.edge_index, n_id)
-            z = self.model(x, edge_index, edge_weight)
+            with trusted_graph():  # a subgraph of the checked graph
+                z = self.model(x, edge_index, edge_weight)
             views.append(self.model.project(z[:seeds]))
         return views[0], views[1]
 

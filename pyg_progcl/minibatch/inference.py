@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_input_width, check_int
+from .._checks import check_data, check_input_width, check_int, trusted_graph
 from ..encoders import GCNEncoder, MLPEncoder
 from .sampling import InEdges, neighbor_loader, seed_count
 
@@ -140,7 +140,8 @@ def _embed_sampled(
     for batch in loader:
         seeds = seed_count(batch)
         batch = batch.to(device)
-        z = model(batch.x, batch.edge_index)[:seeds]
+        with trusted_graph():  # a subgraph of the checked graph
+            z = model(batch.x, batch.edge_index)[:seeds]
         if out is None:
             out = data.x.new_empty(own.stop - own.start, z.size(1))
         out[batch.n_id[:seeds].to(out.device) - own.start] = z.to(out.device)
@@ -204,6 +205,7 @@ def embed_minibatch(
         if not isinstance(data.get("x"), Tensor):
             raise ValueError("`data` needs node features `x` to embed")
         check_input_width(data.x, encoder)
+        check_data(data)
         if part[1] > 1 and gather is None:
             raise ValueError("computing one `part` of the nodes needs `gather` to assemble them")
         if num_neighbors is None and _layerwise_supported(encoder):
