@@ -2,7 +2,9 @@
 
 GRACE / GCA models with edge-drop and feature-mask augmenters, a message-passing encoder
 swappable for an MLP, and contrastive losses: InfoNCE (GRACE), DCL, HCL and ProGCL with an
-online Beta-mixture refit.
+online Beta-mixture refit. Graph files and trained models go in and out through
+:func:`~pyg_progcl.io.read_graph`, :func:`~pyg_progcl.io.save_model`,
+:func:`~pyg_progcl.io.load_model` and :func:`~pyg_progcl.io.embed`.
 
 Importing the package imports nothing else: each public name below loads its module on
 first use, so that ``python -m pyg_progcl`` (and :func:`enable_huge_pages`) can configure
@@ -39,6 +41,10 @@ _EXPORTS = {
     "ProGCLLoss": "losses",
     "BetaMixture": "mixture",
     "MixtureDegeneracyWarning": "mixture",
+    "read_graph": "io",
+    "save_model": "io",
+    "load_model": "io",
+    "embed": "io",
 }
 
 __all__ = [*_EXPORTS, "enable_huge_pages"]

@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "pyg_progcl.experiments.diagnose_cli",
         "true/false-negative analysis of a trained model",
     ),
+    "embed": ("pyg_progcl.experiments.embed_cli", "embed a graph's nodes with a saved model"),
 }
 DEFAULT_SUBCOMMAND = "train"
 

@@ -23,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 SCRIPTS = ["progcl_cora.py", "any_encoder.py", "minibatch_large_graph.py", "diagnostics.py"]
+SCRIPTS += ["own_graph.py"]
 
 
 def run_example(monkeypatch, capsys, script: str, *args) -> str:
@@ -150,6 +151,19 @@ def test_diagnostics(monkeypatch, capsys, tmp_path):
     assert f"histogram written to {png}" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000  # a drawn figure, not an empty canvas
+
+
+def test_own_graph(monkeypatch, capsys, tmp_path):
+    out = run_example(
+        monkeypatch, capsys, "own_graph.py", "--nodes", 600, "--epochs", 20, "--out", tmp_path
+    )
+    assert "graph: 600 nodes" in out and "probe skipped: the graph has no labels" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["embeddings.npy", "model.pt"]
+    # The saved model reproduces the saved embeddings (in batches, after reloading).
+    diff = re.search(r"max abs difference ([\d.e+-]+)", out)
+    assert diff and float(diff.group(1)) < 1e-5
+    accuracy = re.search(r"^logistic regression test accuracy: ([\d.]+)$", out, flags=re.M)
+    assert accuracy and float(accuracy.group(1)) > 0.5  # 4 groups: chance 0.25; 0.92 measured
 
 
 def test_an_example_runs_as_a_command(tmp_path):

@@ -23,6 +23,8 @@ Base rows:
   mini-batches of 4096 seed nodes (2.4 M nodes do not fit full-graph encoder
   activations on most machines).
 * synthetic: the built-in graph; small and fast.
+* a graph file (``dataset="file:<name>"``, :func:`graph_file_name`; the command line's
+  ``--data FILE``): the synthetic graph's generic row.
 
 Method deltas: ``grace`` uses uniform edge dropping / feature masking; ``gca`` the
 adaptive (eigenvector-centrality) augmentation; ``progcl-*`` the dataset's backbone
@@ -52,16 +54,45 @@ from .datasets import canonical_name
 
 __all__ = [
     "AUGMENTATIONS",
+    "FILE_PREFIX",
     "DATASET_PRESETS",
     "METHODS",
     "METHOD_PRESETS",
     "TrainConfig",
     "get_preset",
+    "graph_file_name",
 ]
 
 METHODS = ("grace", "gca", "dcl", "hcl", "progcl-weight", "progcl-mix")
 AUGMENTATIONS = ("uniform", "degree", "pagerank", "evc")
 ENCODERS = ("gcn", "mlp")
+
+#: ``dataset`` of a run on a graph file: ``"file:<the file's name without suffix>"``.
+FILE_PREFIX = "file:"
+#: The preset row of graph files: the built-in graph's (generic) hyperparameters.
+FILE_PRESET = "synthetic"
+
+
+def graph_file_name(path) -> str:
+    """The ``dataset`` name of a run on the graph file ``path``: ``file:<stem>``
+    (``file:citations`` for ``data/citations.npz``)."""
+    from pathlib import Path
+
+    return FILE_PREFIX + Path(path).stem
+
+
+def is_graph_file(dataset: str) -> bool:
+    """Whether ``dataset`` names a graph file (:func:`graph_file_name`), not a dataset."""
+    return isinstance(dataset, str) and dataset.startswith(FILE_PREFIX)
+
+
+def _dataset_name(name: str) -> str:
+    """A canonical dataset name, or a graph file's name as it is."""
+    if is_graph_file(name):
+        if not name[len(FILE_PREFIX) :].strip():
+            raise ValueError(f"`dataset` {name!r} names no graph file (expected file:<name>)")
+        return name
+    return canonical_name(name)
 
 
 @dataclass
@@ -69,7 +100,8 @@ class TrainConfig:
     """Every hyperparameter of one training run.
 
     Attributes:
-        dataset: Canonical dataset name.
+        dataset: Canonical dataset name, or ``file:<name>`` for a graph file
+            (:func:`graph_file_name`).
         method: One of :data:`METHODS`.
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
@@ -176,7 +208,7 @@ class TrainConfig:
 
     def _check_training(self):
         """Dataset, method, optimiser, epochs and evaluation intervals."""
-        self.dataset = canonical_name(self.dataset)
+        self.dataset = _dataset_name(self.dataset)
         check_choice("method", self.method, METHODS)
         check_positive("lr", self.lr)
         check_nonnegative("weight_decay", self.weight_decay)
@@ -369,7 +401,8 @@ def get_preset(
     ProGCL run still refits its mixture.
 
     Args:
-        dataset: Dataset name (aliases accepted).
+        dataset: Dataset name (aliases accepted), or ``file:<name>`` for a graph file
+            (the built-in graph's generic preset row).
         method: One of :data:`METHODS`.
         config: More overrides, as a dict or a config (all its fields).
         **overrides: Field values, e.g. ``epochs=50, tau=0.3``.
@@ -380,9 +413,9 @@ def get_preset(
     Raises:
         ValueError: unknown dataset, method or field; invalid value.
     """
-    dataset = canonical_name(dataset)
+    dataset = _dataset_name(dataset)
     check_choice("method", method, METHODS)
-    values = dict(DATASET_PRESETS[dataset])
+    values = dict(DATASET_PRESETS[FILE_PRESET if is_graph_file(dataset) else dataset])
     values.update(METHOD_PRESETS[method])
     config = config.to_dict() if isinstance(config, TrainConfig) else dict(config or {})
     changes = {**config, **overrides}

@@ -1,0 +1,100 @@
+"""The ``embed`` subcommand: ``python -m pyg_progcl embed --model M --data G --output Z``
+embeds every node of a graph file with a model saved by ``train --save-model``
+(docs/own_graph.md).
+
+The graph may be another one than the model was trained on (new nodes, a later snapshot)
+as long as its features have the same width. Full-graph by default; ``--batch-size``
+computes the embeddings layer by layer over batches of nodes (exact, memory of one
+batch's neighbourhood per layer); ``--num-neighbors`` samples neighbours instead (``-1``:
+all of them, exact). The output is checked first and written atomically: a failed or
+interrupted command (SIGTERM, Ctrl-C) leaves no output file and an existing one as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..io import check_embedding_path, embed, load_model, read_graph, save_embeddings
+from .loop import resolve_device
+from .train_cli import int_at_least
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the ``embed`` subcommand's arguments to ``parser``."""
+    parser.add_argument(
+        "--model", required=True, metavar="FILE",
+        help="a model written by `train --save-model` (or pyg_progcl.save_model)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--data", required=True, metavar="FILE",
+        help="the graph: .pt (a torch_geometric Data) or .npz (edge_index, x, ...), features "
+        "of the model's input width",
+    )  # fmt: skip
+    parser.add_argument(
+        "--output", required=True, metavar="FILE",
+        help="where to write the embeddings (N x hidden, float32, node order): .npy or .pt",
+    )  # fmt: skip
+    parser.add_argument(
+        "--batch-size", type=int_at_least(1), metavar="B",
+        help="embed layer by layer over batches of B nodes (default: the whole graph at once)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--num-neighbors", type=int, nargs="+", metavar="K",
+        help="with --batch-size: neighbours sampled per layer (approximate); -1: all (exact, "
+        "the default)",
+    )  # fmt: skip
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 or auto")
+    parser.add_argument(
+        "--threads", type=int_at_least(1), help="torch CPU threads (default: torch's choice)"
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+
+
+class _Terminated(BaseException):
+    """Raised by the SIGTERM handler, so that a half-written output is removed."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Runs the ``embed`` subcommand; returns the exit status."""
+    if args.num_neighbors is not None and args.batch_size is None:
+        raise ValueError("--num-neighbors needs --batch-size (mini-batch inference)")
+    output = check_embedding_path(args.output, "--output")
+    device = resolve_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _embed(args, output, device)
+    except _Terminated:
+        print("pyg_progcl embed: terminated; nothing written", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _embed(args: argparse.Namespace, output: Path, device: torch.device) -> int:
+    tic = time.perf_counter()
+    model = load_model(args.model, map_location=device)
+    data = read_graph(args.data)
+    z = embed(
+        model, data, batch_size=args.batch_size, num_neighbors=args.num_neighbors,
+        device=device, progress=not args.quiet,
+    )  # fmt: skip
+    save_embeddings(z, output)
+    if not args.quiet:
+        how = "full graph" if args.batch_size is None else f"batches of {args.batch_size}"
+        print(
+            f"wrote {args.output}: {z.size(0)} x {z.size(1)} embeddings of {args.data} "
+            f"({how}, {time.perf_counter() - tic:.1f} s)"
+        )
+    return 0
