@@ -1,4 +1,4 @@
-"""Per-step time and peak memory of every loss on real graphs (issue 2's targets).
+"""Per-step time and peak memory of every loss on real graphs.
 
 One training step = both augmented views through GRACEModel, the loss, backward and an
 Adam step; for ProGCL also ``ProGCLLoss.fit`` (the online refit), timed separately too.
@@ -10,7 +10,7 @@ products need at that throughput is printed beside the measurement. Each row run
 medians; the ratio to GRACE comes with its range over the repeats. ``--pretrain N`` times
 the steps of a model first trained by ``N`` GRACE steps (the same model for every method)
 instead of an untrained one, whose cosines nearly all lie at 1: ProGCL's loss runs only
-after a warm-up, on embeddings that tell nodes apart. (On this shared VM one
+after a warm-up, on embeddings that tell nodes apart. (On a shared 2-core machine one
 configuration's step time varied by up to 46 % between processes; interleaving the
 methods' steps inside one process was tried and rejected: with multi-GB matrices each
 method's page faults depend on what the other freed, and the ratio swung 0.86–1.45.)
@@ -84,6 +84,30 @@ ON_REQUEST = ("progcl-frozen", "progcl-frozen-held", "progcl-shared")
 def machine(device: str = "cpu") -> str:
     info = scale.machine(device)
     return f"{info.get('gpu', info['cpu'])}, {info['torch_threads']} threads, torch {info['torch']}"
+
+
+def progcl_passes(device: str) -> dict:
+    """Which of ProGCL's row passes the timed steps take (the workers inherit the
+    environment): ``path`` ``"compiled"`` (CPU tensors, where they build) or ``"torch"``
+    (on a GPU, with ``PYG_PROGCL_KERNELS=0``, or where they do not build: ``reason``)."""
+    try:
+        from pyg_progcl.losses import compiled_status
+
+        status = compiled_status()
+    except ImportError:  # an older pyg_progcl
+        from pyg_progcl.losses import kernels
+
+        lib = kernels.library() if kernels.enabled() else None
+        status = {
+            "available": lib is not None,
+            "reason": "",
+            "library": getattr(lib, "_name", None),
+        }
+    if str(device).startswith("cuda"):
+        return {"path": "torch", "reason": "GPU tensors", "library": None}
+    if status["available"]:
+        return {"path": "compiled", "reason": "", "library": status.get("library")}
+    return {"path": "torch", "reason": status.get("reason", ""), "library": None}
 
 
 def matmul_gflops(n: int, d: int, device: torch.device, reps: int = 5) -> float:
@@ -330,7 +354,9 @@ def main(argv=None):
         print(json.dumps(run_one(args)))
         return
     pretrain = f", model pretrained by {args.pretrain} GRACE steps" if args.pretrain else ""
-    head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median){pretrain}; hidden = proj = {args.hidden}."
+    passes = progcl_passes(args.device)
+    why = f" ({passes['reason']})" if passes["reason"] else ""
+    head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median){pretrain}; hidden = proj = {args.hidden}; ProGCL's row passes: {passes['path']}{why}."
     print(head)
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory() as cache:
@@ -340,7 +366,9 @@ def main(argv=None):
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(f"{head}\n\n{HEADER}\n{table}\n")
     args.output.with_suffix(".json").write_text(
-        json.dumps({"machine": machine(args.device), "rows": rows}, indent=1)
+        json.dumps(
+            {"machine": machine(args.device), "progcl_passes": passes, "rows": rows}, indent=1
+        )
     )
     print(f"written to {args.output}")
 

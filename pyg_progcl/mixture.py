@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Callable
 
 import torch
@@ -49,9 +51,51 @@ def _stacklevel_outside_package() -> int:
     return level
 
 
+@contextlib.contextmanager
+def first_warning_only(category: type[Warning]) -> Iterator[None]:
+    """Within the block, shows the first warning of ``category`` (as the filters say)
+    and drops later ones; other warnings are shown as usual. For a command that reports
+    the same problem through several objects (e.g. ``diagnose``'s fits and runs)."""
+    with warnings.catch_warnings():
+        show, shown = warnings.showwarning, []
+
+        def show_first(message, kind, *args, **kwargs):
+            if issubclass(kind, category):
+                if shown:
+                    return
+                shown.append(message)
+            show(message, kind, *args, **kwargs)
+
+        warnings.showwarning = show_first
+        yield
+
+
 class MixtureDegeneracyWarning(UserWarning):
     """A fitted :class:`BetaMixture` no longer describes two groups of negative
     similarities (see :meth:`BetaMixture.degeneracy`)."""
+
+
+def _warning_text(problems: dict[str, list[str]]) -> str:
+    """The warning about a mixture's first fit with problems of these kinds."""
+    degenerate = [text for kind, texts in problems.items() if kind != "not-converged"
+                  for text in texts]  # fmt: skip
+    parts = []
+    if degenerate:
+        parts.append(
+            "BetaMixture fit degenerated: " + "; ".join(degenerate) + ". ProGCL's weights "
+            "then stop telling true from false negatives (ProGCLLoss's default schedule, "
+            "'floored', then floors p(true neg. | s') at 0.5; docs/algorithms.md §5.4)."
+        )
+    if "not-converged" in problems:
+        parts.append(
+            f"BetaMixture fit: {problems['not-converged'][0]}; the parameters are the "
+            "last iteration's."
+        )
+    kinds = ", ".join(f"'{kind}'" for kind in problems)
+    return " ".join(parts) + (
+        f" Warned once per mixture for {kinds}: its `degenerate_fits` (and its "
+        "ProGCLLoss's) counts every fit of each kind."
+    )
 
 
 class BetaMixture(torch.nn.Module):
@@ -78,6 +122,15 @@ class BetaMixture(torch.nn.Module):
             The reference code resets it to 1.01 whenever it drops below 1; that traps EM
             from the default start on ``0.8 Beta(2, 8) + 0.2 Beta(9, 3)`` (the high
             component stalls at Beta(0.67, 1.01)), so it is off (``None``) by default.
+
+    Attributes:
+        problems_: What the last :meth:`fit`'s check found (:meth:`degeneracy`, and EM
+            that did not converge within its own budget); empty for a healthy fit.
+        degenerate_fits: How many fits since construction had a problem of each kind,
+            ``{kind: count}`` with kinds ``'spike'`` (a false-negative spike at cosine
+            1), ``'not-unimodal'``, ``'merged'``, ``'swapped'`` and ``'not-converged'``.
+            The first fit of a kind warns with a :class:`MixtureDegeneracyWarning`
+            (pointing at the caller's line); later ones are only counted here.
     """
 
     def __init__(
@@ -118,6 +171,7 @@ class BetaMixture(torch.nn.Module):
         self.register_buffer("num_fits", torch.zeros((), dtype=torch.long))
         self.n_iter_ = 0
         self.problems_: list[str] = []  # what the last fit's check found
+        self.degenerate_fits: dict[str, int] = {}  # kind -> fits since construction
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -271,41 +325,50 @@ class BetaMixture(torch.nn.Module):
         cosine 1), components that merged (a component's weight at the floor, or equal
         means), or (``swapped_from``: the true-negative index before a fit) components
         that swapped roles (docs/algorithms.md §5.1)."""
+        return [text for _, text in self._findings(swapped_from)]
+
+    def _findings(self, swapped_from: int | None = None) -> list[tuple[str, str]]:
+        """:meth:`degeneracy`'s problems as ``(kind, text)`` pairs (kinds: see
+        :attr:`degenerate_fits`)."""
         tn, fn = self.true_negative_index, 1 - self.true_negative_index
         a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
-        problems = []
+        found = []
         if b[fn] < 1:
-            problems.append(
-                f"the false-negative component Beta({a[fn]:.3g}, {b[fn]:.3g}) has beta < 1: a "
-                "spike at cosine 1 that classes every near-duplicate negative as false"
-            )
+            found.append(("spike", f"the false-negative component Beta({a[fn]:.3g}, "
+                          f"{b[fn]:.3g}) has beta < 1: a spike at cosine 1 that classes "
+                          "every near-duplicate negative as false"))  # fmt: skip
         for c, name in ((tn, "true"), (fn, "false")):
             if a[c] < 1 or (c == tn and b[c] < 1):
-                problems.append(
-                    f"the {name}-negative component Beta({a[c]:.3g}, {b[c]:.3g}) is not "
-                    "unimodal (alpha or beta < 1)"
-                )
+                found.append(("not-unimodal", f"the {name}-negative component Beta("
+                              f"{a[c]:.3g}, {b[c]:.3g}) is not unimodal (alpha or beta < 1)"))  # fmt: skip
         means = self.means.tolist()
         if min(w) <= 1.01 * self.min_weight or abs(means[0] - means[1]) < 1e-3:
-            problems.append(f"the components merged (weights {w[0]:.3g}, {w[1]:.3g}; means "
-                            f"{means[0]:.3g}, {means[1]:.3g})")  # fmt: skip
+            found.append(("merged", f"the components merged (weights {w[0]:.3g}, {w[1]:.3g}; "
+                          f"means {means[0]:.3g}, {means[1]:.3g})"))  # fmt: skip
         if swapped_from is not None and swapped_from != tn:
-            problems.append("the components swapped roles (the true-negative one changed)")
-        return problems
+            found.append(
+                ("swapped", "the components swapped roles (the true-negative one changed)")
+            )
+        return found
 
     def _warn_if_degenerate(self, swapped_from: int | None, converged: bool) -> None:
-        problems = self.degeneracy(swapped_from)
+        """Records the fit's problems (``problems_``, :attr:`degenerate_fits`) and warns
+        about each kind the first time this mixture meets it."""
+        found = self._findings(swapped_from)
         if not converged:
-            problems.append(f"EM did not converge within {self.max_iter} iterations")
-        self.problems_ = problems
-        if problems:
+            found.append(
+                ("not-converged", f"EM did not converge within {self.max_iter} iterations")
+            )
+        self.problems_ = [text for _, text in found]
+        by_kind: dict[str, list[str]] = {}
+        for kind, text in found:
+            by_kind.setdefault(kind, []).append(text)
+        new = {kind: texts for kind, texts in by_kind.items() if kind not in self.degenerate_fits}
+        for kind in by_kind:
+            self.degenerate_fits[kind] = self.degenerate_fits.get(kind, 0) + 1
+        if new:
             warnings.warn(
-                MixtureDegeneracyWarning(
-                    "BetaMixture fit degenerated: " + "; ".join(problems) + ". ProGCL's "
-                    "weights then stop telling true from false negatives (ProGCLLoss's "
-                    "default schedule, 'floored', then floors p(true neg. | s') at 0.5); see "
-                    "docs/algorithms.md §5.4 for the schedules."
-                ),
+                MixtureDegeneracyWarning(_warning_text(new)),
                 stacklevel=_stacklevel_outside_package(),
             )
 

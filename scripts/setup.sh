@@ -5,10 +5,13 @@
 #                              `python -m pyg_progcl`
 #   ./scripts/setup.sh --dev   also the development tools (the `dev` extra: pytest, ruff,
 #                              Sphinx, import-linter, ogb, matplotlib) and the optional
-#                              compiled torch_scatter, built from source (a few minutes)
+#                              compiled torch_scatter and torch-sparse, built from source
+#                              (torch-sparse: some 10 minutes on 2 cores, once; pip's
+#                              wheel cache makes later set-ups fast)
 #
 # --dev after a plain run upgrades the same .venv. PYG_PROGCL_SCATTER=0 skips the
-# torch_scatter build; PYTHON picks the interpreter that creates .venv.
+# torch_scatter build, PYG_PROGCL_SPARSE=0 the torch-sparse one (the tests that need it
+# then skip, saying why); PYTHON picks the interpreter that creates .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,4 +50,15 @@ if [ "$dev" = 1 ] && [ "${PYG_PROGCL_SCATTER:-1}" != 0 ] \
     DIST_EXTRA_CONFIG="$cfg" CFLAGS="$flags" CXXFLAGS="$flags" \
         pip_install --no-build-isolation "torch_scatter>=2.1" \
         || echo "setup.sh: torch_scatter did not build; pyg_progcl runs without it" >&2
+fi
+
+# torch-sparse lets PyG's NeighborLoader sample (the tests run the mini-batch trainer on
+# its batches too). Source-only as well; its extensions build with ninja, which MAX_JOBS
+# bounds (no parallel build_ext config: two extensions would write one build.ninja).
+if [ "$dev" = 1 ] && [ "${PYG_PROGCL_SPARSE:-1}" != 0 ] \
+    && .venv/bin/python -c "import torch_scatter" 2>/dev/null \
+    && ! .venv/bin/python -c "import torch_sparse" 2>/dev/null; then
+    echo "setup.sh: building torch-sparse from source (some 10 minutes)..." >&2
+    MAX_JOBS="${MAX_JOBS:-2}" pip_install --no-build-isolation "torch-sparse==0.6.18" \
+        || echo "setup.sh: torch-sparse did not build; the tests that need it skip" >&2
 fi

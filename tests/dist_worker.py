@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import time
 import traceback
 
 import torch
@@ -111,6 +112,17 @@ def complete_graph(n: int = 16, features: int = 6):
     return Data(x=x, edge_index=torch.stack([src[keep], dst[keep]]), y=torch.arange(n) % 2)
 
 
+def use_backend(backend: str) -> None:
+    """Makes ``neighbor_loader(backend="auto")`` pick ``backend``'s sampler in this process:
+    ``"torch"`` (the plain-torch one) or ``"pyg"`` (PyG's ``NeighborLoader``)."""
+    import warnings
+
+    import pyg_progcl.minibatch.sampling as sampling
+
+    sampling.pyg_can_sample = lambda: backend == "pyg"
+    warnings.filterwarnings("ignore", "Using 'NeighborSampler' without", UserWarning)
+
+
 def train_steps(rank: int, world: int, mixtures=None) -> dict:
     """Two epochs of mini-batch training (2 steps each, a refit at epoch 2), without
     augmentation, from the same initial model on every rank; with ``mixtures`` (the
@@ -195,25 +207,44 @@ def interrupted_training(rank: int, world: int, folder: str) -> dict:
             "stopped": stopped}  # fmt: skip
 
 
-def main(rank: int, world: int, init_file: str, out: str) -> None:
+class RankFailedError(RuntimeError):
+    """A rank's failure, stamped with when it was caught (``time.monotonic_ns``)."""
+
+
+def run_rank(rank: int, fn, *args) -> None:
+    """Runs ``fn(rank, *args)``; a failure is re-raised as a :class:`RankFailedError` stamped
+    with the time, so that the test can tell which rank failed first."""
+    try:
+        fn(rank, *args)
+    except Exception as exc:
+        raise RankFailedError(f"at {time.monotonic_ns()} ns") from exc
+
+
+def main(rank: int, world: int, init_file: str, out: str, backend: str = "torch") -> None:
+    """Every scenario (the trainer's on ``backend``'s batches); with ``backend="pyg"`` only
+    the trainer's, saved to ``<out>/pyg-rank<r>.pt``."""
     torch.set_num_threads(1)
+    use_backend(backend)
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
         timeout=datetime.timedelta(seconds=60),
     )  # fmt: skip
+    cases = {"train": train_steps}
+    if backend == "torch":
+        cases = {
+            "losses": loss_cases, "mixture": mixture_case, "refit": refit_case,
+            "floored": floored_case, "train": train_steps, "errors": error_cases,
+        }  # fmt: skip
     results = {}
     try:
-        for name, case in {
-            "losses": loss_cases, "mixture": mixture_case, "refit": refit_case,
-            "floored": floored_case,
-            "train": train_steps, "errors": error_cases,
-        }.items():  # fmt: skip
+        for name, case in cases.items():
             results[name] = case(rank, world)
-        results["interrupted"] = interrupted_training(rank, world, out)
+        results["interrupted"] = interrupted_training(rank, world, os.path.join(out, backend))
     except Exception:
         results["failure"] = traceback.format_exc()
     finally:
-        torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+        prefix = "" if backend == "torch" else f"{backend}-"
+        torch.save(results, os.path.join(out, f"{prefix}rank{rank}.pt"))
         dist.destroy_process_group()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import subprocess
 import sys
 import time
@@ -12,38 +14,105 @@ import time
 import pytest
 import torch
 import torch.multiprocessing as mp
-from dist_worker import LOSSES, ROWS, train_steps
+from dist_worker import LOSSES, ROWS, run_rank, train_steps
 from helpers import REPO, views
 
+import pyg_progcl.minibatch.sampling as sampling
+from pyg_progcl.minibatch import pyg_can_sample
 from pyg_progcl.mixture import BetaMixture
 
 WORLD = 2
 TIMEOUT = 120  # the workers' own collectives time out after 60 s
 
 
-def spawn(fn, args, nprocs=WORLD, timeout=TIMEOUT):
-    """Runs ``fn(rank, *args)`` in ``nprocs`` spawned processes; raises what they raise,
-    or ``TimeoutError`` (after killing them) if they do not end in time."""
-    context = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+def spawn(fn, args, nprocs=WORLD, timeout=TIMEOUT, settle=False):
+    """Runs ``fn(rank, *args)`` in ``nprocs`` spawned processes; raises the first failure
+    (:func:`first_failure`), or ``TimeoutError`` (after killing them) if they do not end
+    in time. ``settle``: let every process end on its own before looking at any (else a
+    failure ends the others at once)."""
+    context = mp.start_processes(
+        run_rank, args=(fn, *args), nprocs=nprocs, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + timeout
-    while not context.join(timeout=max(0.0, deadline - time.monotonic())):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            raise TimeoutError(f"the processes did not end within {timeout} s")
+    for process in context.processes if settle else ():
+        process.join(max(0.0, deadline - time.monotonic()))
+    try:
+        while not context.join(timeout=max(0.0, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                raise TimeoutError(f"the processes did not end within {timeout} s")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+        raise first_failure(context) or exc from None
+    finally:
+        for path in context.error_files:  # torch leaves them in the temporary folder
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def first_failure(context):
+    """The error of the rank that failed first, the other ranks' errors after it.
+
+    ``ProcessContext.join`` reports the first process it sees *exit*: when rank 1 fails,
+    rank 0 fails in turn in its collective ("Connection closed by peer", once rank 1's
+    interpreter shutdown closes its sockets) and may exit first. :func:`run_rank` stamps
+    each failure with the monotonic clock (shared by the processes), which orders them
+    as they happened; the first is the cause (what torchrun reports as the root cause)."""
+    failures = []
+    for rank, path in enumerate(context.error_files):
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                trace = pickle.load(fh)
+            stamp = re.search(r"RankFailedError: at (\d+) ns", trace)
+            failures.append((int(stamp[1]) if stamp else float("inf"), rank, trace))
+    if not failures:
+        return None
+    (_, rank, trace), *others = sorted(failures)
+    message = f"\n\n-- Process {rank} failed first:\n{trace}"
+    message += "".join(f"\n-- then process {r}:\n{t}" for _, r, t in others)
+    error = mp.ProcessRaisedException(message, rank, context.processes[rank].pid)
+    error.failed_at = {r: stamp for stamp, r, _ in failures}  # ns, by rank
+    return error
+
+
+#: Whether PyG's NeighborLoader can sample here (pyg-lib or torch-sparse installed).
+PYG_CAN_SAMPLE = pyg_can_sample()
+
+
+def run_workers(out, backend: str) -> list[dict]:
+    """:func:`dist_worker.main` on 2 ranks; its results, by rank."""
+    from dist_worker import main
+
+    spawn(main, (WORLD, str(out / "init"), str(out), backend))
+    prefix = "" if backend == "torch" else f"{backend}-"
+    results = [torch.load(out / f"{prefix}rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    for r, result in enumerate(results):
+        assert "failure" not in result, f"rank {r}:\n{result.get('failure')}"
+    return results
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    """Every scenario's results, by rank."""
-    from dist_worker import main
+    """Every scenario's results, by rank (mini-batches from the plain-torch sampler)."""
+    return run_workers(tmp_path_factory.mktemp("dist"), "torch")
 
-    out = tmp_path_factory.mktemp("dist")
-    spawn(main, (WORLD, str(out / "init"), str(out)))
-    results = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    for r, result in enumerate(results):
-        assert "failure" not in result, f"rank {r}:\n{result.get('failure')}"
-    return results
+
+@pytest.fixture(scope="module")
+def pyg_ranks(tmp_path_factory):
+    """The trainer's scenarios on PyG's NeighborLoader batches, by rank."""
+    if not PYG_CAN_SAMPLE:
+        pytest.skip(
+            "PyG's NeighborLoader needs pyg-lib or torch-sparse (./scripts/setup.sh --dev "
+            "builds torch-sparse; PYG_PROGCL_SPARSE=0 skips it)"
+        )
+    return run_workers(tmp_path_factory.mktemp("dist-pyg"), "pyg")
+
+
+@pytest.fixture(params=["torch", "pyg"])
+def trained(request):
+    """``(backend, results by rank)`` of the trainer's scenarios on each sampler."""
+    fixture = "ranks" if request.param == "torch" else "pyg_ranks"
+    return request.param, request.getfixturevalue(fixture)
 
 
 @pytest.mark.parametrize("name", list(LOSSES))
@@ -81,7 +150,10 @@ def test_a_degenerate_refit_floors_the_posterior_on_every_rank(ranks):
     assert a["floor"] == b["floor"] == 0.5
 
 
-def test_training_steps_equal_one_process_over_the_global_batches(ranks):
+@pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without:UserWarning")
+def test_training_steps_equal_one_process_over_the_global_batches(trained, monkeypatch):
+    backend, ranks = trained
+    monkeypatch.setattr(sampling, "pyg_can_sample", lambda: backend == "pyg")
     assert torch.equal(ranks[0]["train"]["params"], ranks[1]["train"]["params"])
     replay = train_steps(0, WORLD, mixtures=ranks[0]["train"]["mixtures"])
     moved = ranks[0]["train"]["params"] - replay["params"]
@@ -97,7 +169,8 @@ def test_bad_setups_fail_alike_on_every_rank(ranks):
         assert "on every rank" in errors["bad-samples"]  # rank 1's values are > 1
 
 
-def test_a_sigterm_on_one_rank_stops_all_and_resume_equals_uninterrupted(ranks):
+def test_a_sigterm_on_one_rank_stops_all_and_resume_equals_uninterrupted(trained):
+    _, ranks = trained
     for r in ranks:
         interrupted = r["interrupted"]
         assert interrupted["stopped"] == 3
@@ -108,10 +181,14 @@ def test_a_sigterm_on_one_rank_stops_all_and_resume_equals_uninterrupted(ranks):
 def test_a_failing_rank_ends_both_processes(tmp_path):
     from dist_worker import raise_on_rank_one
 
-    tic = time.monotonic()
-    with pytest.raises(mp.ProcessRaisedException, match="rank 1 failed"):
-        spawn(raise_on_rank_one, (WORLD, str(tmp_path / "init")), timeout=90)
-    assert time.monotonic() - tic < 60
+    # Both processes end on their own: rank 0's collective fails once rank 1 is gone, not
+    # at the gloo timeout (60 s). Both have ended before the first look, as when the test
+    # process is slow to wake (the first exit it saw was then rank 0's, reported instead).
+    with pytest.raises(mp.ProcessRaisedException, match="rank 1 failed") as info:
+        spawn(raise_on_rank_one, (WORLD, str(tmp_path / "init")), settle=True)
+    assert info.value.error_index == 1 and "-- then process 0:" in str(info.value)
+    failed_at = info.value.failed_at
+    assert 0 < failed_at[0] - failed_at[1] < 30e9  # ns
 
 
 def _torchrun(tmp_path, nproc, *args):

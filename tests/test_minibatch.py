@@ -31,10 +31,29 @@ from pyg_progcl.minibatch import (
     neighbor_loader,
 )
 
+#: Whether PyG's NeighborLoader can sample here (pyg-lib or torch-sparse installed).
+PYG_CAN_SAMPLE = mb.pyg_can_sample()
+NO_PYG_SAMPLER = (
+    "PyG's NeighborLoader needs pyg-lib or torch-sparse (./scripts/setup.sh --dev builds "
+    "torch-sparse; PYG_PROGCL_SPARSE=0 skips it)"
+)
+#: PyG warns about every NeighborLoader without pyg-lib (torch-sparse's sampler).
+pytestmark = pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without:UserWarning")
+
 
 @pytest.fixture(scope="module")
 def graph():
     return synthetic_graph(num_nodes=600, seed=1)
+
+
+@pytest.fixture(params=["torch", "pyg"])
+def backend(request, monkeypatch):
+    """The sampler ``neighbor_loader(backend="auto")`` picks, everywhere: the plain-torch
+    one or PyG's ``NeighborLoader`` (skipped where PyG cannot sample)."""
+    if request.param == "pyg" and not PYG_CAN_SAMPLE:
+        pytest.skip(NO_PYG_SAMPLER)
+    monkeypatch.setattr(mb.sampling, "pyg_can_sample", lambda: request.param == "pyg")
+    return request.param
 
 
 def make_model(data, hidden=32, augment=True, **encoder_kwargs):
@@ -115,8 +134,40 @@ def test_seed_candidates_as_ids_or_mask(graph):
     mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
     mask[[5, 9, 40]] = True
     for nodes in (mask, torch.tensor([5, 9, 40]), torch.tensor([5, 9, 40], dtype=torch.int32)):
-        loader = NeighborSubgraphLoader(graph, [3], batch_size=8, input_nodes=nodes)
-        assert next(iter(loader)).input_id.tolist() == [5, 9, 40]
+        batch = next(iter(NeighborSubgraphLoader(graph, [3], batch_size=8, input_nodes=nodes)))
+        assert batch.n_id[:3].tolist() == [5, 9, 40] and batch.input_id.tolist() == [0, 1, 2]
+
+
+def test_both_backends_yield_the_same_batch_contract(graph, backend):
+    from torch_geometric.loader import NeighborLoader
+
+    torch.manual_seed(0)
+    seeds = torch.randperm(graph.num_nodes)[:130]
+    loader = neighbor_loader(graph, [4, 3], 50, shuffle=False, input_nodes=seeds)
+    assert isinstance(loader, NeighborLoader if backend == "pyg" else NeighborSubgraphLoader)
+    edges = set(map(tuple, graph.edge_index.t().tolist()))
+    batches = list(loader)
+    assert [b.batch_size for b in batches] == [50, 50, 30] and len(loader) == 3
+    for i, b in enumerate(batches):
+        positions = torch.arange(50 * i, min(50 * (i + 1), 130))
+        assert {"x", "y", "edge_index", "n_id", "e_id", "input_id", "batch_size"} <= set(b.keys())
+        assert all(b[k].dtype == torch.long for k in ("edge_index", "n_id", "e_id", "input_id"))
+        assert b.x.dtype == graph.x.dtype and b.y.dtype == graph.y.dtype
+        assert type(b.batch_size) is int and b.num_nodes == b.n_id.numel()
+        assert torch.equal(b.input_id, positions)  # positions in input_nodes, in order
+        assert torch.equal(b.n_id[: b.batch_size], seeds[positions])  # the seeds first
+        assert b.n_id.unique().numel() == b.num_nodes
+        assert int(b.edge_index.min()) >= 0 and int(b.edge_index.max()) < b.num_nodes
+        glob = b.n_id[b.edge_index]
+        assert all(tuple(e) in edges for e in glob.t().tolist())  # source -> target
+        assert torch.equal(graph.edge_index[:, b.e_id], glob)
+        assert torch.equal(b.x, graph.x[b.n_id]) and torch.equal(b.y, graph.y[b.n_id])
+        fan_in = torch.bincount(b.edge_index[1], minlength=b.num_nodes)
+        assert int(fan_in[: b.batch_size].max()) <= 4 and int(fan_in[b.batch_size :].max()) <= 3
+        hop1 = b.edge_index[:, b.edge_index[1] < b.batch_size]
+        degree = torch.bincount(graph.edge_index[1], minlength=graph.num_nodes)
+        expected = degree[b.n_id[: b.batch_size]].clamp(max=4)
+        assert torch.equal(fan_in[: b.batch_size], expected) and hop1.size(1) == int(expected.sum())
 
 
 # ----------------------------------------------------------------------------- inference
@@ -185,7 +236,7 @@ def test_embed_minibatch_needs_features_of_the_encoders_width(graph):
         embed_minibatch(model, no_x, 100)
 
 
-def test_embed_minibatch_mlp_and_generic_encoders(graph):
+def test_embed_minibatch_mlp_and_generic_encoders(graph, backend):
     torch.manual_seed(0)
     mlp = GRACEModel(MLPEncoder(graph.num_features, 16), 16, 16).eval()
     torch.testing.assert_close(embed_minibatch(mlp, graph, 100), mlp(graph.x, graph.edge_index))
@@ -254,7 +305,7 @@ def _train(graph, loss_fn, epochs, warmup=0, batch_size=150, seed=0):
     return model, losses
 
 
-def test_minibatch_training_learns(graph):
+def test_minibatch_training_learns(graph, backend):
     torch.manual_seed(0)
     before = evaluate(embed_minibatch(make_model(graph), graph, 300), graph, probe_epochs=200)
     model, losses = _train(graph, InfoNCELoss(0.5), epochs=12)
@@ -265,7 +316,7 @@ def test_minibatch_training_learns(graph):
     assert after["accuracy"] > max(0.5, before["accuracy"])  # chance is 0.2
 
 
-def test_minibatch_progcl_refits_once_per_epoch_after_warmup(graph, monkeypatch):
+def test_minibatch_progcl_refits_once_per_epoch_after_warmup(graph, backend, monkeypatch):
     loss_fn = ProGCLLoss(0.5, num_samples=2000)
     sizes = []
     fit = loss_fn.fit
@@ -304,7 +355,7 @@ def test_minibatch_with_sampled_negatives_skips_too_small_batches(graph):
 # ----------------------------------------------------------------------------- trainer
 
 
-def test_trainer_minibatch_from_python(graph, monkeypatch):
+def test_trainer_minibatch_from_python(graph, backend, monkeypatch):
     import pyg_progcl.experiments as trainer
     import pyg_progcl.experiments.run as run
     from pyg_progcl.experiments.presets import get_preset

@@ -78,6 +78,11 @@ class DistributedLoss(torch.nn.Module):
         return self._progcl().mixture
 
     @property
+    def degenerate_fits(self) -> dict[str, int]:
+        """The wrapped ProGCL loss's degenerate fits by kind (every rank counts alike)."""
+        return self._progcl().degenerate_fits
+
+    @property
     def schedule(self):
         """The wrapped loss's fit schedule (``None`` for losses without a mixture)."""
         return getattr(self.loss, "schedule", None)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ..diagnostics import diagnose
+from ..mixture import MixtureDegeneracyWarning, first_warning_only
 from .train_cli import add_preset_overrides, int_at_least
 
 _TABLE = [
@@ -39,6 +40,27 @@ _TABLE = [
 ]
 
 
+#: Shown under ``diagnose --help``: what the printed columns mean.
+COLUMNS_HELP = """\
+columns of the printed table (one row per model; negatives are the inter-view pairs the
+loss sees, a false negative (FN) a negative of the anchor's own class):
+  FN@top-k     share of FNs among each anchor's top-k most similar negatives
+  chance       share of FNs among all negatives (the level without any ranking)
+  lift         FN@top-k / chance
+  FN@top-k(b)  share of FNs among the top-k negatives of largest ProGCL hardness b
+               (ProGCL's weighting works when it is below FN@top-k)
+  AUC sim      ROC-AUC of the similarity at telling true from false negatives
+               (1: perfect, 0.5: chance)
+  AUC post     the same for p(true negative | s') of a Beta mixture fitted to them
+  cos TN/FN    mean cosine of true / false negatives
+  degenerate   1 when the training loss's own mixture is degenerate (a false-negative
+               spike at cosine 1, see BetaMixture.degeneracy), 0 when healthy; nan
+               when the model has no fitted ProGCL loss (initial models, other losses)"""
+
+#: Preset fields that only the `train` command uses (its evaluation and logging schedule).
+TRAIN_ONLY = ("eval_every", "diagnose_every")
+
+
 def _optional_int(text: str):
     return None if text.lower() == "none" else int_at_least(1)(text)
 
@@ -47,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``diagnose`` subcommand's arguments to ``parser``."""
     from .presets import METHODS
 
+    parser.epilog = COLUMNS_HELP
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--dataset", help="dataset name (default: synthetic, needs no files)")
     parser.add_argument("--root", help="data root (as for `train`)")
     parser.add_argument("--method", choices=METHODS, help="loss (default: progcl-weight)")
@@ -72,12 +96,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--num-pairs", type=int_at_least(1), default=50_000, help="negative pairs sampled"
     )
-    group.add_argument("--top-k", type=int_at_least(1), default=10)
-    group.add_argument("--num-anchors", type=_optional_int, default=4096, help="or 'none'")
-    group.add_argument("--embeddings", choices=("views", "encoder"), default="views")
+    group.add_argument(
+        "--top-k", type=int_at_least(1), default=10, metavar="K",
+        help="most similar negatives inspected per anchor (default 10)",
+    )  # fmt: skip
+    group.add_argument(
+        "--num-anchors", type=_optional_int, default=4096,
+        help="anchors of the top-k ranking (default 4096; 'none': all nodes)",
+    )  # fmt: skip
+    group.add_argument(
+        "--embeddings", choices=("views", "encoder"), default="views",
+        help="views: the projected, augmented views the loss sees (default); encoder: the "
+        "encoder's output compared with itself",
+    )  # fmt: skip
     group.add_argument("--no-augment", action="store_true", help="un-augmented views")
     overrides = parser.add_argument_group("preset overrides (default: the preset's value)")
-    add_preset_overrides(overrides, skip=("dataset", "method", "epochs", "encoder"))
+    add_preset_overrides(overrides, skip=("dataset", "method", "epochs", "encoder", *TRAIN_ONLY))
 
 
 def _diagnose_kwargs(args) -> dict:
@@ -168,7 +202,8 @@ def run_cli(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
     kwargs = _diagnose_kwargs(args)
     make = _from_checkpoint if args.checkpoint else _from_preset
-    config, diags, history, accuracy = make(args, kwargs)
+    with first_warning_only(MixtureDegeneracyWarning):  # the cold fits' and the runs'
+        config, diags, history, accuracy = make(args, kwargs)
     out = Path(args.out)
     result = {
         "dataset": config.dataset,

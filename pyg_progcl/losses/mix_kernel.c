@@ -19,6 +19,19 @@
 
 #define RADIX_BITS 11
 
+/* The AVX2 compactions below, unless PYG_PROGCL_NO_AVX2 is defined (then the scalar ones,
+ * as on CPUs without AVX2; the tests build both). */
+#if defined(__AVX2__) && !defined(PYG_PROGCL_NO_AVX2)
+#define USE_AVX2 1
+#else
+#define USE_AVX2 0
+#endif
+
+/* The compiler flags of this build (kernels.py passes them as a string), for its status. */
+#ifndef PYG_PROGCL_FLAGS
+#define PYG_PROGCL_FLAGS ""
+#endif
+
 int openmp(void) {
 #ifdef _OPENMP
     return 1;
@@ -26,6 +39,10 @@ int openmp(void) {
     return 0;
 #endif
 }
+
+int avx2(void) { return USE_AVX2; }
+
+const char *build_flags(void) { return PYG_PROGCL_FLAGS; }
 
 #if defined(__GLIBC__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* glibc's vector expf and logf (libmvec): the loops that call them vectorise */
@@ -61,8 +78,8 @@ DEFINE_HARDNESS(hardness_f64, double, log, exp)
 
 /* Branch-free compactions of a row's keys: at_least writes the columns c of the keys
  * >= kth, ascending, to cols (n + 8 slots); in_range the keys in [a, b] to dst (m + 8
- * slots); both return how many. On AVX2, 8 keys at a time, left-packed by a permutation
- * looked up from their comparison mask. */
+ * slots); both return how many. On AVX2 (USE_AVX2), 8 keys at a time, left-packed by a
+ * permutation looked up from their comparison mask. */
 #define DEFINE_COMPACT(SUFFIX, KEY)                                                       \
     static int64_t at_least_##SUFFIX(const KEY *key, int64_t n, KEY kth, int32_t *cols,   \
                                      int64_t c) {                                        \
@@ -80,7 +97,7 @@ DEFINE_HARDNESS(hardness_f64, double, log, exp)
 DEFINE_COMPACT(scalar32, int32_t)
 DEFINE_COMPACT(scalar64, int64_t)
 
-#ifdef __AVX2__
+#if USE_AVX2
 #include <immintrin.h>
 
 static int32_t left_pack[256][8]; /* lanes of mask bits, lowest first */

@@ -17,6 +17,10 @@ from .mixing import MIX_EPS, MixedNegatives, MixedSums
 from .schedules import DEFAULT_SCHEDULE, FROZEN_CACHE_MIB, FitSchedule, FrozenFit, as_schedule
 from .weights import HardnessWeights
 
+#: The largest ``num_samples``: a fit holds about 136 bytes per sampled similarity
+#: (float32 views, measured), so 10⁸ samples take some 14 GB.
+MAX_NUM_SAMPLES = 10**8
+
 
 class ProGCLLoss(ContrastiveLoss):
     r"""ProGCL-weight and ProGCL-mix on GRACE's InfoNCE.
@@ -60,7 +64,8 @@ class ProGCLLoss(ContrastiveLoss):
     Args:
         tau: Temperature.
         mode: ``'weight'`` or ``'mix'``.
-        num_samples: Inter-view negative similarities ``M`` sampled per fit.
+        num_samples: Inter-view negative similarities ``M`` sampled per fit, at most
+            ``MAX_NUM_SAMPLES`` = ``10**8`` (a fit holds about 136 bytes per sample).
         num_mix: Negatives mixed per anchor (``K``; capped at the negatives available).
         fit_iters: EM iterations per fit (the paper's ``I = 10``), warm-started.
         mix_eps: The :math:`\epsilon` of the mixing formula.
@@ -92,6 +97,11 @@ class ProGCLLoss(ContrastiveLoss):
         super().__init__(tau, **kwargs)
         self.mode = check_choice("mode", mode, {"weight", "mix"})
         self.num_samples = check_int("num_samples", num_samples, 2)
+        if self.num_samples > MAX_NUM_SAMPLES:
+            raise ValueError(
+                f"`num_samples` must be at most {MAX_NUM_SAMPLES:_} (got {self.num_samples:_}): "
+                "a fit holds about 136 bytes per sample"
+            )
         self.num_mix = check_int("num_mix", num_mix, 1)
         self.fit_iters = check_int("fit_iters", fit_iters, 1)
         self.mix_eps = check_positive("mix_eps", mix_eps)
@@ -130,6 +140,13 @@ class ProGCLLoss(ContrastiveLoss):
     def fitted(self) -> bool:
         """Whether the loss weights its negatives yet (before that it is GRACE's)."""
         return self.schedule.fitted(self)
+
+    @property
+    def degenerate_fits(self) -> dict[str, int]:
+        """How many fits of the mixture degenerated, by kind (``{kind: count}``; see
+        :attr:`.BetaMixture.degenerate_fits`): the first fit of each kind warns, later
+        ones are only counted here."""
+        return self.mixture.degenerate_fits
 
     def reset_parameters(self):
         """Returns the mixture to its initial parameters and empties the schedule (the loss

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_data, check_int
 
 
 def pyg_can_sample() -> bool:
@@ -99,8 +99,9 @@ class NeighborSubgraphLoader:
     nodes first reached at hop ``l - 1``, as ``NeighborLoader`` does (Hamilton et al.,
     2017). The batch holds ``x`` (and ``y``) of the sampled nodes, seeds first, the
     sampled edges relabelled (``source -> target``), ``n_id`` and ``e_id`` (global node and
-    edge ids) and ``batch_size`` (the number of seeds). Used where PyG cannot sample
-    (no pyg-lib / torch-sparse); see :func:`neighbor_loader`.
+    edge ids), ``input_id`` (the seeds' positions in ``input_nodes``) and ``batch_size``
+    (the number of seeds), as ``NeighborLoader``'s batches do. Used where PyG cannot
+    sample (no pyg-lib / torch-sparse); see :func:`neighbor_loader`.
 
     Args:
         data: The graph (``x``, ``edge_index``, optionally ``y``).
@@ -120,6 +121,7 @@ class NeighborSubgraphLoader:
         shuffle: bool = False,
         drop_last: bool = False,
     ):
+        check_data(data)
         self.data = data
         self.num_neighbors = check_num_neighbors(num_neighbors)
         self.batch_size = check_int("batch_size", batch_size)
@@ -136,14 +138,15 @@ class NeighborSubgraphLoader:
         return full + (1 if rest and not self.drop_last else 0)
 
     def __iter__(self) -> Iterator[Data]:
-        seeds = self.input_nodes
-        if self.shuffle:
-            seeds = seeds[torch.randperm(seeds.numel())]
+        count = self.input_nodes.numel()
+        order = torch.randperm(count) if self.shuffle else torch.arange(count)
         for i in range(len(self)):
-            yield self.sample(seeds[i * self.batch_size : (i + 1) * self.batch_size])
+            index = order[i * self.batch_size : (i + 1) * self.batch_size]
+            yield self.sample(self.input_nodes[index], input_id=index)
 
-    def sample(self, seeds: Tensor) -> Data:
-        """The batch of the subgraph sampled around ``seeds`` (distinct node ids)."""
+    def sample(self, seeds: Tensor, input_id: Optional[Tensor] = None) -> Data:
+        """The batch of the subgraph sampled around ``seeds`` (distinct node ids);
+        ``input_id``: the seeds' positions in ``input_nodes`` (default: ``seeds``)."""
         local = self._local
         local[seeds] = torch.arange(seeds.numel())
         n_id = [seeds]
@@ -157,12 +160,13 @@ class NeighborSubgraphLoader:
             n_id=n_id,
             e_id=self._edges.perm[torch.cat(e_pos)],
             batch_size=int(seeds.numel()),
-            input_id=seeds,
+            input_id=seeds if input_id is None else input_id,
             num_nodes=int(n_id.numel()),
         )
         for key in ("x", "y"):
-            if self.data.get(key) is not None:
-                batch[key] = self.data[key][n_id.to(self.data[key].device)]
+            value = self.data.get(key)
+            if value is not None:  # (index_select: 2-4x faster than x[n_id] on the CPU)
+                batch[key] = value.index_select(0, n_id.to(value.device))
         return batch
 
     def _sample_hops(self, seeds: Tensor, n_id: list[Tensor]):
@@ -210,6 +214,7 @@ def neighbor_loader(
         **kwargs: Passed to ``NeighborLoader`` (e.g. ``num_workers``); ``drop_last`` is
             also understood by the fallback.
     """
+    check_data(data)  # once: the batches are subgraphs of a checked graph
     num_neighbors = check_num_neighbors(num_neighbors)
     batch_size = check_int("batch_size", batch_size)
     check_choice("backend", backend, {"auto", "pyg", "torch"})
