@@ -17,8 +17,7 @@ the fields), and a row is paired with the baseline only where both were evaluate
 
 Example::
 
-    python benchmarks/compare.py benchmarks/results/cora400_seeds5-9_*.json \\
-        benchmarks/results/reproduce_cora_400.json
+    python benchmarks/compare.py runs/cora400_seeds5-9_*.json runs/reproduce_cora_400.json
 """
 
 from __future__ import annotations

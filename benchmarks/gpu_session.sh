@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
-# One prepared GPU lease: CUDA correctness first, then the published protocols of the
-# targets the CPU cannot reach (Coauthor-CS at 1000 epochs, more Amazon-Photo seeds at
-# 2500), GRACE and ProGCL-weight as the papers' code runs it (one fit, frozen weights, the
-# β ≥ 1.01 floor) side by side, and GCA branched from the latter's warm-up checkpoint (the
-# same trajectory up to there), in priority order.
+# One GPU session with a time budget: CUDA correctness first, then the published protocols
+# that a CPU cannot reach in reasonable time (Coauthor-CS at 1000 epochs, more Amazon-Photo
+# seeds at 2500): GRACE and ProGCL-weight as the papers' code runs it (one fit, frozen
+# weights, the beta >= 1.01 floor) side by side, and GCA branched from the latter's warm-up
+# checkpoint (the same trajectory up to there), in priority order.
 # Each result is kept as it finishes; a run that would outlast the budget is cut off and
 # logged as such.
 #
-#   bash benchmarks/gpu_session.sh --prepare      # here: copy the datasets into .gpu_data/
-#   bash benchmarks/gpu_session.sh DATA OUT [SECONDS]   # there, from the repository root
+#   PYG_PROGCL_DATA=DATA bash benchmarks/gpu_session.sh --prepare  # copy the datasets into .gpu_data/
+#   bash benchmarks/gpu_session.sh DATA OUT [SECONDS]   # on the GPU machine, from the repository root
 #
-# With the device tool: run(command="bash benchmarks/gpu_session.sh .gpu_data $OUT 540",
-# carry=[".gpu_data"], timeout_s=600). Everything comes back as OUT/results.tgz (JSON
-# results in the trainer's format, logs) plus OUT/summary.txt. A dry run without a GPU:
+# e.g. `bash benchmarks/gpu_session.sh .gpu_data out 540` after copying the checkout with
+# .gpu_data/ to the GPU machine. Everything is written to OUT/results.tgz (JSON results in
+# the trainer's format, logs) plus OUT/summary.txt. A dry run without a GPU:
 #   DEVICE=cpu CELLS="Amazon-Photo 0" EXTRA="--epochs 5" bash benchmarks/gpu_session.sh DATA OUT 300
-# The default schedule against GRACE and the online refit (issue 32's Photo 2500 pairs):
+# The default schedule against GRACE and the online refit on Amazon-Photo at 2500 epochs:
 #   CELLS="Amazon-Photo 0,Amazon-Photo 1" METHODS="grace floored online" bash ...
 set -u
 cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--prepare" ]; then
-    src=${PYG_PROGCL_DATA:-../shared/data}
+    src=${PYG_PROGCL_DATA:?set PYG_PROGCL_DATA to the data root (grouped layout)}
     for d in planetoid/Cora planetoid/CiteSeer amazon/Photo coauthor/CS; do
         mkdir -p ".gpu_data/$(dirname $d)" && cp -r "$src/$d" ".gpu_data/$d" || exit 1
     done

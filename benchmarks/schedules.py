@@ -15,8 +15,8 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
   current similarities (``ProGCLLoss(schedule='fit-once')``);
 * ``frozen``: the reference code's schedule: one fit after the warm-up and the weights of
   that epoch frozen from then on (``ProGCLLoss(schedule='frozen')``, which recomputes them
-  per row block from the two views of the fit epoch; the results up to commit 3bc2143 came from
-  a dense ``N×N`` copy of the same weights, equal to it to 1e-15 in float64);
+  per row block from the two views of the fit epoch; earlier results came from a dense
+  ``N×N`` copy of the same weights, equal to it to 1e-15 in float64);
 * ``frozen-clean``: ``frozen`` whose fit is redone (cold) right after its epoch on the
   projected embeddings of the un-augmented graph: the frozen weights without one
   epoch's augmentation noise (a probe of why ``frozen`` loses on CiteSeer);
@@ -33,7 +33,7 @@ with a ``variant`` field, so that ``benchmarks/compare.py`` pairs the files by s
 table printed at the end is compare.py's::
 
     python benchmarks/schedules.py --dataset CiteSeer --epochs 400 --warmup-epochs 200 \\
-        --seeds 0 1 2 --root DATA --output-dir benchmarks/results/citeseer400
+        --seeds 0 1 2 --root DATA --output-dir runs/citeseer400
 """
 
 from __future__ import annotations

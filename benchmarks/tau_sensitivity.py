@@ -1,12 +1,12 @@
 """How much ProGCL-weight changes GRACE's loss, as a function of the temperature τ.
 
-On both tuning grids (``benchmarks/results/tune_*``) ProGCL's margin over GRACE shrinks as
-τ grows. This measures, at fixed embeddings, how far ProGCL-weight's loss departs from
-GRACE's (InfoNCE) at each τ: GRACE is trained with the dataset's preset for ``--epochs``
-(the ProGCL warm-up, where the re-weighting begins), then for a few augmentation draws
-both losses take the same two projected views, ProGCL's mixture fitted on them
-(Xia et al., ICML 2022: ``w_ik = b_ik / mean_j b_ij``, ``b = s' · p(true neg. | s')``).
-Per τ it prints
+On both tuning grids (``benchmarks/results/tune_cora.md``, ``tune_citeseer.md``) ProGCL's
+margin over GRACE shrinks as τ grows. This measures, at fixed embeddings, how far
+ProGCL-weight's loss departs from GRACE's (InfoNCE) at each τ: GRACE is trained with the
+dataset's preset for ``--epochs`` (the ProGCL warm-up, where the re-weighting begins),
+then for a few augmentation draws both losses take the same two projected views, ProGCL's
+mixture fitted on them (Xia et al., ICML 2022: ``w_ik = b_ik / mean_j b_ij``, ``b = s' ·
+p(true neg. | s')``). Per τ it prints
 
 * ``grad``: ``‖∇ProGCL − ∇GRACE‖ / ‖∇GRACE‖``, the gradients with respect to both views;
 * ``cos``: the cosine between those two gradients;

@@ -2,7 +2,7 @@
 cell is reported on held-out seeds that no choice saw.
 
 The ProGCL author states that the paper's hyperparameters were grid-searched per dataset
-(github.com/junxia97/ProGCL, issue 4); the presets run the public configurations untuned.
+(https://github.com/junxia97/ProGCL/issues/4); the presets run the public configurations untuned.
 This script gives GRACE and ProGCL the same search, so that a tuned ProGCL is compared
 with an equally tuned GRACE rather than with GRACE's published configuration:
 
@@ -20,7 +20,7 @@ skips what is done. Example::
     python benchmarks/tune.py --dataset Cora --root DATA \\
         --grid tau=0.3,0.4,0.5,0.6 lr=5e-4,1e-3 --tune-seeds 20 21 22 23 24 \\
         --test-seeds 30 31 32 33 34 35 36 37 38 39 --jobs 2 \\
-        --output-dir benchmarks/results/tune_cora
+        --output-dir runs/tune_cora
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ hardness. The probe is pyg_progcl.experiments.evaluate with the GCA protocol: a
 logistic-regression layer (Adam) on the frozen encoder embeddings ``model(x, edge_index)``,
 random 10% / 10% / 80% train / validation / test split.
 
-Run:  python examples/progcl_cora.py --root data     # downloads Cora into data/Cora
+Run:  python examples/progcl_cora.py --root data  # data/planetoid/Cora, data/Cora or download
       python examples/progcl_cora.py --dataset synthetic --epochs 40 --warmup 20
 """
 
@@ -15,13 +15,12 @@ import argparse
 
 import torch
 import torch_geometric.transforms as T
-from torch_geometric.datasets import Planetoid
 
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel, ProGCLLoss
-from pyg_progcl.experiments import evaluate, synthetic_graph
+from pyg_progcl.experiments import evaluate, load_dataset, synthetic_graph
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("--root", default="data", help="Planetoid root (Cora is ROOT/Cora)")
+parser.add_argument("--root", default="data", help="data root, as for `pyg_progcl train`")
 parser.add_argument("--dataset", default="Cora", choices=["Cora", "synthetic"])
 parser.add_argument("--epochs", type=int, default=200)
 parser.add_argument("--warmup", type=int, default=100, help="epochs with GRACE's loss")
@@ -31,7 +30,10 @@ args = parser.parse_args()
 torch.manual_seed(args.seed)
 
 if args.dataset == "Cora":
-    data = Planetoid(args.root, "Cora", transform=T.NormalizeFeatures())[0]
+    try:  # ROOT/planetoid/Cora or ROOT/Cora; else PyG downloads it to ROOT/Cora
+        data = load_dataset("Cora", args.root)  # row-normalised features
+    except OSError as exc:  # no such root, or the download failed (offline)
+        parser.exit(2, f"progcl_cora.py: error: no Cora under {args.root}: {exc}\n")
 else:
     data = T.NormalizeFeatures()(synthetic_graph(seed=args.seed))
 print(data)

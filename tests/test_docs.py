@@ -1,10 +1,16 @@
-"""The API reference (docs/api) builds with Sphinx in strict mode, and strict means strict.
+"""The documentation: the API reference, the user-facing pages, the command-line help.
 
+The API reference (docs/api) builds with Sphinx in strict mode, and strict means strict:
 ``sphinx-build -b html -W --keep-going -n``: every warning fails the build, including
 (nitpicky) a cross-reference that resolves to nothing. References into pyg_progcl must
 resolve; only those into other packages (torch, PyG, numpy, ...) are left unchecked, as
-there are no intersphinx inventories offline. The second group of tests builds a tiny
+there are no intersphinx inventories offline. A second group of tests builds a tiny
 project with the same configuration to show that a broken reference does fail it.
+
+The Markdown pages (README.md, docs/*.md, the results index) link only to files and
+headings that exist; ``benchmarks/results`` holds one current file per question, each
+indexed; no file speaks of how the project was built rather than of what it does; and
+every command-line option says what it does.
 """
 
 from __future__ import annotations
@@ -12,13 +18,20 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("sphinx", reason="the docs need Sphinx (pip install 'sphinx>=7')")
-from sphinx.cmd.build import build_main  # noqa: E402
+
+def build_main(argv: list[str]) -> int:
+    """Sphinx's ``sphinx-build`` in this process (skips the test without Sphinx)."""
+    pytest.importorskip("sphinx", reason="the docs need Sphinx (pip install 'sphinx>=7')")
+    from sphinx.cmd.build import build_main as sphinx_main
+
+    return sphinx_main(argv)
+
 
 # napoleon itself still reads autodoc's options as a mapping (Sphinx 9).
 pytestmark = pytest.mark.filterwarnings(
@@ -28,7 +41,7 @@ pytestmark = pytest.mark.filterwarnings(
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "api"
 PAGES = ["index", "package", "model", "augment", "encoders", "losses", "mixture"]
-PAGES += ["minibatch", "diagnostics", "experiments"]
+PAGES += ["minibatch", "distributed", "io", "diagnostics", "experiments"]
 
 
 def sphinx_build(src: Path, out: Path, capsys) -> tuple[int, str]:
@@ -77,7 +90,7 @@ def test_every_page_and_every_root_export_is_documented(built):
     for name, module in pyg_progcl._EXPORTS.items():
         assert f"pyg_progcl.{module}.{name}" in anchors, name
     assert "pyg_progcl.enable_huge_pages" in anchors
-    # The entry points of the brief's modules, with their methods.
+    # The entry points of the main modules, with their methods.
     for name in [
         "pyg_progcl.model.GRACEModel.views",
         "pyg_progcl.losses.ProGCLLoss.fit",
@@ -165,3 +178,157 @@ def test_the_readme_is_a_user_guide_that_opens_with_the_two_commands():
         "./scripts/setup.sh --dev && .venv/bin/python -m pytest",
         "```",
     ]
+
+
+# -- the Markdown pages: links, result files ----------------------------------------------
+
+#: The user-facing Markdown pages whose links must resolve.
+PAGES_MD = ["README.md", "tests/README.md", "benchmarks/results/README.md"]
+PAGES_MD += sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))
+RESULTS = REPO / "benchmarks" / "results"
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^```.*?^```", flags=re.M | re.S)
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces -> '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = _FENCE.sub("", page.read_text())
+    return {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of ``page`` (outside code blocks) whose file or heading is missing."""
+    broken = []
+    for target in _LINK.findall(_FENCE.sub("", page.read_text())):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        missing_heading = anchor and dest.suffix == ".md" and anchor not in anchors(dest)
+        if not dest.exists() or missing_heading:
+            broken.append(target)
+    return broken
+
+
+def test_a_broken_link_or_heading_is_found(tmp_path):
+    (tmp_path / "there.md").write_text("# A heading: with `code`, ProGCL's\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](there.md) [ok](there.md#a-heading-with-code-progcls) [web](https://x.org/y)\n"
+        "[file](missing.md) [anchor](there.md#no-such-heading)\n```\n[in code](nowhere)\n```\n"
+    )
+    assert broken_links(page) == ["missing.md", "there.md#no-such-heading"]
+
+
+@pytest.mark.parametrize("page", PAGES_MD)
+def test_every_link_of_the_pages_resolves(page):
+    assert broken_links(REPO / page) == [], f"{page} links to missing files or headings"
+
+
+def test_each_result_file_is_current_and_indexed():
+    """One current file per question (git keeps the history), each in the results index."""
+    files = sorted(p.relative_to(RESULTS) for p in RESULTS.rglob("*") if p.is_file())
+    assert len(files) <= 40, f"{len(files)} files in benchmarks/results"
+    index = set(_LINK.findall((RESULTS / "README.md").read_text()))
+    for file in files:
+        if file.name != "README.md":
+            assert str(file) in index or str(file.parent) in index, f"{file} is not indexed"
+
+
+def test_the_readme_links_a_file_for_each_headline_figure():
+    text = (REPO / "README.md").read_text()
+    results = text[text.index("## Results") :].split("\n## ")[0]
+    rows = [r for r in results.splitlines() if r.startswith("| ") and "---" not in r][1:]
+    assert rows, "no results table in the README"
+    for row in rows:
+        assert "](benchmarks/results/" in row, f"no result file for: {row[:60]}"
+
+
+# -- no trace of how the project was built -------------------------------------------------
+
+# Each pattern is split where this file would otherwise match it itself.
+_OF_THE_BUILD = [
+    r"\.\./" + "shared",
+    r"run\(" + "command=",
+    "device" + " tool",
+    "lent" + " GPU",
+    r"\b(this|the|same|previous|another|shared) (2-core )?" + r"VMs?\b",
+    r"\bissue" + r" [0-9]+",
+    "the issue" + "'s",
+    "the " + "brief",
+    "spec" + " §",
+]
+OF_THE_BUILD = re.compile("|".join(f"(?:{p})" for p in _OF_THE_BUILD), flags=re.I)
+
+
+def repository_files() -> list[Path]:
+    """The files git tracks or would track (not ignored), outside ``.ci/``."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=REPO, capture_output=True, check=True,
+        ).stdout.decode()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    names = [n for n in listed.split("\0") if n and not n.startswith(".ci/")]
+    return [REPO / n for n in names if (REPO / n).is_file()]
+
+
+def test_the_build_check_matches_what_it_should():
+    spoken = [
+        "see ../" + "shared/data",
+        "as issue" + " 32 says",
+        "on this" + " VM",
+        "The " + "Brief",
+    ]
+    for text in spoken:
+        assert OF_THE_BUILD.search(text), text
+    for text in ["2-core x86-64 VMs", "github.com/junxia97/ProGCL/issues/4", "ProGCL#4"]:
+        assert not OF_THE_BUILD.search(text), text
+
+
+def test_no_file_speaks_of_how_the_project_was_built():
+    found = []
+    for path in repository_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary
+        for number, line in enumerate(text.splitlines(), 1):
+            if OF_THE_BUILD.search(line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:80]}")
+    assert not found, "\n".join(found)
+
+
+# -- the command line's help ----------------------------------------------------------------
+
+
+def _subparser(command: str):
+    from pyg_progcl.__main__ import build_parser
+
+    return build_parser(command)[1][command]
+
+
+def test_every_train_option_says_what_it_does():
+    parser = _subparser("train")
+    silent = [a.option_strings[0] for a in parser._actions if a.option_strings and not a.help]
+    assert silent == []
+    epochs = next(a for a in parser._actions if "--epochs" in a.option_strings)
+    assert "preset" in epochs.help and "--warmup-epochs" in epochs.help
+
+
+def test_diagnose_help_has_no_train_only_option_and_explains_its_columns():
+    from pyg_progcl.experiments.diagnose_cli import _TABLE
+
+    parser = _subparser("diagnose")
+    options = {s for a in parser._actions for s in a.option_strings}
+    assert not options & {"--eval-every", "--diagnose-every", "--checkpoint-every"}
+    silent = [a.option_strings[0] for a in parser._actions if a.option_strings and not a.help]
+    assert silent == []
+    text = parser.format_help()
+    for _, label in _TABLE:
+        assert re.search(rf"^  {re.escape(label.split()[0])}", text, flags=re.M), label

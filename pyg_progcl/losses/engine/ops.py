@@ -13,7 +13,7 @@ EXP_SPAN = 80.0
 CHUNK_ELEMENTS = 1 << 17
 #: Side of the square tiles of :func:`transpose_` on the CPU (384: three 576 KiB tiles in
 #: cache; 2.0x / 2.7x faster than ``copy_`` of the transposed view at Cora's / Amazon-Photo's
-#: size on the 2-core VM of docs/benchmarks.md, where 256 and 512 were slower).
+#: size on a 2-core x86-64 machine, where 256 and 512 were slower).
 TRANSPOSE_TILE = 384
 
 
