@@ -172,13 +172,13 @@ def _graph(fields: dict[str, Any]) -> Data:
         raise ValueError("the graph is empty: `x` has 0 rows (nodes)")
     if x.size(1) == 0:
         raise ValueError("`x` has 0 columns: every node needs at least one feature")
-    x = x.float()
-    if not bool(torch.isfinite(x).all()):
-        bad = int((~torch.isfinite(x)).any(dim=1).sum())
-        raise ValueError(f"`x` holds NaN or infinite values (in {bad} of {x.size(0)} rows)")
+    x = x.float()  # (numeric features of any type)
+    if not (
+        edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool
+    ):
+        edge_index = edge_index.long()  # (ids of any integer type; check_graph refuses others)
+    check_graph(x, edge_index)  # shape, integer ids in [0, N), finite features
     n = x.size(0)
-    edge_index = _edge_index(edge_index, n)
-    check_graph(x, edge_index, num_nodes=n)
     fields = dict(fields, x=x, edge_index=edge_index)
     if fields.get("y") is not None:
         fields["y"] = _labels(fields["y"], n)
@@ -186,26 +186,6 @@ def _graph(fields: dict[str, Any]) -> Data:
         if fields.get(key) is not None:
             fields[key] = _mask(key, fields[key], n)
     return Data(**fields)
-
-
-def _edge_index(edge_index: Tensor, n: int) -> Tensor:
-    """``edge_index`` as ``int64 [2, E]`` with node ids in ``[0, n)``."""
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(
-            f"`edge_index` must have shape [2, num_edges] (got {list(edge_index.shape)})"
-        )
-    if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
-        raise ValueError(f"`edge_index` must hold integer node ids (got {edge_index.dtype})")
-    edge_index = edge_index.long()
-    if edge_index.numel():
-        low, high = int(edge_index.min()), int(edge_index.max())
-        if low < 0:
-            raise ValueError(f"`edge_index` holds a negative node id ({low})")
-        if high >= n:
-            raise ValueError(
-                f"`edge_index` names node {high}, but `x` has {n} rows (ids must be in [0, {n}))"
-            )
-    return edge_index
 
 
 def _labels(y: Tensor, n: int) -> Tensor:

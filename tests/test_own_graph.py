@@ -85,15 +85,15 @@ def _bad_graph_files(tmp_path):
         "extra-array": (write_npz(tmp_path / "c.npz", data, w=np.ones(3)), "unknown arrays"),
         "out-of-range": (
             write_npz(tmp_path / "d.npz", data, edge_index=np.array([[0, 1], [2, n]])),
-            f"names node {n}",
+            f"node indices >= num_nodes = {n}",
         ),
         "negative": (
             write_npz(tmp_path / "e.npz", data, edge_index=np.array([[0, -1], [2, 3]])),
-            "negative node id",
+            "negative node indices",
         ),
         "float-ids": (
             write_npz(tmp_path / "f.npz", data, edge_index=np.array([[0.0, 1], [2, 3]])),
-            "integer node ids",
+            "must be an integer tensor",
         ),
         "shape": (
             write_npz(tmp_path / "g.npz", data, edge_index=np.zeros((3, 4), dtype=np.int64)),
@@ -535,3 +535,21 @@ def test_the_embed_benchmark_reports_time_and_memory(tmp_path, monkeypatch, caps
         peak_gb = float(row.strip(" |").split(" | ")[-1])
         assert 0.05 < peak_gb < 20  # a process's peak resident memory, in GB
     assert "embeddings: 3,000 x 64 float32" in out
+
+
+@pytest.mark.slow  # two processes under torchrun
+def test_distributed_training_on_an_unlabelled_graph_file(tmp_path):
+    data = random_graph(n=300, labels=False)
+    write_npz(tmp_path / "g.npz", data)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cmd += ["-m", "pyg_progcl", "train", "--distributed", "--data", "g.npz", *TINY]
+    cmd += ["--batch-size", "64", "--warmup-epochs", "1", "--checkpoint", "ckpt"]
+    cmd += ["--save-embeddings", "z.npy", "--save-model", "m.pt", "--output", "r.json"]
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert listing(tmp_path) == ["ckpt", "g.npz", "m.pt", "r.json", "z.npy"]  # rank 0 alone
+    z = np.load(tmp_path / "z.npy")
+    expected = load_model(tmp_path / "m.pt")(data.x, data.edge_index).detach().numpy()
+    np.testing.assert_allclose(z, expected, rtol=1e-5, atol=1e-5)
+    assert '"accuracy_mean": null' in (tmp_path / "r.json").read_text()
