@@ -216,6 +216,7 @@ class _CheckedGraphs:
 _checked = _CheckedGraphs()
 
 
+@torch.compiler.disable  # (its cache and host reads run eagerly under torch.compile)
 def check_graph(
     x: Optional[Tensor],
     edge_index,
@@ -251,6 +252,7 @@ def check_graph(
     _checked.add(tensors, num_nodes)
 
 
+@torch.compiler.disable
 def check_node_features(x: Tensor) -> None:
     """:func:`check_graph`'s checks of ``x`` alone (for models that ignore the graph)."""
     if _trusted.depth:

@@ -27,6 +27,7 @@ from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
 from ._checks import check_choice, check_graph, check_int, check_node_features
+from ._compat import autocast_enabled, is_compiling
 
 
 def _csr_adjacency_t(
@@ -46,6 +47,20 @@ def _csr_adjacency_t(
         warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)")
         adj = to_torch_csr_tensor(edge_index.flip(0), edge_weight, size=(x.size(0), x.size(0)))
     return adj if adj.values().numel() == edge_index.size(1) else None
+
+
+def _edge_list_only(x: Tensor) -> bool:
+    """Whether the encoders keep the edge list and dense features: under autocast and
+    under ``torch.compile``.
+
+    Autocast would run the sparse CSR products in half precision, which torch's CPU (MKL)
+    kernels do not implement; the edge-list path takes every precision on every device and
+    keeps its aggregation in the edge weights' float32 (the normalised messages are
+    upcast), so it is the simplest path that is both supported and accurate. TorchDynamo
+    does not trace the CSR adjacency's construction, and the edge-list path is what PyG
+    compiles.
+    """
+    return is_compiling() or autocast_enabled(x.device.type)
 
 
 #: Convolutions whose sparse aggregation (``message_and_aggregate``) needs no edge features.
@@ -331,11 +346,12 @@ class GCNEncoder(_StackEncoder):
             # (PyG 2.8): unit weights make every path give A + 2I.
             edge_weight = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
         adj = None
-        if self.sparse and not is_sparse(edge_index):
+        edge_list = _edge_list_only(x)
+        if self.sparse and not edge_list and not is_sparse(edge_index):
             adj = _csr_adjacency_t(edge_index, edge_weight, x)
-        if self.sparse_features:
+        if self.sparse_features and not edge_list:
             x = sparse_features(x)
-        elif x.layout != torch.strided and self.conv not in LINEAR_FIRST_CONVS:
+        elif x.layout != torch.strided and (edge_list or self.conv not in LINEAR_FIRST_CONVS):
             x = x.to_dense()  # a sparse x only enters convolutions that start with x @ W
         if adj is not None:
             edge_index = adj
@@ -408,7 +424,9 @@ class MLPEncoder(_StackEncoder):
             ValueError: If ``x`` is not a 2-D floating-point tensor of finite values.
         """
         check_node_features(x)
-        if self.sparse_features:
+        if _edge_list_only(x):  # (no sparse features under autocast or compilation)
+            x = x.to_dense() if x.layout != torch.strided else x
+        elif self.sparse_features:
             x = sparse_features(x)
         for layer, act in zip(self.layers, self.activations):
             x = act(layer(x))

@@ -15,6 +15,7 @@ from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
 from ._checks import check_graph, check_input_width, check_int, trusted_graph
+from ._compat import is_compiling
 from .augment import Augmenter, Compose
 from .encoders import SparseFeatureCache
 
@@ -217,6 +218,8 @@ class GRACEModel(torch.nn.Module):
         views' feature masks then drop entries (``O(nnz)``) instead of copying a dense
         matrix. A sparse ``x`` of another layout (COO) becomes CSR, which the masks take."""
         check_input_width(x, self.encoder)
+        if is_compiling():  # (the encoder keeps features dense there)
+            return x
         if getattr(self.encoder, "sparse_features", False) or x.layout != torch.strided:
             return self._sparse_x(x)
         return x

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
-from .engine import BlockPool, NegativeTerm, contrastive_losses
+from .engine import BlockPool, NegativeTerm, contrastive_losses, full_precision
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -60,10 +60,18 @@ class ContrastiveLoss(torch.nn.Module):
         """The loss's ``Ng`` for the engine (one object per call)."""
         raise NotImplementedError
 
+    # The engine picks its path from the data and reuses buffers between calls, which
+    # torch.compile would guard on and recompile for at every step: it runs eagerly.
+    @torch.compiler.disable
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """The loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``, reduced."""
+        """The loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``, reduced.
+
+        Computed in float32 (float64 for float64 views) under autocast too: half-precision
+        views are upcast and autocast is off inside the loss. Under ``torch.compile`` it
+        runs eagerly (compile the encoder or the model, not the loss)."""
         self.check_inputs(h1, h2)
-        return self.reduce(self.compute_loss(h1, h2))
+        with full_precision(h1):
+            return self.reduce(self.compute_loss(h1, h2))
 
     def compute_loss(self, h1: Tensor, h2: Tensor) -> Tensor:
         """``[2, N]`` per-anchor losses ``ℓ(u_i)``, ``ℓ(v_i)`` (inputs checked)."""

@@ -12,7 +12,7 @@ has its own engine instead of a dense ``N×N`` matrix: docs/design.md.
 from .blocks import NegativeBlock, Pairs, dense_blocks
 from .dispatch import NegativeTerm, Path, choose_path, contrastive_losses
 from .onepass import ExpSums
-from .ops import normalize_views, row_chunks, transpose_, underflow_threshold
+from .ops import full_precision, normalize_views, row_chunks, transpose_, underflow_threshold
 from .pool import BlockPool
 from .sampling import sample_negative_pairs, sample_negative_similarities
 
@@ -26,6 +26,7 @@ __all__ = [
     "choose_path",
     "contrastive_losses",
     "dense_blocks",
+    "full_precision",
     "normalize_views",
     "row_chunks",
     "sample_negative_pairs",

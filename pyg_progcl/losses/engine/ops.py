@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..._compat import autocast_enabled
 
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` stays a normal float32.
 EXP_SPAN = 80.0
@@ -20,6 +24,19 @@ TRANSPOSE_TILE = 384
 def underflow_threshold(dtype: torch.dtype) -> float:
     """Sums below this (``2^24`` times the smallest normal float) count as underflowed."""
     return torch.finfo(dtype).tiny * 2.0**24
+
+
+def full_precision(like: Tensor) -> contextlib.AbstractContextManager:
+    """Turns autocast off on ``like``'s device (a no-op context where it is off).
+
+    bfloat16 keeps 8 significant bits (a logit ``θ/τ`` at ``τ = 0.2`` moves by up to
+    ``5 · 2^-9`` from rounding a cosine near 1) and float16's sums of ``2N`` terms
+    ``e^{θ/τ}`` overflow: the losses compute in float32 whatever the caller's autocast
+    says (:func:`normalize_views` upcasts half inputs).
+    """
+    if autocast_enabled(like.device.type):
+        return torch.autocast(like.device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .ops import normalize_views
+from .ops import full_precision, normalize_views
 
 #: Columns of the grid sample of :func:`sample_negative_similarities`.
 SAMPLE_COLUMNS = 64
@@ -46,6 +46,11 @@ def sample_negative_similarities(
     independent uniform pairs instead (gathering ``M`` independent pairs costs far more
     than one small product, docs/design.md).
     """
+    with full_precision(h1):  # (fits the mixture on float32 cosines under autocast too)
+        return _similarities(h1, h2, num_samples, generator, anchors)
+
+
+def _similarities(h1, h2, num_samples, generator, anchors) -> Tensor:
     u, v = normalize_views(h1, h2)
     n = u.size(0)
     lo, hi, _ = (anchors or slice(0, n)).indices(n)

@@ -1,0 +1,30 @@
+"""Autocast and ``torch.compile`` queries across the supported torch versions (>= 2.1)."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+#: Devices whose autocast state :func:`autocast_enabled` reads.
+AUTOCAST_DEVICES = ("cpu", "cuda", "xpu")
+
+
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (``False`` for devices without one)."""
+    if device_type not in AUTOCAST_DEVICES:
+        return False
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4: one query per device
+        if device_type == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return device_type == "cuda" and torch.is_autocast_enabled()
+
+
+def is_compiling() -> bool:
+    """Whether the calling code is being traced by ``torch.compile`` (TorchDynamo)."""
+    query = getattr(torch.compiler, "is_compiling", None)  # torch >= 2.3
+    if query is None:  # (imported here: torch._dynamo takes a while to import)
+        query = importlib.import_module("torch._dynamo").is_compiling
+    return query()
