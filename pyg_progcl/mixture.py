@@ -233,12 +233,24 @@ class BetaMixture(torch.nn.Module):
 
     def _log_odds(self, x: Tensor, sign: float) -> Tensor:
         """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``."""
+        if x.device.type != "cpu" and x.dtype in (torch.float32, torch.float64):
+            return self._log_odds_on_device(x, sign)
         a, b, c = self.log_odds_coefficients()
         d = torch.log(x).mul_(sign * a)
         # log(1 - x), not log1p(-x) (1.3-1.7x the time on the CPU): 1 - x is exact for
         # x >= 1/2; below, its rounding adds at most |b|·2^-24 to D, float32's own order.
         d.add_(torch.rsub(x, 1.0).log_(), alpha=sign * b)
         return d.add_(sign * c)
+
+    def _log_odds_on_device(self, x: Tensor, sign: float) -> Tensor:
+        """:meth:`_log_odds` with the coefficients kept on ``x``'s device: no host
+        synchronisation per call (on a GPU, one per block of the loss otherwise)."""
+        coef = self._log_coefficients()
+        flip = 1 - 2 * torch.argmin(self.means)  # +1: component 0 is the true negatives'
+        a, b, c = ((coef[:, 1] - coef[:, 0]) * (sign * flip)).to(x.dtype)
+        d = torch.log(x).mul_(a)
+        d.addcmul_(torch.rsub(x, 1.0).log_(), b)
+        return d.add_(c)
 
     def true_negative_posterior(self, x: Tensor) -> Tensor:
         """Posterior probability that each value of ``x`` (any shape) is a true negative."""
@@ -403,9 +415,9 @@ class BetaMixture(torch.nn.Module):
         dtype = self.alpha.dtype
         self.alpha.copy_(torch.where(alive, alpha, self.alpha.double()).to(dtype))
         self.beta.copy_(torch.where(alive, beta, self.beta.double()).to(dtype))
-        if self.min_beta_high is not None:
-            high = 1 - self.true_negative_index
-            self.beta[high] = self.beta[high].clamp(min=self.min_beta_high)
+        if self.min_beta_high is not None:  # (selected on the device: no host sync)
+            high = torch.arange(2, device=self.beta.device) == 1 - torch.argmin(self.means)
+            self.beta.copy_(torch.where(high, self.beta.clamp(min=self.min_beta_high), self.beta))
         weight = (mass / n).clamp(min=self.min_weight)
         self.weight.copy_((weight / weight.sum()).to(dtype))
 

@@ -1,5 +1,6 @@
 """The library on an accelerator: every loss path against the CPU float64 reference,
-the mixture fit, the model and the trainer (resume included).
+the mixture fit, the model and the trainer (resume included), and on CUDA that ProGCL's
+hardness and an EM step run without a host synchronisation.
 
 On CUDA where there is one, else on the CPU (the same checks, and the only float32
 comparisons of every loss with the float64 reference); ``PYG_PROGCL_TEST_DEVICE`` names
@@ -177,3 +178,62 @@ def test_trainer_on_device_learns_and_resumes(tmp_path):
         torch.tensor(resumed["losses"]), torch.tensor(whole["losses"]), rtol=1e-4, atol=1e-5
     )
     assert abs(resumed["accuracy"] - whole["accuracy"]) <= 0.02
+
+
+def em_statistics():
+    """``_m_step``'s ``[2, 3]`` statistics ``(Σ r, Σ r x, Σ r x²)`` of 1000 samples whose
+    high-mean component's moments give it ``β < 1`` (1/3)."""
+    stats = [[700.0, 210.0, 70.0], [300.0, 240.0, 210.0]]
+    return torch.tensor(stats, dtype=torch.float64, device=DEVICE)
+
+
+def test_the_em_step_floors_the_high_components_beta():
+    m = BetaMixture(min_beta_high=1.01).double().to(DEVICE)
+    free = BetaMixture().double().to(DEVICE)
+    m._m_step(em_statistics(), 1000)
+    free._m_step(em_statistics(), 1000)
+    high = 1 - m.true_negative_index
+    assert float(free.beta[high]) < 1 and float(m.beta[high]) == 1.01
+    torch.testing.assert_close(m.beta[1 - high], free.beta[1 - high])
+    torch.testing.assert_close(m.alpha, free.alpha)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="host synchronisations are a CUDA matter")
+def test_an_em_step_does_not_wait_for_the_device():
+    m = BetaMixture(min_beta_high=1.01).double().to(DEVICE)
+    stats = em_statistics()
+    torch.cuda.synchronize(DEVICE)
+    torch.cuda.set_sync_debug_mode("error")  # a host synchronisation raises
+    try:
+        m._m_step(stats, 1000)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert float(m.beta.max()) >= 1.01
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("order", [(2.0, 6.0), (6.0, 2.0)])  # which component is the true one
+def test_the_log_odds_with_device_coefficients_equal_the_host_ones(order, dtype):
+    m = fitted_mixture(alpha=order, beta=order[::-1]).to(DEVICE)
+    s = torch.rand(4, 300, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    s = m._clamp(s.to(DEVICE))
+    for sign in (1.0, -1.0):
+        a, b, c = m.log_odds_coefficients()
+        host = (torch.log(s) * (sign * a) + torch.log(1 - s) * (sign * b)) + sign * c
+        torch.testing.assert_close(m._log_odds_on_device(s, sign), host)
+    if DEVICE.type != "cpu":  # the public path takes the device coefficients there
+        torch.testing.assert_close(m.log_odds_false_negative(s), m._log_odds_on_device(s, 1.0))
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="host synchronisations are a CUDA matter")
+def test_the_hardness_does_not_wait_for_the_device():
+    m = fitted_mixture().float().to(DEVICE)
+    s = torch.rand(64, 512, device=DEVICE)
+    torch.cuda.synchronize(DEVICE)
+    torch.cuda.set_sync_debug_mode("error")  # a host synchronisation raises
+    try:
+        b = m.hardness_(s.clone())
+        log_b = m.log_hardness(s)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(b).all() and torch.isfinite(log_b).all()
