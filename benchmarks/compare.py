@@ -48,23 +48,30 @@ SCHEDULE_LABELS = {
 #: Mixture options that make a run a setting of its own, and how its label names them.
 MIXTURE_LABELS = {"min_beta_high": "β ≥ {:g}", "mixture_weight_init": "initial w = {:g}"}
 #: Loss options that make a run a setting of its own (when not at their default).
-OPTION_LABELS = {"posterior_floor": "p(TN) ≥ {:g}"}
+OPTION_LABELS = {"floor": "p(TN) ≥ {:g}"}
 
 
 #: How a run's label names the frozen schedule with ``shared_weights`` (the reference code).
 SHARED_LABEL = "reference schedule: the first direction's frozen weights for both"
 
 
+def _config(run: dict) -> dict:
+    """The run's config in today's fields (:meth:`TrainConfig.upgrade`: a former
+    ``posterior_floor`` as the schedule's ``floor``; files older than the schedule field
+    ran ``'online'``)."""
+    return TrainConfig.upgrade({"schedule": "online", **run["config"]})
+
+
 def _schedule(run: dict) -> str | None:
     """The ProGCL fit schedule the run trained with (``None`` for other methods, whose
-    configs carry the field unused; files older than the field ran ``'online'``)."""
-    return run["config"].get("schedule", "online") if run["method"].startswith("progcl") else None
+    configs carry the field unused)."""
+    return _config(run)["schedule"] if run["method"].startswith("progcl") else None
 
 
 def _label(run: dict) -> str:
     """``method``, or ``method (variant)`` for a variant, a non-default fit schedule or
     non-default mixture options (joined by ``, ``)."""
-    config = run["config"]
+    config = _config(run)
     schedule = SHARED_LABEL if config.get("shared_weights") else None
     named = _schedule(run)
     if named not in (None, DEFAULT_SCHEDULE):
@@ -86,7 +93,7 @@ EVALUATION = ("protocol", "split", "probe_epochs")
 def _setting(run: dict) -> dict:
     """The run's config with defaults for fields older files lack, its schedule as
     :func:`_schedule` reads it, less :data:`NOT_A_SETTING`."""
-    full = {**TrainConfig.defaults(), **run["config"], "schedule": _schedule(run)}
+    full = {**TrainConfig.defaults(), **_config(run), "schedule": _schedule(run)}
     return {k: v for k, v in full.items() if k not in NOT_A_SETTING}
 
 

@@ -22,8 +22,9 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
   epoch's augmentation noise (a probe of why ``frozen`` loses on CiteSeer);
 * ``guarded``: ``online`` that rejects a degenerate refit and keeps the last healthy fit
   (``ProGCLLoss(schedule='guarded')``);
-* ``floor-0.5``: ``online`` with ``posterior_floor=0.5``: no negative loses more than half
-  its hardness, however sure the mixture is that it is a false negative;
+* ``floor-0.5``: ``online`` with ``floor=0.5`` (``OnlineFit(floor=0.5)``, formerly
+  ``posterior_floor=0.5``): no negative loses more than half its hardness, however sure
+  the mixture is that it is a false negative;
 * ``grace``: the baseline, the dataset's GRACE preset (on Cora / CiteSeer ProGCL runs on
   the same uniform augmentation; on Amazon / Coauthor it runs on GCA's adaptive one).
 
@@ -61,7 +62,7 @@ LABELS = {
     "beta-guard": "reference β guard",
     **{name: SCHEDULE_LABELS[name] for name in ("fit-once", "frozen", "guarded")},
     "frozen-clean": "frozen weights of the un-augmented graph",
-    "floor-0.5": None,  # (compare.py labels it from the config's posterior_floor)
+    "floor-0.5": None,  # (compare.py labels it from the config's floor)
     "grace": None,
 }
 
@@ -109,7 +110,7 @@ def run(variant: str, args: argparse.Namespace) -> Path:
     if method != "grace":
         overrides["schedule"] = SCHEDULE_OF.get(variant, variant)
     if variant == "floor-0.5":
-        overrides["posterior_floor"] = 0.5
+        overrides["floor"] = 0.5
     config = get_preset(args.dataset, method, **overrides)
     data = load_dataset(config.dataset, args.root)
     callback = clean_refit(config, data) if variant == "frozen-clean" else None

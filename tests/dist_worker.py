@@ -29,7 +29,7 @@ LOSSES = {
         0.4, mixture=fitted_mixture(), block_size=5
     ),
     "progcl-weight-floor": lambda: _losses().ProGCLLoss(
-        0.4, mixture=fitted_mixture(), posterior_floor=0.5, block_size=5
+        0.4, mixture=fitted_mixture(), schedule=_losses().OnlineFit(floor=0.5), block_size=5
     ),
     "progcl-mix": lambda: _losses().ProGCLLoss(
         0.4, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=5

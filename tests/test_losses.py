@@ -16,8 +16,15 @@ from pyg_progcl.losses import (
     ProGCLLoss,
     sample_negative_similarities,
 )
-from pyg_progcl.losses.engine import NegativeTerm, Path, choose_path, contrastive_losses
-from pyg_progcl.losses.mixing import MixedNegatives
+from pyg_progcl.losses.engine import (
+    BlockPool,
+    NegativeTerm,
+    Path,
+    choose_path,
+    contrastive_losses,
+)
+from pyg_progcl.losses.mixing import MixedNegatives, MixedSums
+from pyg_progcl.losses.schedules import as_schedule
 from pyg_progcl.losses.weights import HardnessWeights
 from pyg_progcl.mixture import BetaMixture
 
@@ -956,3 +963,16 @@ def test_one_pass_recomputes_only_underflowed_anchors_in_log_space(monkeypatch):
     torch.testing.assert_close(value.double(), expected, rtol=1e-5, atol=0)
     for x, y in zip(grads, torch.autograd.grad(expected, (a64, b64))):
         torch.testing.assert_close(x.double(), y, rtol=1e-3, atol=1e-5)
+
+
+def test_the_one_pass_mixed_term_refuses_a_temperature_it_cannot_leave_unshifted():
+    """Its log-sum-exp skips the shift by the row maximum only while e^{-2/τ} is a normal
+    float: a smaller τ is an error (also under ``python -O``), not a silent underflow."""
+    tau = 0.02  # 2 / tau = 100 > EXP_SPAN
+    weights = HardnessWeights(fitted_mixture(), tau, as_schedule("online"))
+    u, v = (torch.nn.functional.normalize(h.detach(), dim=1) for h in views(n=8))
+    logits = (u @ v.T - 1) / tau
+    with pytest.raises(RuntimeError, match=r"needs 2 / tau <= 80 \(got tau=0.02\)"):
+        MixedSums(weights, 3).forward(logits, BlockPool(0))
+    ok = HardnessWeights(fitted_mixture(), 0.4, as_schedule("online"))
+    assert MixedSums(ok, 3).forward(logits * tau / 0.4, BlockPool(0)).isfinite().all()

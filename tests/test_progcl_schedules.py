@@ -1,5 +1,5 @@
 """ProGCLLoss's fit schedules: 'online', 'floored', 'fit-once' and 'frozen' (the reference
-code's); the posterior floor."""
+code's); their names; the posterior floor, the schedule's one setting."""
 
 from __future__ import annotations
 
@@ -13,8 +13,14 @@ from helpers import BLOCKS, assert_matches, class_views, fitted_mixture, params,
 from pyg_progcl import MixtureDegeneracyWarning
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import get_preset
-from pyg_progcl.losses import FrozenFit, InfoNCELoss, OnlineFit, ProGCLLoss
-from pyg_progcl.losses.schedules import schedule_name
+from pyg_progcl.losses import FitOnce, FlooredFit, FrozenFit, InfoNCELoss, OnlineFit, ProGCLLoss
+from pyg_progcl.losses.schedules import (
+    SCHEDULES,
+    FitSchedule,
+    as_schedule,
+    legacy_floor,
+    schedule_name,
+)
 
 
 def fit_views(seed=5, n=23, d=5):
@@ -279,7 +285,7 @@ def test_frozen_weights_need_the_same_nodes():
 def test_posterior_floor_matches_reference(tau, block_size):
     h1, h2 = views()  # tau 0.02: exponentials underflow, the per-direction (log-space) path
     m = fitted_mixture()
-    loss = ProGCLLoss(tau, mixture=m, posterior_floor=0.5, block_size=block_size)
+    loss = ProGCLLoss(tau, mixture=m, schedule=OnlineFit(floor=0.5), block_size=block_size)
     assert_matches(loss, lambda a, b: ref.progcl_weight(a, b, tau, params(m), floor=0.5), h1, h2)
     unfloored = ref.progcl_weight(h1, h2, tau, params(m))
     assert abs(float(loss(h1, h2) - unfloored)) > 1e-4  # the floor binds on these views
@@ -314,7 +320,7 @@ def test_floored_floors_the_posterior_from_the_first_degenerate_refit_on():
     with pytest.warns(MixtureDegeneracyWarning, match="spike at cosine 1"):
         _fits(loss, class_views(spread=1e-3), 3)  # near-duplicate classmates: β < 1
     assert bool(loss.schedule.degenerated) and loss.schedule.posterior_floor == 0.5
-    floor = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture), posterior_floor=0.5)
+    floor = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture), schedule=OnlineFit(floor=0.5))
     online = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture))
     got, floored_, unfloored = (_values_and_grads(x) for x in (loss, floor, online))
     for a, b in zip(got, floored_):
@@ -336,12 +342,100 @@ def test_floored_floors_the_posterior_from_the_first_degenerate_refit_on():
 
 def test_floored_is_a_named_schedule():
     loss = ProGCLLoss(0.5, schedule="floored")
-    assert "OnlineFit(degenerate_floor=0.5)" in repr(loss)
+    assert "FlooredFit()" in repr(loss) and loss.schedule.floor == 0.5
     assert schedule_name(loss.schedule) == "floored"
     config = get_preset("synthetic", "progcl-weight", schedule="floored")
     assert schedule_name(build_loss(config).schedule) == "floored"
-    with pytest.raises(ValueError, match="degenerate_floor"):
-        OnlineFit(degenerate_floor=1.5)
+    with pytest.raises(ValueError, match="floor"):
+        FlooredFit(floor=1.5)
+
+
+def test_schedules_are_named_by_their_name_whatever_their_options():
+    for name in SCHEDULES:
+        assert as_schedule(name).name == name and as_schedule(name, floor=0.7).name == name
+    named = {
+        "floored": FlooredFit(floor=0.7),  # (its repr differs from the registry's)
+        "guarded": OnlineFit(keep_healthy=True, floor=0.3),
+        "online": OnlineFit(floor=0.5),
+        "fit-once": FitOnce(floor=0.2),
+        "frozen": FrozenFit(cache_mib=1, shared_weights=True),
+    }
+    for name, schedule in named.items():
+        assert schedule_name(schedule) == name
+    config = get_preset("synthetic", "progcl-weight", schedule="guarded", floor=0.3)
+    assert schedule_name(build_loss(config).schedule) == "guarded"
+    assert build_loss(config).schedule.floor == 0.3
+
+    class Weekly(FitSchedule):
+        pass
+
+    assert schedule_name(Weekly()) == "Weekly"
+    assert "floor=0.7" in repr(FlooredFit(floor=0.7)) and repr(OnlineFit()) == "OnlineFit()"
+
+
+#: Loss, ``Σ ∂/∂h1``, ``Σ |∂/∂h2|`` and ``∂/∂h1[3, 1]`` of :func:`_float64_case` as the
+#: code computed them before the floor was the schedule's one setting (``ProGCLLoss(
+#: schedule=name, posterior_floor=former)``, combined by ``max`` with 'floored''s 0.5 once
+#: ``degenerated``), and the single floor that computes each combination now.
+FORMER_VALUES = [
+    ("weight", "online", 0.5, False, OnlineFit(floor=0.5),
+     [2.42475317518999, 0.10460700732708712, 0.9582557498760673, -0.0038804365681591193]),
+    ("weight", "floored", 0.5, False, OnlineFit(floor=0.5),
+     [2.42475317518999, 0.10460700732708712, 0.9582557498760673, -0.0038804365681591193]),
+    ("weight", "floored", 0.7, True, OnlineFit(floor=0.7),
+     [2.5299203807605353, 0.10344856960186075, 0.9614177364062558, -0.005158234067219084]),
+    ("weight", "floored", 0.0, True, FlooredFit(),
+     [2.42475317518999, 0.10460700732708712, 0.9582557498760673, -0.0038804365681591193]),
+    ("weight", "guarded", 0.3, False, OnlineFit(keep_healthy=True, floor=0.3),
+     [2.2694596146022716, 0.10683898553042595, 0.9522084254655604, -0.0011707296003284511]),
+    ("weight", "fit-once", 0.7, False, FitOnce(floor=0.7),
+     [2.5299203807605353, 0.10344856960186075, 0.9614177364062558, -0.005158234067219084]),
+    ("mix", "floored", 0.0, True, FlooredFit(),
+     [2.447606673281429, 0.0937187769525691, 0.9683388892341084, -0.003107370209901932]),
+    ("mix", "online", 0.7, False, OnlineFit(floor=0.7),
+     [2.5494913195111497, 0.09287921737964105, 0.9846865857692184, -0.005411436811285359]),
+    ("mix", "frozen", 0.5, False, FrozenFit(floor=0.5),
+     [2.4039501992346475, 0.10570286563098294, 0.9598355188077845, -0.0038486564862606877]),
+]  # fmt: skip
+
+
+def _float64_case(mode, schedule, degenerated):
+    """The loss of :data:`FORMER_VALUES` on ``views()`` (a fitted float64 mixture; 'frozen'
+    fitted on other views; ``degenerated``: as after a degenerate refit)."""
+    loss = ProGCLLoss(0.4, mode=mode, num_mix=5, mixture=fitted_mixture(), schedule=schedule)
+    if schedule.name == "frozen":
+        loss.fit(*fit_views())
+    loss.schedule.degenerated.fill_(degenerated)
+    h1, h2 = views()
+    torch.manual_seed(0)  # (ProGCL-mix's pairing)
+    out = loss(h1, h2)
+    return (out, *torch.autograd.grad(out, (h1, h2)))
+
+
+@pytest.mark.parametrize("mode,name,former,degenerated,single,expected", FORMER_VALUES)
+def test_the_single_floor_computes_what_the_two_did(
+    mode, name, former, degenerated, single, expected
+):
+    out, g1, g2 = _float64_case(mode, copy.deepcopy(single), degenerated)
+    got = [float(out.detach()), float(g1.sum()), float(g2.abs().sum()), float(g1[3, 1])]
+    assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    mapped = legacy_floor(name, former)
+    assert mapped == (single.name, single.floor if former else None)
+    with pytest.warns(FutureWarning, match="posterior_floor.*deprecated"):
+        deprecated = ProGCLLoss(0.4, mode=mode, schedule=name, posterior_floor=former)
+    assert schedule_name(deprecated.schedule) == single.name
+    assert deprecated.schedule.floor == single.floor
+    for a, b in zip(_float64_case(mode, deprecated.schedule, degenerated), (out, g1, g2)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_former_floor_below_floored_s_has_no_single_equivalent():
+    with pytest.raises(ValueError, match=r"posterior_floor=0.3.*no single-floor equivalent"):
+        legacy_floor("floored", 0.3)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="schedule='online'"):
+        ProGCLLoss(0.5, posterior_floor=0.3)
+    assert legacy_floor("floored", 0.0) == ("floored", None)
+    assert legacy_floor("frozen", 0.2) == ("frozen", 0.2)
 
 
 def test_bad_schedule_is_a_clear_error():

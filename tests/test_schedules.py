@@ -66,3 +66,19 @@ def test_frozen_clean_refits_on_the_unaugmented_graph(schedules):
     torch.testing.assert_close(loss.schedule.frozen_u, z.detach())
     torch.testing.assert_close(loss.schedule.frozen_v, z.detach())
     assert int(loss.mixture.num_fits) == 1  # refitted cold on the clean similarities
+
+
+def test_the_floor_variant_is_labelled_alike_in_former_and_current_result_files():
+    """compare.py reads a former ``posterior_floor`` as the schedule's ``floor``: result
+    files of the ``floor-0.5`` variant from before and after pair as one setting."""
+    from pyg_progcl.experiments.presets import get_preset
+
+    compare = load_script("compare")
+    current = get_preset("Cora", "progcl-weight", schedule="online", floor=0.5).to_dict()
+    former = {k: v for k, v in current.items() if k != "floor"}
+    former.update(schedule="online", posterior_floor=0.5)
+    runs = [{"method": "progcl-weight", "config": c} for c in (current, former)]
+    assert [compare._label(r) for r in runs] == [
+        "progcl-weight (schedule 'online', p(TN) ≥ 0.5)"
+    ] * 2
+    assert compare._setting(runs[0]) == compare._setting(runs[1])

@@ -277,6 +277,48 @@ def test_checkpoints_of_older_versions_resume(small_graph, tmp_path):
     assert resumed["losses"] == whole["losses"] and "branched" not in resumed
 
 
+@pytest.mark.filterwarnings("ignore::pyg_progcl.mixture.MixtureDegeneracyWarning")
+def test_checkpoints_with_the_former_posterior_floor_resume(small_graph, tmp_path):
+    """A checkpoint whose config has the former ``posterior_floor`` (here ``'floored'``
+    with 0.5: the floor 0.5 from the first fit) resumes under the single floor that
+    computes the same, and only that."""
+    config = small_config(
+        epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=10, schedule="online", floor=0.5
+    )
+    _, _, whole = train_seed(config, small_graph, progress=False)
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(InterruptError):
+        train_seed(
+            config, small_graph, checkpoint_dir=ckpt, checkpoint_every=4, progress=False,
+            callback=stop_at(5),
+        )  # fmt: skip
+    payload = torch.load(ckpt / "seed0.pt", weights_only=True)
+    del payload["config"]["floor"]
+    payload["config"].update(schedule="floored", posterior_floor=0.5)
+    save_checkpoint(ckpt / "seed0.pt", payload)
+    with pytest.raises(ValueError, match=r"another config \(floor: 0.5 -> 0.6\)"):
+        train_seed(config.replace(floor=0.6), small_graph, checkpoint_dir=ckpt, resume=True)
+    _, _, resumed = train_seed(
+        config, small_graph, checkpoint_dir=ckpt, resume=True, progress=False
+    )
+    assert resumed["losses"] == whole["losses"] and "branched" not in resumed
+
+
+def test_the_floor_flags_set_the_schedule_s_one_floor():
+    from pyg_progcl.experiments.train_cli import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def config(*argv):
+        return config_from_args(parser.parse_args(list(argv)))
+
+    online = config("--schedule", "online", "--floor", "0.5")
+    assert (online.schedule, online.floor) == ("online", 0.5)
+    assert config("--posterior-floor", "0.5") == online  # the former spelling, same floor
+    assert config("--floor", "0.7").floor == 0.7 and config().floor is None
+
+
 def test_unreadable_checkpoints_are_one_line_errors(capsys, tmp_path):
     cases = {
         "garbage": (lambda p: p.write_bytes(b"\x00not a checkpoint" * 10), "not a readable"),
@@ -443,6 +485,7 @@ def test_runs_extend_and_grace_trained_checkpoints_branch_into_a_longer_warmup(
         (["--tau", "0"], "`tau` must be a finite number > 0"),
         (["--epochs", "5", "--warmup-epochs", "5"], "`warmup_epochs` must be less than"),
         (["--resume"], "--resume needs --checkpoint"),
+        (["--posterior-floor", "0.3"], "with schedule='floored' has no single-floor equivalent"),
         (
             ["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "bogus"],
             "device",

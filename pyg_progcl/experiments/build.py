@@ -18,6 +18,7 @@ from ..augment import (
 )
 from ..encoders import GCNEncoder, MLPEncoder
 from ..losses import DebiasedInfoNCELoss, FrozenFit, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
+from ..losses.schedules import as_schedule
 from ..mixture import BetaMixture
 from ..model import GRACEModel
 from .presets import TrainConfig
@@ -79,17 +80,16 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
     if config.method == "hcl":
         return HardInfoNCELoss(tau_plus=config.tau_plus, beta=config.beta, **common)
     progcl = {"mode": config.method.split("-", 1)[1], "num_mix": config.num_mix, **common}
-    progcl["posterior_floor"] = config.posterior_floor
     if config.num_samples is not None:
         progcl["num_samples"] = config.num_samples
     mixture = {"min_beta_high": config.min_beta_high, "weight_init": config.mixture_weight_init}
     mixture = {k: v for k, v in mixture.items() if v is not None}
     if mixture:
         progcl["mixture"] = BetaMixture(**mixture)
-    schedule = config.schedule
-    if schedule == "frozen":
+    schedule = as_schedule(config.schedule, config.floor)
+    if config.schedule == "frozen":
         cache = {} if config.frozen_cache_mib is None else {"cache_mib": config.frozen_cache_mib}
-        schedule = FrozenFit(shared_weights=config.shared_weights, **cache)
+        schedule = FrozenFit(shared_weights=config.shared_weights, floor=schedule.floor, **cache)
     return ProGCLLoss(schedule=schedule, **progcl)
 
 

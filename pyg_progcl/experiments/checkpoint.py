@@ -31,8 +31,7 @@ _RESUME_FREE = {"eval_every", "diagnose_every", "frozen_cache_mib"}
 #: checkpoint written within the warm-up resumes under other values of them, so that
 #: variants branch from one shared warm-up (each from a copy of ``seed{s}_warmup.pt``).
 _AFTER_WARMUP = {
-    "schedule", "min_beta_high", "mixture_weight_init", "num_samples", "shared_weights",
-    "posterior_floor",
+    "schedule", "min_beta_high", "mixture_weight_init", "num_samples", "shared_weights", "floor",
 }  # fmt: skip
 #: Methods that train alike through the warm-up (the GRACE loss; GCA is GRACE on adaptive
 #: augmentation, a config field of its own): a checkpoint of one written within the warm-up
@@ -230,7 +229,8 @@ def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     defaults, as they did in the run that wrote it.
     """
     payload = read_checkpoint(path)
-    saved, current = {**TrainConfig.defaults(), **payload["config"]}, config.to_dict()
+    saved = TrainConfig.upgrade({**TrainConfig.defaults(), **payload["config"]})
+    current = config.to_dict()
     diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
     refused = set(diff) - resumable_fields(saved, current, payload["epoch"])
     if refused:

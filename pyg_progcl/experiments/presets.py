@@ -49,7 +49,7 @@ from .._checks import (
     check_probability,
 )
 from ..encoders import ACTIVATIONS
-from ..losses.schedules import DEFAULT_SCHEDULE, SCHEDULES
+from ..losses.schedules import DEFAULT_SCHEDULE, SCHEDULES, legacy_floor
 from .datasets import canonical_name
 
 __all__ = [
@@ -124,7 +124,8 @@ class TrainConfig:
         num_samples: ProGCL: similarities sampled per mixture fit (``None``:
             the loss's default).
         schedule: ProGCL's fit schedule: ``floored`` (the default: refit every epoch;
-            from the first degenerate refit on, the posterior in ``b`` floored at 0.5),
+            from the first degenerate refit on, the posterior in ``b`` floored at
+            ``floor``, 0.5 by default),
             ``online`` (refit every epoch, the spec's), ``guarded``, ``fit-once`` or
             ``frozen`` (the reference code's: the weights of the first
             fit's epoch are kept; full-graph training only); see
@@ -139,8 +140,12 @@ class TrainConfig:
         frozen_cache_mib: ProGCL with ``schedule='frozen'``: MiB of frozen weights held
             between steps (``None``: the loss's 512); more trades memory for time and
             changes no result.
-        posterior_floor: ProGCL: lower bound of ``p(TN | s')`` in the hardness ``b``
-            (:class:`~pyg_progcl.ProGCLLoss`; 0: ProGCL's formula).
+        floor: ProGCL: the schedule's lower bound of ``p(TN | s')`` in the hardness
+            ``b``: with ``floored`` from the first degenerate refit on, with the others
+            from the first fit (``None``: the schedule's default, 0.5 for ``floored``, 0
+            for the others; :mod:`~pyg_progcl.losses.schedules`). Configs written with
+            the former ``posterior_floor`` load as the equivalent ``schedule`` and
+            ``floor`` (:meth:`upgrade`).
         mixture_weight_init: ProGCL: initial weight of the mixture's high-similarity
             component (``None``: the reference code's default, 0.05; its Amazon-Photo
             parameter file says 0.15, a value its script reads only from the command line).
@@ -188,7 +193,7 @@ class TrainConfig:
     shared_weights: bool = False
     frozen_cache_mib: Optional[float] = None
     mixture_weight_init: Optional[float] = None
-    posterior_floor: float = 0.0
+    floor: Optional[float] = None
     num_mix: int = 1000
     block_size: Optional[int] = None
     num_negatives: Optional[int] = None
@@ -262,7 +267,8 @@ class TrainConfig:
                     "`frozen_cache_mib` sizes the frozen weights of schedule='frozen' "
                     f"(got schedule={self.schedule!r})"
                 )
-        check_probability("posterior_floor", self.posterior_floor)
+        if self.floor is not None:
+            self.floor = check_probability("floor", self.floor)
         if self.mixture_weight_init is not None:
             value = check_probability(
                 "mixture_weight_init", self.mixture_weight_init, upper_open=True
@@ -287,6 +293,29 @@ class TrainConfig:
         """Every field's default (what a config written before a field existed had)."""
         return {f.name: f.default for f in fields(cls)}
 
+    @classmethod
+    def upgrade(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` (config fields) with the former keys replaced by today's: a
+        ``posterior_floor`` by the ``schedule`` and ``floor`` that compute the same
+        (:func:`~pyg_progcl.losses.schedules.legacy_floor`; 0 is dropped).
+
+        Raises:
+            ValueError: a non-zero ``posterior_floor`` next to a ``floor``, or one that no
+                single floor equals.
+        """
+        values = dict(values)
+        legacy = values.pop("posterior_floor", None)
+        if not legacy:
+            return values
+        if values.get("floor") is not None:
+            raise ValueError(
+                f"`posterior_floor` ({legacy!r}) and `floor` ({values['floor']!r}) both given: "
+                "`floor` (the schedule's) replaces `posterior_floor`; give it alone"
+            )
+        schedule = values.get("schedule", DEFAULT_SCHEDULE)
+        values["schedule"], values["floor"] = legacy_floor(schedule, legacy)
+        return values
+
     def to_dict(self) -> dict[str, Any]:
         """All fields as a plain (JSON-serialisable) dict."""
         return dataclasses.asdict(self)
@@ -298,6 +327,7 @@ class TrainConfig:
         Raises:
             ValueError: on unknown keys or invalid values.
         """
+        values = cls.upgrade(values)
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown config keys: {sorted(unknown)}")
@@ -419,7 +449,7 @@ def get_preset(
     values.update(METHOD_PRESETS[method])
     config = config.to_dict() if isinstance(config, TrainConfig) else dict(config or {})
     changes = {**config, **overrides}
-    unknown = set(changes) - {f.name for f in fields(TrainConfig)}
+    unknown = set(changes) - {f.name for f in fields(TrainConfig)} - {"posterior_floor"}
     if unknown:
         raise ValueError(f"unknown config keys: {sorted(unknown)}")
     # The layer that sets `epochs` last decides: unless it or a layer above sets the warm-up,
@@ -431,4 +461,4 @@ def get_preset(
         changes["warmup_epochs"] = round(warmup * epochs / base)
     values.update(changes)
     values["dataset"], values["method"] = dataset, method
-    return TrainConfig(**values)
+    return TrainConfig(**TrainConfig.upgrade(values))

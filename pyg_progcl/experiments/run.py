@@ -15,7 +15,7 @@ from torch_geometric.data import Data
 
 from ..diagnostics import summarize
 from ..distributed import DistributedLoss
-from ..losses import ProGCLLoss
+from ..losses import FlooredFit, ProGCLLoss
 from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
 from ..mixture import MixtureDegeneracyWarning, _stacklevel_outside_package
 from ..model import GRACEModel
@@ -176,7 +176,8 @@ class SeedRun:
         noted = self.record.setdefault("degenerate_fits", [])
         noted.append({"epoch": epoch, "problems": list(problems)})
         if len(noted) == 1:
-            floor = self.loss_fn.schedule.posterior_floor  # 'floored': engaged from here on
+            schedule = self.loss_fn.schedule  # 'floored': its floor engages from here on
+            floor = schedule.posterior_floor if isinstance(schedule, FlooredFit) else 0.0
             action = (
                 f"; from this epoch on the schedule floors p(true neg. | s') in the weights "
                 f"at {floor:g}"

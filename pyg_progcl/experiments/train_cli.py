@@ -43,9 +43,11 @@ _FIELD_HELP = {
     "beta": "HCL concentration",
     "num_samples": "ProGCL: similarities sampled per mixture fit",
     "schedule": "ProGCL: floored (default: refit every epoch; once a refit degenerates, "
-    "p(true negative | s') floored at 0.5), online (refit every epoch, no floor), guarded "
-    "(online, degenerate refits rejected), fit-once, or frozen (the papers' code)",
-    "posterior_floor": "ProGCL: lower bound of p(true negative | s') in the hardness (0: none)",
+    "p(true negative | s') floored at --floor, 0.5), online (refit every epoch, no floor), "
+    "guarded (online, degenerate refits rejected), fit-once, or frozen (the papers' code)",
+    "floor": "ProGCL: the schedule's floor of p(true negative | s') in the hardness: with "
+    "floored from the first degenerate refit (default 0.5), with the others from the first fit "
+    "(default 0: none)",
     "min_beta_high": "ProGCL: floor of the high-similarity component's beta (reference code: "
     "1.01; default none)",
     "shared_weights": "ProGCL with --schedule frozen: weight the second direction by the first's "
@@ -211,6 +213,10 @@ def add_preset_overrides(group, skip: Sequence[str]) -> None:
             )  # fmt: skip
         except argparse.ArgumentError:
             continue
+    group.add_argument(  # the former spelling of a floor from the first fit (TrainConfig.upgrade)
+        "--posterior-floor", dest="posterior_floor", type=float, default=argparse.SUPPRESS,
+        help="deprecated: a floor from the first fit, as --schedule online --floor X",
+    )  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -241,6 +247,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     # Flags left at their default are absent (argparse.SUPPRESS), except `--epochs`, whose
     # default None means "the preset's"; an explicit `none` is a value.
     names = {f.name for f in dataclasses.fields(TrainConfig)} - {"dataset", "method"}
+    names.add("posterior_floor")  # (the former spelling of `floor`: TrainConfig.upgrade)
     flags = {k: v for k, v in vars(args).items() if k in names}
     if flags.get("epochs", 0) is None:
         del flags["epochs"]

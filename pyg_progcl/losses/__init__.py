@@ -13,7 +13,7 @@ from .engine import NegativeBlock, sample_negative_pairs, sample_negative_simila
 from .infonce import InfoNCELoss
 from .kernels import CompiledPassWarning, compiled_status
 from .progcl import ProGCLLoss
-from .schedules import FitOnce, FitSchedule, FrozenFit, OnlineFit
+from .schedules import FitOnce, FitSchedule, FlooredFit, FrozenFit, OnlineFit
 
 __all__ = [
     "REDUCTIONS",
@@ -24,6 +24,7 @@ __all__ = [
     "ProGCLLoss",
     "FitSchedule",
     "OnlineFit",
+    "FlooredFit",
     "FitOnce",
     "FrozenFit",
     "NegativeBlock",

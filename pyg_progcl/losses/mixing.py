@@ -130,7 +130,12 @@ class MixedSums:
         keeps the gradient factors for backward."""
         # The mixed logits lie in [-2/τ, 0], and the engine runs only where e^{-2/τ} is a
         # normal float: the log-sum-exp needs no shift by the row maximum.
-        assert 2.0 / self.weights.tau <= EXP_SPAN
+        if not 2.0 / self.weights.tau <= EXP_SPAN:
+            raise RuntimeError(
+                f"the one-pass mixed term needs 2 / tau <= {EXP_SPAN:g} (got tau="
+                f"{self.weights.tau:g}): its unshifted log-sum-exp would underflow; the "
+                "per-direction path serves such temperatures"
+            )
         if k > 0 and kernels.usable(b, logits):  # the same, in one compiled pass per row
             n, tau = b.size(0), self.weights.tau
             ints = torch.empty(k, dtype=torch.int32)  # (its [N, k] matrices: pooled)

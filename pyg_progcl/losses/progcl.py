@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive, check_probability, check_views
+from .._checks import check_choice, check_int, check_positive, check_views
 from ..mixture import BetaMixture
 from .base import ContrastiveLoss
 from .engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
 from .infonce import GRACE_TERM
 from .mixing import MIX_EPS, MixedNegatives, MixedSums
-from .schedules import DEFAULT_SCHEDULE, FROZEN_CACHE_MIB, FitSchedule, FrozenFit, as_schedule
+from .schedules import (
+    DEFAULT_SCHEDULE,
+    FROZEN_CACHE_MIB,
+    FitSchedule,
+    FrozenFit,
+    as_schedule,
+    with_posterior_floor,
+)
 from .weights import HardnessWeights
 
 #: The largest ``num_samples``: a fit holds about 136 bytes per sampled similarity
@@ -50,7 +58,9 @@ class ProGCLLoss(ContrastiveLoss):
     negative loses more than half its hardness; ``'fit-once'`` fits once; ``'frozen'``
     fits once and keeps the weights of that epoch's views, as the reference code does
     (:meth:`reference_code`). docs/algorithms.md §5.4 has the measurements behind the
-    default.
+    default. The floor is the schedule's one setting: ``FlooredFit(floor=0.7)`` engages
+    another at the first degenerate refit, ``OnlineFit(floor=0.5)`` (any schedule's
+    ``floor``) floors from the first fit.
 
     .. code-block:: python
 
@@ -74,10 +84,10 @@ class ProGCLLoss(ContrastiveLoss):
             (except with ``'frozen'``, which needs a fit to store its views).
         schedule: ``'floored'``, ``'online'`` (ProGCL's online refit without the floor),
             ``'guarded'``, ``'fit-once'``, ``'frozen'`` or a
-            :class:`~pyg_progcl.losses.schedules.FitSchedule`.
-        posterior_floor: Lower bound of :math:`p(\mathrm{true\ neg.} \mid s')` in
-            :math:`b`: no negative loses more than this share of its hardness, however
-            sure the mixture is that it is a false negative (0: ProGCL's formula).
+            :class:`~pyg_progcl.losses.schedules.FitSchedule` (with its ``floor``).
+        posterior_floor: Deprecated (a ``FutureWarning``): the floor is the schedule's
+            ``floor``; this builds the schedule that computes what the former option did
+            (:func:`~pyg_progcl.losses.schedules.with_posterior_floor`).
         block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
     """
 
@@ -91,7 +101,7 @@ class ProGCLLoss(ContrastiveLoss):
         mix_eps: float = MIX_EPS,
         mixture: Optional[BetaMixture] = None,
         schedule: Union[str, FitSchedule] = DEFAULT_SCHEDULE,
-        posterior_floor: float = 0.0,
+        posterior_floor: Optional[float] = None,
         **kwargs,
     ):
         super().__init__(tau, **kwargs)
@@ -107,7 +117,15 @@ class ProGCLLoss(ContrastiveLoss):
         self.mix_eps = check_positive("mix_eps", mix_eps)
         self.mixture = BetaMixture() if mixture is None else mixture
         self.schedule = as_schedule(schedule)
-        self.posterior_floor = check_probability("posterior_floor", posterior_floor)
+        if posterior_floor is not None:
+            warnings.warn(
+                "`ProGCLLoss(posterior_floor=...)` is deprecated: the floor is the schedule's, "
+                "e.g. schedule=OnlineFit(floor=0.5) (from the first fit) or "
+                "FlooredFit(floor=0.5) (from the first degenerate refit)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            self.schedule = with_posterior_floor(self.schedule, posterior_floor)
 
     @classmethod
     def reference_code(
@@ -178,7 +196,8 @@ class ProGCLLoss(ContrastiveLoss):
     def hardness(self, cosine: Tensor) -> Tensor:
         r""":math:`b = s' \, p(\mathrm{true\ neg.} \mid s')`, :math:`s' = (\theta + 1)/2`, any shape."""
         with torch.no_grad():
-            return self.mixture.hardness_(cosine.add(1.0).mul_(0.5), self.posterior_floor)
+            floor = self.schedule.posterior_floor
+            return self.mixture.hardness_(cosine.add(1.0).mul_(0.5), floor)
 
     @torch.no_grad()
     def negative_weights(self, h1: Tensor, h2: Tensor) -> Tensor:
@@ -216,8 +235,7 @@ class ProGCLLoss(ContrastiveLoss):
         return NegativeTerm(per_direction, replace(GRACE_TERM.sums, extra=extra))
 
     def _weights(self) -> HardnessWeights:
-        floor = max(self.posterior_floor, self.schedule.posterior_floor)
-        return HardnessWeights(self.mixture, self.tau, self.schedule, floor)
+        return HardnessWeights(self.mixture, self.tau, self.schedule)
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}
@@ -225,6 +243,4 @@ class ProGCLLoss(ContrastiveLoss):
             opts["num_mix"] = self.num_mix
             if self.mix_eps != MIX_EPS:
                 opts["mix_eps"] = self.mix_eps
-        if self.posterior_floor:
-            opts["posterior_floor"] = self.posterior_floor
         return opts

@@ -21,24 +21,35 @@ FROZEN_CACHE_MIB = 512.0
 
 
 class FitSchedule(torch.nn.Module):
-    """Base of the schedules: what a call of :meth:`.ProGCLLoss.fit` does, and from which
+    r"""Base of the schedules: what a call of :meth:`.ProGCLLoss.fit` does, and from which
     similarities the hardness ``b`` is computed (here: the current ones, at every step).
 
     A refit *degenerates* when :meth:`~pyg_progcl.BetaMixture.degeneracy` finds a problem
     (e.g. a false-negative spike at cosine 1, under which near-duplicate negatives lose
     their repulsion and long runs collapse; docs/algorithms.md §5.4); the buffer
     ``degenerated`` records whether one has since the last :meth:`reset_parameters`.
+
+    Args:
+        floor: Lower bound of the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b``
+            from the first fit on (0: ProGCL's formula): no negative loses more than
+            ``1 - floor`` of its hardness, however sure the mixture is that it is a false
+            negative. (:class:`FlooredFit`'s engages at the first degenerate refit.)
     """
 
+    #: The schedule's name in :data:`SCHEDULES` (``ProGCLLoss(schedule=name)``).
+    name = ""
     #: Whether the weights of the second direction are those of the first (reference code).
     shared_weights = False
-    #: Lower bound the schedule puts on ``p(TN | s')`` in ``b`` now (on top of the loss's
-    #: ``posterior_floor``; 0: none).
-    posterior_floor = 0.0
 
-    def __init__(self):
+    def __init__(self, floor: float = 0.0):
         super().__init__()
+        self.floor = check_probability("floor", floor)
         self.register_buffer("degenerated", torch.zeros((), dtype=torch.bool))
+
+    @property
+    def posterior_floor(self) -> float:
+        """The lower bound the schedule puts on ``p(TN | s')`` in ``b`` now (0: none)."""
+        return self.floor
 
     def fit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
         """Refits ``loss``'s mixture on ``h1``, ``h2`` (with :meth:`refit`) if due."""
@@ -81,22 +92,18 @@ class OnlineFit(FitSchedule):
     Args:
         keep_healthy: Reject a refit that leaves the mixture degenerate: the mixture keeps
             its last healthy parameters (or stays unfitted, the loss GRACE's), and the
-            rejected fit does not warn.
-        degenerate_floor: From the first degenerate refit on, floor the posterior
-            :math:`p(\mathrm{true\ neg.} \mid s')` in ``b`` at this value for the rest of
-            training (0: never): no negative then loses more than ``1 - degenerate_floor``
-            of its hardness. Until a refit degenerates the loss is ``'online'``'s exactly.
+            rejected fit does not warn (``'guarded'``).
+        floor: See :class:`FitSchedule`.
     """
 
-    def __init__(self, keep_healthy: bool = False, degenerate_floor: float = 0.0):
-        super().__init__()
+    def __init__(self, keep_healthy: bool = False, floor: float = 0.0):
+        super().__init__(floor)
         self.keep_healthy = check_bool("keep_healthy", keep_healthy)
-        self.degenerate_floor = check_probability("degenerate_floor", degenerate_floor)
         self.rejected = 0  # refits rejected since construction
 
     @property
-    def posterior_floor(self) -> float:
-        return self.degenerate_floor if bool(self.degenerated) else 0.0
+    def name(self) -> str:
+        return "guarded" if self.keep_healthy else "online"
 
     def fit(self, loss, h1, h2, generator=None) -> None:
         if not self.keep_healthy:
@@ -113,14 +120,51 @@ class OnlineFit(FitSchedule):
 
     def extra_repr(self) -> str:
         parts = ["keep_healthy=True"] if self.keep_healthy else []
-        if self.degenerate_floor:
-            parts.append(f"degenerate_floor={self.degenerate_floor:g}")
-        return ", ".join(parts)
+        return ", ".join(parts + _floor_repr(self.floor, 0.0))
+
+
+#: The ``floor`` of ``schedule='floored'``.
+DEGENERATE_FLOOR = 0.5
+
+
+class FlooredFit(OnlineFit):
+    r"""``'floored'``, the default: :class:`OnlineFit` (refit at every call, ``b`` from the
+    current similarities) until a refit degenerates; from then on, for the rest of
+    training, the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b`` is floored at
+    ``floor``, so that no negative loses more than ``1 - floor`` of its hardness. Until a
+    refit degenerates the loss is ``'online'``'s exactly.
+
+    Args:
+        floor: The floor engaged at the first degenerate refit (0: never, ``'online'``).
+        keep_healthy: See :class:`OnlineFit`.
+    """
+
+    name = "floored"
+
+    def __init__(self, floor: float = DEGENERATE_FLOOR, keep_healthy: bool = False):
+        super().__init__(keep_healthy, floor)
+
+    @property
+    def posterior_floor(self) -> float:
+        return self.floor if bool(self.degenerated) else 0.0
+
+    def extra_repr(self) -> str:
+        parts = ["keep_healthy=True"] if self.keep_healthy else []
+        return ", ".join(_floor_repr(self.floor, DEGENERATE_FLOOR) + parts)
 
 
 class FitOnce(FitSchedule):
     """The first :meth:`.ProGCLLoss.fit` fits the mixture (unless it was passed in fitted),
-    later calls keep it; ``b`` comes from the current similarities."""
+    later calls keep it; ``b`` comes from the current similarities.
+
+    Args:
+        floor: See :class:`FitSchedule`.
+    """
+
+    name = "fit-once"
+
+    def extra_repr(self) -> str:
+        return ", ".join(_floor_repr(self.floor, 0.0))
 
     def fit(self, loss, h1, h2, generator=None) -> None:
         if not loss.mixture.fitted:
@@ -146,10 +190,15 @@ class FrozenFit(FitSchedule):
             :math:`u_k`, :math:`v_k` get :math:`b(\\theta(u_i, v_k))` instead of the pair's
             own :math:`b(\\theta(v_i, u_k))`. Only to imitate that code
             (:meth:`.ProGCLLoss.reference_code`).
+        floor: See :class:`FitSchedule`.
     """
 
-    def __init__(self, cache_mib: float = FROZEN_CACHE_MIB, shared_weights: bool = False):
-        super().__init__()
+    name = "frozen"
+
+    def __init__(
+        self, cache_mib: float = FROZEN_CACHE_MIB, shared_weights: bool = False, floor: float = 0.0
+    ):
+        super().__init__(floor)
         self.cache_mib = check_nonnegative("cache_mib", cache_mib)
         self.shared_weights = check_bool("shared_weights", shared_weights)
         self.register_buffer("frozen_u", None)
@@ -218,37 +267,73 @@ class FrozenFit(FitSchedule):
 
     def extra_repr(self) -> str:
         parts = [] if self.cache_mib == FROZEN_CACHE_MIB else [f"cache_mib={self.cache_mib:g}"]
-        return ", ".join(parts + (["shared_weights=True"] if self.shared_weights else []))
+        parts += ["shared_weights=True"] if self.shared_weights else []
+        return ", ".join(parts + _floor_repr(self.floor, 0.0))
 
 
-#: The ``degenerate_floor`` of ``schedule='floored'``.
-DEGENERATE_FLOOR = 0.5
 #: The schedule of ``ProGCLLoss()`` and of the presets.
 DEFAULT_SCHEDULE = "floored"
 
-#: Schedules by name (``ProGCLLoss(schedule=...)``).
-SCHEDULES: dict[str, Callable[[], FitSchedule]] = {
+#: Schedules by name (``ProGCLLoss(schedule=...)``); each takes a ``floor``.
+SCHEDULES: dict[str, Callable[..., FitSchedule]] = {
     "online": OnlineFit,
-    "floored": functools.partial(OnlineFit, degenerate_floor=DEGENERATE_FLOOR),
+    "floored": FlooredFit,
     "guarded": functools.partial(OnlineFit, keep_healthy=True),
     "fit-once": FitOnce,
     "frozen": FrozenFit,
 }
 
 
-def as_schedule(schedule: Union[str, FitSchedule]) -> FitSchedule:
-    """A schedule from its name in :data:`SCHEDULES`, or the schedule itself."""
+def _floor_repr(floor: float, default: float) -> list[str]:
+    """``["floor=…"]`` where ``floor`` is not the schedule's ``default``."""
+    return [] if floor == default else [f"floor={floor:g}"]
+
+
+def as_schedule(schedule: Union[str, FitSchedule], floor: Optional[float] = None) -> FitSchedule:
+    """A schedule from its name in :data:`SCHEDULES` (with its ``floor``; ``None``: the
+    schedule's default), or the schedule itself."""
     if isinstance(schedule, FitSchedule):
         return schedule
-    return SCHEDULES[check_choice("schedule", schedule, SCHEDULES)]()
+    make = SCHEDULES[check_choice("schedule", schedule, SCHEDULES)]
+    return make() if floor is None else make(floor=floor)
 
 
 def schedule_name(schedule: FitSchedule) -> str:
-    """The name in :data:`SCHEDULES` of the schedule with the same class and options, else
-    of its class (its class name if none)."""
-    named = {name: make() for name, make in SCHEDULES.items()}
-    for name, made in named.items():
-        if type(made) is type(schedule) and made.extra_repr() == schedule.extra_repr():
-            return name
-    by_class = {type(made): name for name, made in reversed(named.items())}
-    return by_class.get(type(schedule), type(schedule).__name__)
+    """The schedule's :attr:`~FitSchedule.name` (its class name if it has none)."""
+    return schedule.name or type(schedule).__name__
+
+
+def with_posterior_floor(schedule: FitSchedule, posterior_floor: float) -> FitSchedule:
+    """The single-floor schedule that computes what ``schedule`` did with the former
+    ``ProGCLLoss(posterior_floor=...)`` (a floor from the first fit, combined by ``max``
+    with the schedule's own): ``schedule`` with that floor, or for a :class:`FlooredFit`
+    whose floor it reaches, an :class:`OnlineFit` floored from the first fit.
+
+    Raises:
+        ValueError: for a ``posterior_floor`` below a :class:`FlooredFit`'s floor, which
+            no single floor equals (one floor before the first degenerate refit, a higher
+            one after).
+    """
+    posterior_floor = check_probability("posterior_floor", posterior_floor)
+    if not posterior_floor:
+        return schedule
+    if not isinstance(schedule, FlooredFit):
+        schedule.floor = max(schedule.floor, posterior_floor)
+        return schedule
+    if posterior_floor >= schedule.floor:  # max(x, floor) = x from the first fit on
+        return OnlineFit(schedule.keep_healthy, posterior_floor)
+    raise ValueError(
+        f"`posterior_floor={posterior_floor:g}` with schedule='floored' has no single-floor "
+        f"equivalent (p(TN | s') floored at {posterior_floor:g}, then at {schedule.floor:g} "
+        f"from the first degenerate refit): use schedule='online' with floor={posterior_floor:g} "
+        "(from the first fit) or schedule='floored' with a floor (from the first degenerate "
+        "refit)"
+    )
+
+
+def legacy_floor(schedule: str, posterior_floor: float) -> tuple[str, Optional[float]]:
+    """``(schedule, floor)``, the names of :func:`with_posterior_floor` for a config: the
+    schedule's name and its floor (``None``: the schedule's default, where
+    ``posterior_floor`` is 0)."""
+    made = with_posterior_floor(as_schedule(schedule), posterior_floor)
+    return made.name, (made.floor if posterior_floor else None)

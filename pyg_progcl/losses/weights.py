@@ -27,13 +27,14 @@ class HardnessWeights:
         mixture: The fitted :class:`~pyg_progcl.BetaMixture`.
         tau: The loss's temperature (blocks hold logits ``(θ - 1)/τ``).
         schedule: The loss's :class:`~.schedules.FitSchedule`: which similarities ``b``
-            is computed from, and (frozen) the weight blocks it holds between steps.
-        floor: Lower bound of the posterior ``p(TN | s')`` in ``b``
-            (:meth:`BetaMixture.hardness_`; 0: none).
+            is computed from, the lower bound of the posterior ``p(TN | s')`` in ``b``
+            (its :attr:`~.schedules.FitSchedule.posterior_floor` now, kept as ``floor``)
+            and (frozen) the weight blocks it holds between steps.
     """
 
-    def __init__(self, mixture: BetaMixture, tau: float, schedule: FitSchedule, floor: float = 0.0):
-        self.mixture, self.tau, self.schedule, self.floor = mixture, tau, schedule, floor
+    def __init__(self, mixture: BetaMixture, tau: float, schedule: FitSchedule):
+        self.mixture, self.tau, self.schedule = mixture, tau, schedule
+        self.floor = schedule.posterior_floor
 
     def term(self) -> NegativeTerm:
         """ProGCL-weight's :class:`~.engine.NegativeTerm`, on every path."""
