@@ -255,19 +255,25 @@ def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
         assert status == 2 and words in err and len(err.strip().splitlines()) == 1, err
 
 
+def _stopped_at_epoch_5(config, graph, tmp_path):
+    """A run interrupted at epoch 5 with checkpoints every 4 epochs: its folder and the
+    payload of its checkpoint (epoch 4)."""
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(InterruptError):
+        train_seed(
+            config, graph, checkpoint_dir=ckpt, checkpoint_every=4, progress=False,
+            callback=stop_at(5),
+        )  # fmt: skip
+    return ckpt, torch.load(ckpt / "seed0.pt", weights_only=True)
+
+
 def test_checkpoints_of_older_versions_resume(small_graph, tmp_path):
     """A config field added since the checkpoint was written takes its default, as it did
     in the run that wrote it (``shared_weights`` is the first whose default is not None)."""
     config = small_config(epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=10)
     _, _, whole = train_seed(config, small_graph, progress=False)
 
-    ckpt = tmp_path / "ckpt"
-    with pytest.raises(InterruptError):
-        train_seed(
-            config, small_graph, checkpoint_dir=ckpt, checkpoint_every=4, progress=False,
-            callback=stop_at(5),
-        )  # fmt: skip
-    payload = torch.load(ckpt / "seed0.pt", weights_only=True)
+    ckpt, payload = _stopped_at_epoch_5(config, small_graph, tmp_path)
     assert payload["epoch"] == 4  # past the warm-up: no other config may resume it
     del payload["config"]["shared_weights"]
     save_checkpoint(ckpt / "seed0.pt", payload)  # (sealed with a new checksum)
@@ -286,13 +292,7 @@ def test_checkpoints_with_the_former_posterior_floor_resume(small_graph, tmp_pat
         epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=10, schedule="online", floor=0.5
     )
     _, _, whole = train_seed(config, small_graph, progress=False)
-    ckpt = tmp_path / "ckpt"
-    with pytest.raises(InterruptError):
-        train_seed(
-            config, small_graph, checkpoint_dir=ckpt, checkpoint_every=4, progress=False,
-            callback=stop_at(5),
-        )  # fmt: skip
-    payload = torch.load(ckpt / "seed0.pt", weights_only=True)
+    ckpt, payload = _stopped_at_epoch_5(config, small_graph, tmp_path)
     del payload["config"]["floor"]
     payload["config"].update(schedule="floored", posterior_floor=0.5)
     save_checkpoint(ckpt / "seed0.pt", payload)
