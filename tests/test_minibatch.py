@@ -427,3 +427,22 @@ def test_trainer_minibatch_resume_equals_uninterrupted(graph, tmp_path):
         progress=False,
     )  # fmt: skip
     assert rec_b["losses"] == rec_a["losses"] and rec_b["accuracy"] == rec_a["accuracy"]
+
+
+def test_embed_minibatch_applies_gcns_linear_map_once_per_layer(graph):
+    # x @ W runs once over all nodes (in row chunks), not again for every batch's
+    # in-neighbours; exact with sparse features and GCNConv's options.
+    sparse_x = graph.clone()
+    sparse_x.x = graph.x * (torch.rand_like(graph.x) < 0.05)  # CSR in the first layer
+    options = [{}, {"add_self_loops": False}, {"normalize": False}, {"improved": True}]
+    calls = []
+    for data, conv_kwargs in [(sparse_x, {})] + [(graph, kw) for kw in options]:
+        torch.manual_seed(0)
+        model = make_model(graph, hidden=16, augment=False, conv_kwargs=conv_kwargs).eval()
+        full = model(data.x, data.edge_index)
+        for conv in model.encoder.layers:
+            conv.lin.register_forward_hook(lambda m, i, o: calls.append(o.size(0)))
+        z = embed_minibatch(model, data, batch_size=100)
+        torch.testing.assert_close(z, full, rtol=1e-5, atol=1e-6)
+        assert sum(calls) == data.num_nodes * len(model.encoder.layers)
+        calls.clear()

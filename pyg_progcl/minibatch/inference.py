@@ -15,7 +15,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._checks import check_data, check_input_width, check_int, trusted_graph
-from ..encoders import GCNEncoder, MLPEncoder
+from ..encoders import GCNEncoder, MLPEncoder, sparse_features
 from .sampling import InEdges, neighbor_loader, seed_count
 
 
@@ -91,6 +91,38 @@ def _layer_on_targets(conv, x: Tensor, graph: InEdges, targets: Tensor, local: T
     return h[: targets.numel()]
 
 
+def _linear_first(conv) -> bool:
+    """Whether ``conv`` is ``x @ W``, then a sum over in-edges, then a bias (GCNConv)."""
+    from torch_geometric.nn import GCNConv
+
+    return isinstance(conv, GCNConv) and conv.aggr == "add"
+
+
+def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Tensor:
+    """``lin(x)`` for every row of ``x``, ``batch_size`` rows at a time (as CSR matrices
+    if ``sparse`` and they are sparse enough and on the CPU, as the encoder's first layer
+    does: :func:`~pyg_progcl.encoders.sparse_features`)."""
+    out = None
+    for start in range(0, x.size(0), batch_size):
+        rows = x[start : start + batch_size].to(device)
+        h = lin(sparse_features(rows) if sparse else rows).to(x.device)
+        if out is None:
+            out = x.new_empty(x.size(0), h.size(1))
+        out[start : start + h.size(0)] = h
+    return out
+
+
+def _aggregate_on_targets(conv, xw: Tensor, graph: InEdges, targets: Tensor, device) -> Tensor:
+    """A linear-first layer's output at ``targets``: the (weighted) sum of their
+    in-neighbours' transformed rows ``xw``, plus the bias."""
+    pos, slot = graph.sample(targets, -1)
+    messages = xw[graph.source[pos].to(xw.device)].to(device)
+    if graph.weight is not None:
+        messages = messages * graph.weight[pos].to(device).unsqueeze(-1)
+    h = messages.new_zeros(targets.numel(), xw.size(1)).index_add_(0, slot.to(device), messages)
+    return h if conv.bias is None else h + conv.bias
+
+
 Gather = Callable[[Tensor], Tensor]
 
 
@@ -106,19 +138,25 @@ def _layerwise(
 ) -> Tensor:
     """Exact encoder output, one layer at a time over target-node batches: a layer's
     output at a node needs only its in-neighbours' inputs (and, for GCN, degrees). Each
-    layer computes the ``part``'s nodes and ``gather`` assembles all of them."""
+    layer computes the ``part``'s nodes and ``gather`` assembles all of them. GCN layers
+    transform every node's row once (``x @ W``) and sum the transformed rows per batch."""
     n = x.size(0)
     own = node_part(n, part)
     local = torch.full((n,), -1, dtype=torch.long)
-    for conv, act in zip(encoder.layers, encoder.activations):
-        out, graph = None, None
+    for i, (conv, act) in enumerate(zip(encoder.layers, encoder.activations)):
+        out, graph, xw = None, None, None
         if not isinstance(encoder, MLPEncoder):
             layer_edges, layer_weight = _layer_graph(conv, edge_index.cpu(), n, x.dtype)
             graph = InEdges(layer_edges, n, layer_weight)
+        if graph is not None and _linear_first(conv):  # x @ W once per layer, not per batch
+            sparse = i == 0 and getattr(encoder, "sparse_features", False)
+            xw = _transform_rows(conv.lin, x, batch_size, device, sparse)
         for start in range(own.start, own.stop, batch_size):
             targets = torch.arange(start, min(start + batch_size, own.stop))
             if graph is None:
                 h = act(conv(x[targets].to(device)))
+            elif xw is not None:
+                h = act(_aggregate_on_targets(conv, xw, graph, targets, device))
             else:
                 h = act(_layer_on_targets(conv, x, graph, targets, local, device))
             if out is None:
