@@ -104,12 +104,25 @@ def check_views(h1: Tensor, h2: Tensor) -> None:
 
 
 def check_edge_index(edge_index: Tensor) -> Tensor:
-    """Checks ``edge_index`` is an integer ``[2, num_edges]`` tensor."""
-    if not (isinstance(edge_index, Tensor) and edge_index.dim() == 2 and edge_index.size(0) == 2):
-        shape = list(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index)
-        raise ValueError(f"`edge_index` must be a tensor of shape [2, num_edges] (got {shape})")
+    """Checks ``edge_index`` is an integer ``[2, num_edges]`` tensor (an ``[num_edges, 2]``
+    one is reported as transposed)."""
+    if not isinstance(edge_index, Tensor):
+        raise ValueError(
+            f"`edge_index` must be a tensor of shape [2, num_edges] (got {type(edge_index)})"
+        )
+    shape = list(edge_index.shape)
+    if edge_index.dim() == 2 and edge_index.size(1) == 2 and edge_index.size(0) != 2:
+        raise ValueError(
+            f"`edge_index` must have shape [2, num_edges] (got {shape}, which looks "
+            "transposed: pass edge_index.t())"
+        )
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"`edge_index` must have shape [2, num_edges] (got {shape})")
     if edge_index.is_floating_point() or edge_index.is_complex():
-        raise ValueError(f"`edge_index` must be an integer tensor (got {edge_index.dtype})")
+        raise ValueError(
+            f"`edge_index` must be an integer tensor (got {edge_index.dtype}); node indices "
+            "are integers, e.g. edge_index.long()"
+        )
     return edge_index
 
 
@@ -310,19 +323,9 @@ def _check_edge_index(edge_index, num_nodes: int) -> None:
             f"`edge_index` must be a tensor of shape [2, num_edges] or a sparse adjacency "
             f"(got {type(edge_index).__name__})"
         )
-    shape = list(edge_index.shape)
-    if edge_index.dim() == 2 and edge_index.size(1) == 2 and edge_index.size(0) != 2:
-        raise ValueError(
-            f"`edge_index` must have shape [2, num_edges] (got {shape}, which looks "
-            "transposed: pass edge_index.t())"
-        )
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"`edge_index` must have shape [2, num_edges] (got {shape})")
-    if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
-        raise ValueError(
-            f"`edge_index` must be an integer tensor (got {edge_index.dtype}); node indices "
-            "are integers, e.g. edge_index.long()"
-        )
+    check_edge_index(edge_index)
+    if edge_index.dtype == torch.bool:
+        raise ValueError("`edge_index` must be an integer tensor (got torch.bool)")
     _check_range("edge_index", edge_index, num_nodes)
 
 
