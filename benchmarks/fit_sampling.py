@@ -24,7 +24,7 @@ import torch
 from pyg_progcl import BetaMixture, ProGCLLoss
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import TrainConfig
-from pyg_progcl.losses.engine import sample_negative_similarities
+from pyg_progcl.losses import sample_negative_similarities
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)

@@ -199,7 +199,7 @@ def compare_loss(make, h1, h2, device, dtype, block_size, reference) -> dict:
 def loss_path(loss: torch.nn.Module, num_nodes: int, block_size: Optional[int]) -> str:
     """The engine's path for ``loss`` on ``num_nodes`` nodes (``'?'`` if unknown)."""
     try:
-        from pyg_progcl.losses.engine.dispatch import choose_path
+        from pyg_progcl.losses._engine.dispatch import choose_path
 
         path = choose_path(num_nodes, loss.tau, loss.negative_term(), block_size)
         size = path.block_size

@@ -33,14 +33,6 @@ from typing import Any, Optional
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-# isort: off
-import pyg_progcl  # noqa: E402
-
-if __name__ == "__main__":  # a script: before torch allocates (docs/design.md)
-    pyg_progcl.enable_huge_pages()
-
-# isort: on
-
 from pyg_progcl.experiments import train, write_json  # noqa: E402
 from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402

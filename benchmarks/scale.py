@@ -52,23 +52,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-# isort: off
-import pyg_progcl  # noqa: E402
-
-if __name__ == "__main__":  # a script: before torch allocates (docs/design.md)
-    pyg_progcl.enable_huge_pages()
 import torch  # noqa: E402
-
-# isort: on
 
 from pyg_progcl.experiments import build_loss, build_model, seed_everything  # noqa: E402
 from pyg_progcl.experiments import machine as train_machine  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import get_preset  # noqa: E402
 from pyg_progcl.losses import ProGCLLoss  # noqa: E402
-from pyg_progcl.losses.engine import dispatch, normalize_views  # noqa: E402
-from pyg_progcl.losses.engine.blocks import row_block  # noqa: E402
-from pyg_progcl.losses.engine.per_direction import block_losses  # noqa: E402
+from pyg_progcl.losses._engine import dispatch, normalize_views  # noqa: E402
+from pyg_progcl.losses._engine.blocks import row_block  # noqa: E402
+from pyg_progcl.losses._engine.per_direction import block_losses  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES, ARXIV_FEATURES, ARXIV_CLASSES = 169_343, 1_166_243, 128, 40
 GIB = 2**30

@@ -31,14 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# isort: off
-import pyg_progcl
-
-if __name__ == "__main__":  # a script: before torch allocates (docs/design.md)
-    pyg_progcl.enable_huge_pages()
-import torch  # noqa: E402
-
-# isort: on
+import torch
 
 from pyg_progcl import (  # noqa: E402
     DebiasedInfoNCELoss,
@@ -53,7 +46,7 @@ from pyg_progcl import (  # noqa: E402
 from pyg_progcl.encoders import sparse_features  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.losses import FrozenFit  # noqa: E402
-from pyg_progcl.losses.engine.dispatch import DENSE_MAX_NODES  # noqa: E402
+from pyg_progcl.losses._engine.dispatch import DENSE_MAX_NODES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)

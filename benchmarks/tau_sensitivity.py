@@ -35,7 +35,7 @@ from pyg_progcl import InfoNCELoss, ProGCLLoss  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.experiments.loop import machine, train_seed  # noqa: E402
 from pyg_progcl.experiments.presets import get_preset  # noqa: E402
-from pyg_progcl.losses.engine import normalize_views  # noqa: E402
+from pyg_progcl.losses import normalize_views  # noqa: E402
 
 TAUS = (0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.2)
 

@@ -9,26 +9,30 @@ negatives; ProGCL's claim is that it is far above chance under message passing),
 tell true from false negatives; 0.5 is chance). ``plot_similarity_histogram`` draws the
 two histograms and the fitted mixture into a PNG (needs matplotlib).
 
-Run:  python examples/diagnostics.py --out similarity.png
+Run:  python examples/diagnostics.py --out similarity.png  # a synthetic graph
       python examples/diagnostics.py --dataset Cora --root data --epochs 100
 """
 
 import argparse
 
 import torch
+import torch_geometric.transforms as T
+from torch_geometric.datasets import Planetoid
 
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel, InfoNCELoss
+from pyg_progcl.datasets import synthetic_graph
 from pyg_progcl.diagnostics import diagnose, plot_similarity_histogram
-from pyg_progcl.experiments import load_dataset
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("--dataset", default="synthetic", help="a name of load_dataset")
-parser.add_argument("--root", default=None, help="data root (not needed for synthetic)")
+parser.add_argument("--dataset", default="Cora", help="a Planetoid name, read with --root")
+parser.add_argument("--root", default=None, help="data root; without it, a synthetic graph")
 parser.add_argument("--epochs", type=int, default=30)
 parser.add_argument("--out", default="similarity.png", help="PNG of the histogram")
 args = parser.parse_args()
 torch.manual_seed(0)
-data = load_dataset(args.dataset, args.root)
+name = args.dataset if args.root else "synthetic"
+graph = Planetoid(args.root, args.dataset)[0] if args.root else synthetic_graph()
+data = T.NormalizeFeatures()(graph)
 
 model = GRACEModel(
     GCNEncoder(data.num_features, 128), 128, 128,
@@ -48,5 +52,5 @@ for key in ["fn_rate", "fn_share_topk", "fn_share_topk_lift", "fn_share_topk_har
             "auc_similarity", "auc_posterior", "mean_cos_tn", "mean_cos_fn"]:  # fmt: skip
     print(f"{key:24s} {diag.summary[key]:.4f}")
 print(f"fitted mixture: {diag.mixture}")
-plot_similarity_histogram(diag, args.out, title=f"{args.dataset}, GRACE, {args.epochs} epochs")
+plot_similarity_histogram(diag, args.out, title=f"{name}, GRACE, {args.epochs} epochs")
 print(f"histogram written to {args.out}")

@@ -3,25 +3,27 @@
 GRACE's loss for the warm-up epochs (an unfitted ProGCLLoss *is* InfoNCE), then
 ``loss_fn.fit(h1.detach(), h2.detach())`` at every later epoch, before the loss: the Beta
 mixture is refitted on that epoch's views and the negatives are weighted by their
-hardness. The probe is pyg_progcl.experiments.evaluate with the GCA protocol: a
+hardness. The probe is pyg_progcl.evaluation.evaluate with the GCA protocol: a
 logistic-regression layer (Adam) on the frozen encoder embeddings ``model(x, edge_index)``,
 random 10% / 10% / 80% train / validation / test split.
 
-Run:  python examples/progcl_cora.py --root data  # data/planetoid/Cora, data/Cora or download
-      python examples/progcl_cora.py --dataset synthetic --epochs 40 --warmup 20
+Run:  python examples/progcl_cora.py --root data  # PyG's Planetoid: data/Cora, or downloads it
+      python examples/progcl_cora.py --epochs 40 --warmup 20  # no --root: a synthetic graph
 """
 
 import argparse
 
 import torch
 import torch_geometric.transforms as T
+from torch_geometric.datasets import Planetoid
 
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel, ProGCLLoss
-from pyg_progcl.experiments import evaluate, load_dataset, synthetic_graph
+from pyg_progcl.datasets import synthetic_graph
+from pyg_progcl.evaluation import evaluate
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("--root", default="data", help="data root, as for `pyg_progcl train`")
-parser.add_argument("--dataset", default="Cora", choices=["Cora", "synthetic"])
+parser.add_argument("--root", default=None, help="data root of PyG's Planetoid (ROOT/Cora)")
+parser.add_argument("--dataset", choices=["Cora", "synthetic"], help="default: Cora with --root")
 parser.add_argument("--epochs", type=int, default=200)
 parser.add_argument("--warmup", type=int, default=100, help="epochs with GRACE's loss")
 parser.add_argument("--probe-epochs", type=int, default=3000)
@@ -29,11 +31,12 @@ parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
 torch.manual_seed(args.seed)
 
-if args.dataset == "Cora":
-    try:  # ROOT/planetoid/Cora or ROOT/Cora; else PyG downloads it to ROOT/Cora
-        data = load_dataset("Cora", args.root)  # row-normalised features
-    except OSError as exc:  # no such root, or the download failed (offline)
-        parser.exit(2, f"progcl_cora.py: error: no Cora under {args.root}: {exc}\n")
+root = args.root or "data"
+if (args.dataset or ("Cora" if args.root else "synthetic")) == "Cora":
+    try:  # ROOT/Cora, else PyG downloads it there; features row-normalised
+        data = Planetoid(root, "Cora", transform=T.NormalizeFeatures())[0]
+    except OSError as exc:  # the download failed (offline)
+        parser.exit(2, f"progcl_cora.py: error: no Cora under {root}: {exc}\n")
 else:
     data = T.NormalizeFeatures()(synthetic_graph(seed=args.seed))
 print(data)

@@ -4,59 +4,92 @@ GRACE / GCA models with edge-drop and feature-mask augmenters, a message-passing
 swappable for an MLP, and contrastive losses: InfoNCE (GRACE), DCL, HCL and ProGCL with an
 online Beta-mixture refit. Graph files and trained models go in and out through
 :func:`~pyg_progcl.io.read_graph`, :func:`~pyg_progcl.io.save_model`,
-:func:`~pyg_progcl.io.load_model` and :func:`~pyg_progcl.io.embed`.
-
-Importing the package imports nothing else: each public name below loads its module on
-first use, so that ``python -m pyg_progcl`` (and :func:`enable_huge_pages`) can configure
-torch before it allocates.
+:func:`~pyg_progcl.io.load_model` and :func:`~pyg_progcl.io.embed`; a linear probe
+(:func:`~pyg_progcl.evaluation.evaluate`) and a generated graph
+(:func:`~pyg_progcl.datasets.synthetic_graph`) come with them. The mini-batch and
+distributed entry points are in :mod:`pyg_progcl.minibatch` and
+:mod:`pyg_progcl.distributed`, the false-negative diagnostics in
+:mod:`pyg_progcl.diagnostics`.
 """
 
-from importlib import import_module
+import warnings
 
-from ._hugepages import enable_huge_pages
+from .augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Augmenter,
+    Compose,
+    EdgeDrop,
+    FeatureMask,
+    drop_edge_weighted,
+    edge_drop_probabilities,
+    feature_drop_probabilities,
+    mask_feature,
+    mask_feature_weighted,
+    node_centrality,
+)
+from .datasets import synthetic_graph
+from .encoders import GCNEncoder, MLPEncoder
+from .evaluation import evaluate, logistic_regression_probe, random_split
+from .io import embed, load_model, read_graph, save_model
+from .losses import (
+    ContrastiveLoss,
+    DebiasedInfoNCELoss,
+    HardInfoNCELoss,
+    InfoNCELoss,
+    ProGCLLoss,
+)
+from .mixture import BetaMixture, MixtureDegeneracyWarning
+from .model import GRACEModel
 
 __version__ = "0.1.0"
 
-#: Public name -> the module that defines it.
-_EXPORTS = {
-    "GRACEModel": "model",
-    "GCNEncoder": "encoders",
-    "MLPEncoder": "encoders",
-    "Augmenter": "augment",
-    "EdgeDrop": "augment",
-    "FeatureMask": "augment",
-    "AdaptiveEdgeDrop": "augment",
-    "AdaptiveFeatureMask": "augment",
-    "Compose": "augment",
-    "mask_feature": "augment",
-    "drop_edge_weighted": "augment",
-    "mask_feature_weighted": "augment",
-    "edge_drop_probabilities": "augment",
-    "feature_drop_probabilities": "augment",
-    "node_centrality": "augment",
-    "ContrastiveLoss": "losses",
-    "InfoNCELoss": "losses",
-    "DebiasedInfoNCELoss": "losses",
-    "HardInfoNCELoss": "losses",
-    "ProGCLLoss": "losses",
-    "BetaMixture": "mixture",
-    "MixtureDegeneracyWarning": "mixture",
-    "read_graph": "io",
-    "save_model": "io",
-    "load_model": "io",
-    "embed": "io",
-}
-
-__all__ = [*_EXPORTS, "enable_huge_pages"]
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__all__ = [
+    "GRACEModel",
+    "GCNEncoder",
+    "MLPEncoder",
+    "Augmenter",
+    "EdgeDrop",
+    "FeatureMask",
+    "AdaptiveEdgeDrop",
+    "AdaptiveFeatureMask",
+    "Compose",
+    "mask_feature",
+    "drop_edge_weighted",
+    "mask_feature_weighted",
+    "edge_drop_probabilities",
+    "feature_drop_probabilities",
+    "node_centrality",
+    "ContrastiveLoss",
+    "InfoNCELoss",
+    "DebiasedInfoNCELoss",
+    "HardInfoNCELoss",
+    "ProGCLLoss",
+    "BetaMixture",
+    "MixtureDegeneracyWarning",
+    "read_graph",
+    "save_model",
+    "load_model",
+    "embed",
+    "evaluate",
+    "logistic_regression_probe",
+    "random_split",
+    "synthetic_graph",
+]
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+def enable_huge_pages() -> bool:
+    """Deprecated: has no effect; returns ``False``.
+
+    torch's CPU allocator reads ``THP_MEM_ALLOC_ENABLE`` once, at its first allocation,
+    which importing this package now precedes. Set ``THP_MEM_ALLOC_ENABLE=1`` in the
+    environment before starting Python instead (docs/design.md: it saved 10 % of a
+    ProGCL-mix step on Amazon-Photo and at most 1 % elsewhere).
+    """
+    warnings.warn(
+        "enable_huge_pages() has no effect and will be removed: set THP_MEM_ALLOC_ENABLE=1 "
+        "in the environment before starting Python instead",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return False

@@ -10,9 +10,6 @@ defines ``add_arguments(parser)`` and ``run_cli(args) -> int`` (the exit
 status). A module that does not exist (yet) is skipped. ``ValueError``,
 ``FileNotFoundError`` and other ``OSError`` raised by ``run_cli`` become one
 ``error:`` line on stderr and exit status 2, without a traceback.
-
-Before anything allocates, the command asks torch's CPU allocator for transparent huge
-pages (:func:`pyg_progcl.enable_huge_pages`; ``THP_MEM_ALLOC_ENABLE=0`` opts out).
 """
 
 from __future__ import annotations
@@ -91,10 +88,6 @@ def build_parser(
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parses ``argv`` (default: ``sys.argv[1:]``), runs the subcommand, returns the exit status."""
-    from ._hugepages import enable_huge_pages
-
-    if "torch_geometric" not in sys.modules:  # (not when called in-process, e.g. by tests)
-        enable_huge_pages()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, DEFAULT_SUBCOMMAND)

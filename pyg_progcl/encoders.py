@@ -323,7 +323,9 @@ class GCNEncoder(_StackEncoder):
         Args:
             x (torch.Tensor): Node features ``[num_nodes, in_channels]``, dense or sparse.
             edge_index (torch.Tensor): Graph connectivity ``[2, num_edges]``, or a sparse
-                adjacency ``[num_nodes, num_nodes]``.
+                adjacency ``[num_nodes, num_nodes]`` (torch.sparse or ``torch_sparse``'s
+                ``SparseTensor``; under autocast the layers then run in float32, since
+                torch's CPU sparse products have no half-precision kernels).
             edge_weight (torch.Tensor, optional): Edge weights ``[num_edges]``,
                 passed to convolutions that accept ``edge_weight`` (or
                 ``edge_attr``).
@@ -357,9 +359,24 @@ class GCNEncoder(_StackEncoder):
             edge_index = adj
         elif edge_weight is not None:
             kwargs[self._edge_weight_arg] = edge_weight
+        if is_sparse(edge_index) and autocast_enabled(x.device.type):
+            return self._float32_layers(x, edge_index, kwargs)
+        return self._layers(x, edge_index, kwargs)
+
+    def _layers(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
         for layer, act in zip(self.layers, self.activations):
             x = act(layer(x, edge_index, **kwargs))
         return x
+
+    def _float32_layers(self, x: Tensor, adj, kwargs: dict) -> Tensor:
+        """The layers on a caller's sparse adjacency under autocast, with autocast off and
+        half-precision features upcast: autocast would run the sparse products in half
+        precision, which torch's CPU kernels do not implement (the edge-list path sums
+        its messages in float32 too)."""
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        with torch.autocast(x.device.type, enabled=False):
+            return self._layers(x, adj, kwargs)
 
     def _extra_repr_args(self) -> str:
         text = f", conv={self.conv.__name__}"

@@ -119,7 +119,7 @@ def use_backend(backend: str) -> None:
 
     import pyg_progcl.minibatch.sampling as sampling
 
-    sampling.pyg_can_sample = lambda: backend == "pyg"
+    sampling.default_backend = lambda: backend
     warnings.filterwarnings("ignore", "Using 'NeighborSampler' without", UserWarning)
 
 

@@ -1,6 +1,7 @@
 """Tests of pyg_progcl.augment against the formulas of docs/algorithms.md §2."""
 
 import math
+import warnings
 
 import networkx
 import pytest
@@ -349,7 +350,7 @@ def test_augmenter_subclass_works_as_module_and_transform():
     class DropAll(Augmenter):  # the documented extension points
         p = 1.0
 
-        def _edge_keep_mask(self, edge_index, num_nodes):
+        def edge_keep_mask(self, edge_index, num_nodes):
             return torch.zeros(edge_index.size(1), dtype=torch.bool)
 
     data = make_data()
@@ -358,6 +359,73 @@ def test_augmenter_subclass_works_as_module_and_transform():
     assert torch.equal(DropAll().eval()(data).edge_index, data.edge_index)
     out = T.Compose([DropAll(), T.ToUndirected()])(data)
     assert out.num_edges == 0 and data.num_edges > 0
+
+
+def test_the_docstring_example_augmenter_adds_noise_in_training_only():
+    class FeatureNoise(Augmenter):
+        def __init__(self, p: float):
+            super().__init__()
+            self.p = p
+
+        def augment_features(self, x, edge_index, num_nodes):
+            return x + self.p * torch.randn_like(x)
+
+    data = make_data()
+    torch.manual_seed(0)
+    view = FeatureNoise(0.1)(data)
+    torch.manual_seed(0)
+    assert torch.equal(view.x, data.x + 0.1 * torch.randn_like(data.x))
+    assert torch.equal(view.edge_index, data.edge_index)
+    assert torch.equal(FeatureNoise(0.1).eval()(data).x, data.x)
+    assert torch.equal(FeatureNoise(0.0)(data).x, data.x)
+
+
+def test_hooks_under_their_former_names_work_with_one_warning_per_class():
+    with pytest.warns(FutureWarning, match="_edge_keep_mask -> edge_keep_mask") as record:
+
+        class OldDropAll(Augmenter):  # written against the former, underscore hooks
+            p = 1.0
+
+            def _prepare(self, x, edge_index, num_nodes):
+                self.prepared = num_nodes
+
+            def _edge_keep_mask(self, edge_index, num_nodes):
+                return torch.zeros(edge_index.size(1), dtype=torch.bool)
+
+    assert len(record) == 1 and "_prepare -> prepare" in str(record[0].message)
+    assert record[0].filename == __file__  # points at the class statement
+    data = make_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # none at use, nor for a subclass
+
+        class Child(OldDropAll):
+            pass
+
+        assert OldDropAll()(data).num_edges == 0
+        assert Child()(data.x, data.edge_index)[1].shape == (2, 0)
+        compose = Compose(EdgeDrop(0.5), Child())
+        compose(data)
+        assert compose.augmenters[1].prepared == data.num_nodes
+    assert OldDropAll()._uses_edges()  # so it refuses a graph stored as adj_t
+
+
+def test_former_hook_names_reach_the_builtin_augmenters_through_super():
+    with pytest.warns(FutureWarning, match="_augment_features -> augment_features"):
+
+        class HalfMask(FeatureMask):
+            def _augment_features(self, x, edge_index, num_nodes):
+                return 0.5 * super()._augment_features(x, edge_index, num_nodes)
+
+    data = make_data()
+    torch.manual_seed(3)
+    expected = 0.5 * FeatureMask(0.5)(data.x, data.edge_index)[0]
+    torch.manual_seed(3)
+    assert torch.equal(HalfMask(0.5)(data.x, data.edge_index)[0], expected)
+    aug = AdaptiveEdgeDrop(0.3, centrality="degree")
+    aug._prepare(data.x, data.edge_index, data.num_nodes)  # callers of the former name
+    assert aug.drop_prob is not None
+    assert FeatureMask._augment_features is FeatureMask.augment_features
+    assert Augmenter._edge_keep_mask is Augmenter.edge_keep_mask
 
 
 @pytest.mark.parametrize("make", ALL_AUGMENTERS)

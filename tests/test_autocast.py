@@ -86,6 +86,34 @@ def test_progcl_fit_under_autocast_matches_float32():
     torch.testing.assert_close(fits[1], fits[0])
 
 
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A default process group of this process alone (gloo)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed without a default group")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("loss_fn", losses(), ids=LOSS_IDS)
+def test_distributed_loss_computes_in_float32_under_autocast(one_process_group, loss_fn, dtype):
+    from pyg_progcl.distributed import DistributedLoss
+
+    g = torch.Generator().manual_seed(2)
+    h1, h2 = (torch.randn(120, 16, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    expected = seeded(loss_fn, h1.float(), h2.float())
+    want = torch.autograd.grad(expected, (h1, h2))
+    with torch.autocast("cpu", dtype=dtype):
+        got = seeded(DistributedLoss(loss_fn), h1, h2)  # half views: upcast, float32 products
+    grad = torch.autograd.grad(got, (h1, h2))
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype,rtol", HALF)
 def test_default_encoder_and_model_under_autocast(dtype, rtol):
     x, edge_index = graph()
@@ -103,6 +131,45 @@ def test_default_encoder_and_model_under_autocast(dtype, rtol):
     for got, want in [(z, expected), (z_enc, expected), *zip(half_views, views)]:
         assert torch.isfinite(got).all()
         assert close(got, want, rtol)
+
+
+def sparse_adjacency(edge_index, num_nodes, kind):
+    """The transposed adjacency (rows = targets) of ``edge_index`` as a ``kind`` matrix."""
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csr_tensor
+
+    if kind == "SparseTensor":
+        torch_sparse = pytest.importorskip("torch_sparse", reason="torch-sparse not installed")
+        return torch_sparse.SparseTensor.from_edge_index(
+            edge_index.flip(0), sparse_sizes=(num_nodes, num_nodes)
+        )
+    convert = to_torch_csr_tensor if kind == "csr" else to_torch_coo_tensor
+    return convert(edge_index.flip(0), size=(num_nodes, num_nodes))
+
+
+@pytest.mark.filterwarnings("ignore:Converting sparse tensor to CSR:UserWarning")
+@pytest.mark.filterwarnings("ignore:Sparse (CSR tensor support|invariant checks):UserWarning")
+@pytest.mark.parametrize("conv", ["GCNConv", "SAGEConv"])
+@pytest.mark.parametrize("kind", ["csr", "coo", "SparseTensor"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_encoder_on_a_sparse_adjacency_under_autocast(dtype, kind, conv):
+    # The caller's sparse adjacency: the layers run in float32 (no half-precision CPU
+    # sparse kernels), so the embeddings and gradients are the float32 ones.
+    import torch_geometric.nn as pyg_nn
+
+    x, edge_index = graph()
+    adj = sparse_adjacency(torch.unique(edge_index, dim=1), x.size(0), kind)
+    torch.manual_seed(0)
+    encoder = GCNEncoder(40, 32, conv=getattr(pyg_nn, conv))
+    expected = encoder(x, adj)
+    want = torch.autograd.grad(expected.square().sum(), list(encoder.parameters()))
+    with torch.autocast("cpu", dtype=dtype):
+        got = encoder(x, adj)
+        half = encoder(x.to(dtype), adj)  # half-precision features: upcast
+    grad = torch.autograd.grad(got.square().sum(), list(encoder.parameters()))
+    assert got.dtype == half.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(half, encoder(x.to(dtype).float(), adj), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(grad, want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype,rtol", HALF)

@@ -1,4 +1,5 @@
-"""Datasets: names, the synthetic graph, read-only roots, and the real loaders on small files."""
+"""Datasets: the synthetic graph (pyg_progcl.datasets), the harness's names, read-only
+roots, and the real loaders on small files."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import os
 import numpy as np
 import pytest
 import torch
+import torch_geometric.transforms as T
 from torch_geometric.utils import homophily, is_undirected
 
-from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset, synthetic_graph
+import pyg_progcl.experiments as experiments
+import pyg_progcl.experiments.datasets as harness
+from pyg_progcl.datasets import synthetic_graph
+from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset
 
 
 @pytest.mark.parametrize(
@@ -80,6 +85,16 @@ def test_synthetic_graph_rejects_bad_arguments():
         synthetic_graph(num_nodes=1)
     with pytest.raises(ValueError, match="topic_size"):
         synthetic_graph(num_features=5, topic_size=10)
+
+
+def test_the_harness_loads_and_reexports_the_library_graph():
+    assert harness.synthetic_graph is synthetic_graph
+    assert experiments.synthetic_graph is synthetic_graph
+    loaded, built = (
+        load_dataset("synthetic", seed=3),
+        T.NormalizeFeatures()(synthetic_graph(seed=3)),
+    )
+    assert torch.equal(loaded.x, built.x) and torch.equal(loaded.edge_index, built.edge_index)
 
 
 def test_load_synthetic_normalises_features():

@@ -153,7 +153,7 @@ def test_a_degenerate_refit_floors_the_posterior_on_every_rank(ranks):
 @pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without:UserWarning")
 def test_training_steps_equal_one_process_over_the_global_batches(trained, monkeypatch):
     backend, ranks = trained
-    monkeypatch.setattr(sampling, "pyg_can_sample", lambda: backend == "pyg")
+    monkeypatch.setattr(sampling, "default_backend", lambda: backend)
     assert torch.equal(ranks[0]["train"]["params"], ranks[1]["train"]["params"])
     replay = train_steps(0, WORLD, mixtures=ranks[0]["train"]["mixtures"])
     moved = ranks[0]["train"]["params"] - replay["params"]

@@ -1,4 +1,5 @@
-"""Evaluation protocols: splits, the Adam probe, the GRACE cross-validated probe."""
+"""Evaluation protocols (pyg_progcl.evaluation): splits, the Adam probe, the GRACE
+cross-validated probe; the harness's re-exports and summary."""
 
 from __future__ import annotations
 
@@ -6,15 +7,18 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from pyg_progcl.experiments.evaluation import (
+import pyg_progcl.evaluation as evaluation
+import pyg_progcl.experiments as experiments
+import pyg_progcl.experiments.evaluation as harness
+from pyg_progcl.evaluation import (
     evaluate,
     gca_protocol,
     grace_protocol,
     logistic_regression_probe,
-    mean_std,
     public_splits,
     random_split,
 )
+from pyg_progcl.experiments.evaluation import mean_std
 
 
 def clusters(n=600, num_classes=4, dim=16, spread=0.5, seed=0):
@@ -113,8 +117,6 @@ def test_probe_picks_test_accuracy_at_best_validation():
 
 
 def test_protocols_use_the_papers_split_sizes(monkeypatch):
-    import pyg_progcl.experiments.evaluation as evaluation
-
     sizes = []
     split = evaluation.random_split
 
@@ -190,3 +192,12 @@ def test_ogb_evaluator_scores_like_plain_accuracy():
 
 def test_mean_std():
     assert mean_std([0.5, 0.7]) == pytest.approx((0.6, 0.1))
+
+
+def test_the_harness_reexports_the_library_probe():
+    names = evaluation.__all__
+    assert "evaluate" in names and "logistic_regression_probe" in names
+    for name in names:
+        assert getattr(harness, name) is getattr(evaluation, name), name
+    assert set(names) < set(harness.__all__)
+    assert experiments.evaluate is evaluate

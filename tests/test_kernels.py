@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -22,11 +23,11 @@ import torch
 from helpers import REPO, fitted_mixture, views
 
 from pyg_progcl import ProGCLLoss
-from pyg_progcl.losses import kernels
-from pyg_progcl.losses.mixing import MixedSums
+from pyg_progcl.losses import _kernels as kernels
+from pyg_progcl.losses._mixing import MixedSums
+from pyg_progcl.losses._selection import largest
+from pyg_progcl.losses._weights import HardnessWeights
 from pyg_progcl.losses.schedules import as_schedule
-from pyg_progcl.losses.selection import largest
-from pyg_progcl.losses.weights import HardnessWeights
 
 HAS_COMPILER = shutil.which(os.environ.get("CC", "cc")) is not None
 needs_kernel = pytest.mark.skipif(not HAS_COMPILER, reason="no C compiler on this machine")
@@ -219,8 +220,8 @@ int unrelated(void) { return 0; }
 # A child process: the status as JSON on its last line, after a compiled selection.
 STATUS_SCRIPT = """
 import json, torch
-from pyg_progcl.losses import kernels
-from pyg_progcl.losses.selection import largest
+from pyg_progcl.losses import _kernels as kernels
+from pyg_progcl.losses._selection import largest
 kernels.library()  # (a truncated library, if mapped, would kill the process here)
 status = kernels.compiled_status()
 if status["available"]:
@@ -405,6 +406,18 @@ def test_two_processes_building_at_once_both_load_it(tmp_path):
         assert status["available"] and status["cached"]
         assert Path(status["library"]).parent == (tmp_path / "pyg_progcl").resolve()
     assert not list((tmp_path / "pyg_progcl").glob(".build-*"))  # (no leftovers)
+
+
+def test_a_killed_builds_leftover_is_removed_and_a_running_ones_kept(fresh_build):
+    folder = fresh_build / "pyg_progcl"
+    folder.mkdir(mode=0o700)
+    stale, running = folder / ".build-stale.so", folder / ".build-running.so"
+    for path in (stale, running):
+        path.write_bytes(b"partial")
+    hours_ago = time.time() - 3 * 3600
+    os.utime(stale, (hours_ago, hours_ago))
+    assert kernels.library() is not None
+    assert not stale.exists() and running.exists()
 
 
 @pytest.mark.parametrize("how", ["CC", "PATH"])

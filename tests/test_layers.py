@@ -42,14 +42,29 @@ def test_a_layer_violation_breaks_the_contracts(tmp_path, monkeypatch, capsys):
     assert status != 0 and "BROKEN" in capsys.readouterr().out
 
 
-def test_importing_the_package_changes_nothing():
+def test_importing_the_package_changes_nothing_and_imports_only_the_library():
+    # The root imports its names as PyG's does (no module __getattr__), changes no
+    # environment variable, and loads neither the harness nor the diagnostics.
     code = (
         "import json, os, sys; before = dict(os.environ); import pyg_progcl; "
-        "print(json.dumps([dict(os.environ) == before, 'torch' in sys.modules]))"
+        "loaded = sorted(m for m in sys.modules if m.startswith('pyg_progcl.')); "
+        "print(json.dumps([dict(os.environ) == before, hasattr(pyg_progcl, '__getattr__'), "
+        "all(n in vars(pyg_progcl) for n in pyg_progcl.__all__), loaded]))"
     )
-    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
-    env["PYTHONPATH"] = str(REPO)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
-    assert json.loads(out) == [True, False]  # no environment change, not even torch loaded
+    unchanged, lazy, eager, loaded = json.loads(out)
+    assert unchanged and not lazy and eager
+    assert "pyg_progcl.losses" in loaded and "pyg_progcl.model" in loaded
+    assert not [m for m in loaded if m.split(".")[1] in ("experiments", "diagnostics")]
+
+
+def test_enable_huge_pages_is_deprecated_and_does_nothing(monkeypatch):
+    import pyg_progcl
+
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    with pytest.warns(FutureWarning, match="THP_MEM_ALLOC_ENABLE=1"):
+        assert pyg_progcl.enable_huge_pages() is False
+    assert "THP_MEM_ALLOC_ENABLE" not in os.environ

@@ -16,16 +16,16 @@ from pyg_progcl.losses import (
     ProGCLLoss,
     sample_negative_similarities,
 )
-from pyg_progcl.losses.engine import (
+from pyg_progcl.losses._engine import (
     BlockPool,
     NegativeTerm,
     Path,
     choose_path,
     contrastive_losses,
 )
-from pyg_progcl.losses.mixing import MixedNegatives, MixedSums
+from pyg_progcl.losses._mixing import MixedNegatives, MixedSums
+from pyg_progcl.losses._weights import HardnessWeights
 from pyg_progcl.losses.schedules import as_schedule
-from pyg_progcl.losses.weights import HardnessWeights
 from pyg_progcl.mixture import BetaMixture
 
 
@@ -552,7 +552,7 @@ def test_row_blocks_equal_dense_at_500_nodes(make):
 
 def record_blocks(monkeypatch) -> list:
     """The ``(start, stop)`` of every block the one-pass engine builds, in order."""
-    import pyg_progcl.losses.engine.onepass as blockwise
+    import pyg_progcl.losses._engine.onepass as blockwise
 
     calls = []
     original = blockwise._Blocks.__init__
@@ -566,7 +566,7 @@ def record_blocks(monkeypatch) -> list:
 
 
 def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
-    import pyg_progcl.losses.engine.dispatch as dispatch
+    import pyg_progcl.losses._engine.dispatch as dispatch
 
     monkeypatch.setattr(dispatch, "DENSE_MAX_NODES", 50)
     monkeypatch.setattr(dispatch, "BLOCK_ELEMENTS", 60 * 20)
@@ -581,7 +581,7 @@ def test_row_blocks_chosen_automatically_above_dense_limit(monkeypatch):
 
 
 def test_losses_without_exp_sums_use_per_direction_row_blocks(monkeypatch):
-    import pyg_progcl.losses.engine.per_direction as per_direction
+    import pyg_progcl.losses._engine.per_direction as per_direction
 
     calls = []
     original = per_direction.row_block
@@ -609,7 +609,7 @@ def test_progcl_mix_takes_the_one_pass_path_as_one_block(monkeypatch):
     # all anchors in one block up to WHOLE_MATRIX_MAX_NODES, per direction above it, with
     # a block size below N, for a part of the anchors, and with the reference code's
     # shared weights.
-    import pyg_progcl.losses.engine.dispatch as dispatch
+    import pyg_progcl.losses._engine.dispatch as dispatch
 
     monkeypatch.setattr(dispatch, "DENSE_MAX_NODES", 30)
     monkeypatch.setattr(dispatch, "WHOLE_MATRIX_MAX_NODES", 50)
@@ -633,7 +633,7 @@ def test_progcl_mix_one_pass_in_row_chunks_matches_reference(monkeypatch, chunk_
     # The one-pass mixed term works in row chunks of the matrix and of its transpose; any
     # chunking gives the reference's values and gradients with π drawn as randperm(k) for
     # the u anchors, then for the v anchors.
-    import pyg_progcl.losses.mixing as mixing
+    import pyg_progcl.losses._mixing as mixing
 
     h1, h2 = views()
     n = h1.size(0)
@@ -673,7 +673,7 @@ def test_progcl_mix_one_pass_rows_of_underflowed_b_are_uniform(monkeypatch):
 
 
 def test_block_size_of_all_nodes_is_the_dense_path(monkeypatch):
-    import pyg_progcl.losses.engine.per_direction as per_direction
+    import pyg_progcl.losses._engine.per_direction as per_direction
 
     def fail(*args):
         raise AssertionError("row blocks used")
@@ -724,7 +724,7 @@ def test_one_pass_equals_per_direction_blocks(make, block_size):
     ],
 )
 def test_blocks_keep_or_recompute_alike(monkeypatch, make):
-    import pyg_progcl.losses.engine.onepass as blockwise
+    import pyg_progcl.losses._engine.onepass as blockwise
 
     h1, h2 = views(n=60)
     loss = make()
@@ -816,7 +816,7 @@ def test_dense_pass_gives_its_weights_back_before_backward():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_mix_selects_the_same_set_as_topk(dtype):
-    from pyg_progcl.losses.selection import largest as _largest
+    from pyg_progcl.losses._selection import largest as _largest
 
     x = torch.randperm(7 * 36).view(7, 36).to(dtype)  # distinct (< 256: exact in bfloat16)
     x[:, 3] = float("-inf")  # an excluded entry
@@ -827,7 +827,7 @@ def test_mix_selects_the_same_set_as_topk(dtype):
 
 @pytest.mark.parametrize("n,tile", [(1, 512), (23, 5), (40, 8), (1100, 512)])
 def test_transpose_in_place_in_tiles(monkeypatch, n, tile):
-    from pyg_progcl.losses.engine import ops
+    from pyg_progcl.losses._engine import ops
 
     monkeypatch.setattr(ops, "TRANSPOSE_TILE", tile)
     x = torch.randn(n, n, dtype=torch.float64)
@@ -837,7 +837,7 @@ def test_transpose_in_place_in_tiles(monkeypatch, n, tile):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_selection_in_row_chunks_on_threads(monkeypatch, threads):
-    from pyg_progcl.losses import selection
+    from pyg_progcl.losses import _selection as selection
 
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 6, (41, 30), generator=g).double()  # many ties at the k-th value
@@ -859,7 +859,7 @@ def test_selection_in_row_chunks_on_threads(monkeypatch, threads):
 def test_selection_of_nonnegative_entries_by_their_bits(monkeypatch, dtype):
     # Nonnegative floats order as their bit patterns do as integers, zeros, subnormals,
     # ties and infinity included: the same selection, from a partition of integers.
-    from pyg_progcl.losses import selection
+    from pyg_progcl.losses import _selection as selection
 
     partitioned = []
     select_rows = selection._select_rows
@@ -881,7 +881,7 @@ def test_selection_of_nonnegative_entries_by_their_bits(monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mix_breaks_ties_by_node_order(dtype):
-    from pyg_progcl.losses.selection import largest as _largest
+    from pyg_progcl.losses._selection import largest as _largest
 
     x = torch.tensor([[0.0, 2, 1, 1, 1, 1], [1, 1, 3, 2, float("-inf"), 1]], dtype=dtype)
     assert _largest(x, 3).tolist() == [[1, 2, 3], [0, 2, 3]]
@@ -941,7 +941,7 @@ def test_one_pass_recomputes_only_underflowed_anchors_in_log_space(monkeypatch):
     # all its b underflow in float32 (weights uniform, GRACE's row), while every other
     # anchor's weights are normal. The one-pass engine reports exactly u_0; the loss, its
     # gradients included, still equals the float64 reference.
-    from pyg_progcl.losses.engine.onepass import one_pass_losses
+    from pyg_progcl.losses._engine.onepass import one_pass_losses
 
     g = torch.Generator().manual_seed(0)
     n, d = 16, 6

@@ -52,7 +52,7 @@ def backend(request, monkeypatch):
     one or PyG's ``NeighborLoader`` (skipped where PyG cannot sample)."""
     if request.param == "pyg" and not PYG_CAN_SAMPLE:
         pytest.skip(NO_PYG_SAMPLER)
-    monkeypatch.setattr(mb.sampling, "pyg_can_sample", lambda: request.param == "pyg")
+    monkeypatch.setattr(mb.sampling, "default_backend", lambda: request.param)
     return request.param
 
 
@@ -95,15 +95,29 @@ def test_fallback_with_all_neighbours_takes_every_in_edge(graph):
     assert torch.equal(fan_in[:64], degree[:64])
 
 
-@pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without:UserWarning")
-def test_loader_choice_follows_pyg_sampling_support(graph, monkeypatch):
+@pytest.mark.parametrize("pyg_lib, torch_sparse", [(True, False), (True, True), (False, True)])
+def test_auto_takes_pyg_sampler_only_with_pyg_lib(graph, monkeypatch, pyg_lib, torch_sparse):
+    # torch-sparse alone samples more slowly than the plain-torch sampler: "auto" skips it.
+    import torch_geometric.typing as pyg_typing
     from torch_geometric.loader import NeighborLoader
 
-    monkeypatch.setattr(mb.sampling, "pyg_can_sample", lambda: True)
-    assert isinstance(neighbor_loader(graph, [5, 5], 32), NeighborLoader)
-    monkeypatch.setattr(mb.sampling, "pyg_can_sample", lambda: False)
-    assert isinstance(neighbor_loader(graph, [5, 5], 32), NeighborSubgraphLoader)
+    monkeypatch.setattr(pyg_typing, "WITH_PYG_LIB", pyg_lib)
+    monkeypatch.setattr(pyg_typing, "WITH_TORCH_SPARSE", torch_sparse)
+    assert mb.pyg_can_sample()
+    assert mb.default_backend() == ("pyg" if pyg_lib else "torch")
+    expected = NeighborLoader if pyg_lib else NeighborSubgraphLoader
+    assert isinstance(neighbor_loader(graph, [5, 5], 32), expected)
+    assert isinstance(neighbor_loader(graph, [5, 5], 32, backend="pyg"), NeighborLoader)
     assert isinstance(neighbor_loader(graph, [5], 32, backend="torch"), NeighborSubgraphLoader)
+
+
+def test_auto_takes_the_plain_torch_sampler_where_pyg_cannot_sample(graph, monkeypatch):
+    import torch_geometric.typing as pyg_typing
+
+    monkeypatch.setattr(pyg_typing, "WITH_PYG_LIB", False)
+    monkeypatch.setattr(pyg_typing, "WITH_TORCH_SPARSE", False)
+    assert not mb.pyg_can_sample() and mb.default_backend() == "torch"
+    assert isinstance(neighbor_loader(graph, [5, 5], 32), NeighborSubgraphLoader)
 
 
 @pytest.mark.parametrize(

@@ -138,8 +138,8 @@ def test_reference_code_options_live_in_one_place():
 def test_shared_weights_run_on_the_one_pass_engine(monkeypatch, block_size, keep):
     """Both directions from one pass: the column sums (v anchors) take a second matrix
     (kept for backward, or recomputed where the kept matrices would exceed the budget)."""
-    import pyg_progcl.losses.engine.dispatch as dispatch
-    import pyg_progcl.losses.engine.onepass as onepass
+    import pyg_progcl.losses._engine.dispatch as dispatch
+    import pyg_progcl.losses._engine.onepass as onepass
 
     if not keep:
         monkeypatch.setattr(onepass, "KEEP_ELEMENTS", 0)

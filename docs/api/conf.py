@@ -5,7 +5,7 @@ Build it strictly, as tests/test_docs.py does::
     python -m sphinx -b html -W --keep-going -n docs/api /tmp/pyg_progcl-api
 
 Every public object is documented once, at the path of its subpackage (the path the
-root's lazy exports load it from): ``pyg_progcl.losses.ProGCLLoss``,
+root package imports it from): ``pyg_progcl.losses.ProGCLLoss``,
 ``pyg_progcl.model.GRACEModel``, ``pyg_progcl.augment.EdgeDrop``; autodoc records the
 defining module as the canonical name (``pyg_progcl.losses.progcl.ProGCLLoss``), so both
 resolve. References to the other public spellings of the same object, such as the root

@@ -144,12 +144,14 @@ class AdaptiveEdgeDrop(_Adaptive):
         prob = edge_drop_probabilities(edge_index, c, self.p, self.threshold)
         return self._cache.store(edge_index, num_nodes, prob)
 
-    def _prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+        """Fits the drop probabilities on ``edge_index`` unless they are cached."""
         if self.is_active() and not self._cache.hit(edge_index, num_nodes):
             self._fit(x, edge_index, num_nodes)
 
-    def _edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
-        self._prepare(None, edge_index, num_nodes)
+    def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
+        """Keeps edge ``e`` with probability ``1 - p_e``."""
+        self.prepare(None, edge_index, num_nodes)
         return torch.rand(edge_index.size(1), device=edge_index.device) >= self._cache.value
 
 
@@ -194,14 +196,16 @@ class AdaptiveFeatureMask(_Adaptive):
         prob = feature_drop_probabilities(x, c, self.p, self.threshold, self.dense)
         return self._cache.store(x, None, prob)
 
-    def _prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+        """Fits the column probabilities on ``x`` (and the graph) unless they are cached."""
         if self.is_active() and x is not None and not self._cache.hit(x, None):
             if edge_index is None:
                 raise ValueError("AdaptiveFeatureMask needs `edge_index` to compute centralities")
             self._fit(x, edge_index, num_nodes)
 
-    def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
-        self._prepare(x, edge_index, num_nodes)
+    def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
+        """Zeroes column ``j`` with probability ``p_j``."""
+        self.prepare(x, edge_index, num_nodes)
         return mask_feature_weighted(x, self._cache.value)[0]
 
     def _extra_repr_args(self) -> str:

@@ -5,6 +5,7 @@ GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`Compose`
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Optional
 
 import torch
@@ -20,6 +21,40 @@ from .functional import mask_feature, num_nodes_of
 GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
 
 
+#: The hooks' names before they were public: former name -> public name.
+_RENAMED_HOOKS = {
+    "_augment_features": "augment_features",
+    "_edge_keep_mask": "edge_keep_mask",
+    "_prepare": "prepare",
+}
+
+
+def _connect_renamed_hooks(cls: type) -> None:
+    """Lets a subclass's hooks answer to both names.
+
+    A hook overridden under its former name (``_edge_keep_mask``) becomes the public
+    hook too, with one ``FutureWarning`` per class; one overridden under its public name
+    is also reachable under the former one, so that ``super()._edge_keep_mask(...)`` in
+    an older subclass still reaches it.
+    """
+    legacy = []
+    for old, new in _RENAMED_HOOKS.items():
+        if old in cls.__dict__:
+            legacy.append(f"{old} -> {new}")
+            if new not in cls.__dict__:
+                setattr(cls, new, cls.__dict__[old])
+        elif new in cls.__dict__:
+            setattr(cls, old, cls.__dict__[new])
+    if legacy:
+        warnings.warn(
+            f"{cls.__qualname__} overrides Augmenter hooks under their former names; "
+            f"rename them ({', '.join(legacy)}): the former names will stop working in a "
+            "future release",
+            FutureWarning,
+            stacklevel=4,  # the class statement (after ABCMeta.__new__)
+        )
+
+
 class Augmenter(torch.nn.Module, BaseTransform):
     r"""Base class of the augmenters: a :class:`torch.nn.Module` that is also a
     :class:`~torch_geometric.transforms.BaseTransform`.
@@ -29,8 +64,30 @@ class Augmenter(torch.nn.Module, BaseTransform):
     :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a new object;
     edge-level attributes are filtered with the edges). It is a no-op in eval
     mode and with ``p = 0``; :meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>`
-    runs its augmenters in training mode whatever the model's mode. Subclasses override
-    ``_augment_features`` and/or ``_edge_keep_mask``.
+    runs its augmenters in training mode whatever the model's mode.
+
+    A new augmenter sets ``self.p`` (the hooks run when it is positive, in training mode)
+    and overrides one or more hooks; the base class does the rest (both call styles,
+    eval mode, filtering edge weights and edge attributes with the edges):
+
+    * :meth:`augment_features` returns the new node features;
+    * :meth:`edge_keep_mask` returns a boolean mask of the edges to keep;
+    * :meth:`prepare` fits graph-dependent state (such as drop probabilities) on the
+      un-augmented graph.
+
+    .. code-block:: python
+
+        class FeatureNoise(Augmenter):
+            def __init__(self, p: float):
+                super().__init__()
+                self.p = p  # the noise's standard deviation; 0 switches it off
+
+            def augment_features(self, x, edge_index, num_nodes):
+                return x + self.p * torch.randn_like(x)
+
+    The hooks were called ``_augment_features``, ``_edge_keep_mask`` and ``_prepare``
+    before they were public; a subclass that overrides those names still works, with
+    one ``FutureWarning`` when it is defined.
 
     Heterogeneous graphs (:class:`~torch_geometric.data.HeteroData`) are refused with a
     ``ValueError``: augment each type's tensors instead.
@@ -80,8 +137,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
     ) -> GraphTensors:
         num_nodes = num_nodes_of(x, edge_index)
         if x is not None:
-            x = self._augment_features(x, edge_index, num_nodes)
-        keep = self._edge_keep_mask(edge_index, num_nodes)
+            x = self.augment_features(x, edge_index, num_nodes)
+        keep = self.edge_keep_mask(edge_index, num_nodes)
         if keep is not None:
             edge_index = edge_index[:, keep]
             edge_weight = None if edge_weight is None else edge_weight[keep]
@@ -95,25 +152,64 @@ class Augmenter(torch.nn.Module, BaseTransform):
                 "as `adj_t` (T.ToSparseTensor): augment before converting it"
             )
         if data.x is not None:
-            data.x = self._augment_features(data.x, data.edge_index, data.num_nodes)
+            data.x = self.augment_features(data.x, data.edge_index, data.num_nodes)
         if data.edge_index is not None:
-            keep = self._edge_keep_mask(data.edge_index, data.num_nodes)
+            keep = self.edge_keep_mask(data.edge_index, data.num_nodes)
             if keep is not None:
                 data = data.edge_subgraph(keep)
         return data
 
     def _uses_edges(self) -> bool:
         """Whether the augmenter reads the edges (drops them, or weighs nodes by them)."""
-        return type(self)._edge_keep_mask is not Augmenter._edge_keep_mask
+        return type(self).edge_keep_mask is not Augmenter.edge_keep_mask
 
-    def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
+    def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
+        r"""Hook: the augmented node features (default: ``x`` unchanged).
+
+        Called in training mode only, before :meth:`edge_keep_mask`, with the graph's
+        un-augmented edges. Return a new tensor; never modify ``x`` in place.
+
+        Args:
+            x (torch.Tensor): Node features ``[N, F]`` (dense, or sparse CSR).
+            edge_index (torch.Tensor, optional): The edges ``[2, E]`` (:obj:`None` for a
+                :class:`~torch_geometric.data.Data` without edges).
+            num_nodes (int): The number of nodes ``N``.
+        """
         return x
 
-    def _edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Optional[Tensor]:
+    def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Optional[Tensor]:
+        r"""Hook: a boolean mask ``[E]`` of the edges to keep (default: :obj:`None`, keep all).
+
+        Called in training mode only. Edge weights and edge attributes are filtered
+        with the mask.
+
+        Args:
+            edge_index (torch.Tensor): The edges ``[2, E]``.
+            num_nodes (int): The number of nodes ``N``.
+        """
         return None
 
-    def _prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
-        """Hook: fit graph-dependent state on the un-augmented graph (see :class:`Compose`)."""
+    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+        r"""Hook: fits graph-dependent state on the un-augmented graph (default: nothing).
+
+        :class:`Compose` calls it on every member with its input graph before it applies
+        the first member, so that a member placed after an edge dropper still sees every
+        edge; the adaptive augmenters fit their drop probabilities here.
+
+        Args:
+            x (torch.Tensor, optional): Node features ``[N, F]``.
+            edge_index (torch.Tensor): The edges ``[2, E]``.
+            num_nodes (int): The number of nodes ``N``.
+        """
+
+    # The former names of the hooks, kept for code that calls them.
+    _augment_features = augment_features
+    _edge_keep_mask = edge_keep_mask
+    _prepare = prepare
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _connect_renamed_hooks(cls)
 
     def reset_parameters(self):
         r"""Nothing to reset (no parameters)."""
@@ -135,7 +231,8 @@ class EdgeDrop(Augmenter):
         super().__init__()
         self.p = check_probability("p", p)
 
-    def _edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
+    def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
+        """Keeps each edge with probability ``1 - p``."""
         return dropout_edge(edge_index, p=self.p, training=True)[1]
 
 
@@ -152,7 +249,8 @@ class FeatureMask(Augmenter):
         super().__init__()
         self.p = check_probability("p", p)
 
-    def _augment_features(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
+    def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
+        """Zeroes each feature column with probability ``p``."""
         return mask_feature(x, self.p)[0]
 
 
@@ -181,21 +279,22 @@ class Compose(Augmenter):
         """Whether a call changes its input (some member is active)."""
         return any(aug.is_active() for aug in self.augmenters)
 
-    def _prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
+        """Prepares every member on the same (input) graph."""
         for aug in self.augmenters:
-            aug._prepare(x, edge_index, num_nodes)
+            aug.prepare(x, edge_index, num_nodes)
 
     def _augment_tensors(
         self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor]
     ) -> GraphTensors:
-        self._prepare(x, edge_index, num_nodes_of(x, edge_index))
+        self.prepare(x, edge_index, num_nodes_of(x, edge_index))
         for aug in self.augmenters:
             x, edge_index, edge_weight = aug(x, edge_index, edge_weight)
         return x, edge_index, edge_weight
 
     def _augment_data(self, data: Data) -> Data:
         if data.edge_index is not None:
-            self._prepare(data.x, data.edge_index, data.num_nodes)
+            self.prepare(data.x, data.edge_index, data.num_nodes)
         for aug in self.augmenters:
             data = aug.transform(data)
         return data

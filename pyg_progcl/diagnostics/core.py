@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_matrix
-from ..losses.engine import normalize_views, sample_negative_pairs
+from ..losses import normalize_views, sample_negative_pairs
 from ..mixture import BetaMixture, MixtureDegeneracyWarning, _stacklevel_outside_package
 
 Source = Union[torch.nn.Module, Tensor, tuple]

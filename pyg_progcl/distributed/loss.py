@@ -10,8 +10,14 @@ import torch
 from torch import Tensor
 
 from .._checks import check_views
-from ..losses import ContrastiveLoss, FrozenFit, ProGCLLoss
-from ..losses.engine import contrastive_losses, sample_negative_similarities
+from ..losses import (
+    ContrastiveLoss,
+    FrozenFit,
+    ProGCLLoss,
+    contrastive_losses,
+    full_precision,
+    sample_negative_similarities,
+)
 from .comm import Group, all_gather_with_grad, all_reduce_sum, same_rows, world
 from .mixture import fit_mixture
 
@@ -51,15 +57,19 @@ class DistributedLoss(torch.nn.Module):
         self.loss, self.group = loss, group
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """The loss of this rank's anchors against the global batch (see the class)."""
+        """The loss of this rank's anchors against the global batch (see the class).
+
+        Computed in float32 (float64 for float64 views) under autocast too, as the
+        wrapped loss's :meth:`~pyg_progcl.losses.ContrastiveLoss.forward` is."""
         u, v, anchors = self._global_batch(h1, h2)
         self.loss.check_inputs(u, v)
-        losses = contrastive_losses(
-            u, v, self.loss.tau, self.loss.negative_term(), self.loss.block_size,
-            self.loss.num_negatives, self.loss.pool, anchors=anchors,
-            reduce=functools.partial(all_reduce_sum, group=self.group),
-        )  # fmt: skip
-        out = self.loss.reduce(losses)
+        with full_precision(u):
+            losses = contrastive_losses(
+                u, v, self.loss.tau, self.loss.negative_term(), self.loss.block_size,
+                self.loss.num_negatives, self.loss.pool, anchors=anchors,
+                reduce=functools.partial(all_reduce_sum, group=self.group),
+            )  # fmt: skip
+            out = self.loss.reduce(losses)
         return out * world(self.group)[1] if self.loss.reduction == "sum" else out
 
     def _global_batch(self, h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor, slice]:

@@ -182,9 +182,14 @@ def stop_requests(enabled: bool):
         signal.signal(signal.SIGTERM, previous)
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path, resuming: bool = True) -> dict[str, Any]:
     """The checkpoint at ``path``, checked: complete, of this version's format, and
-    unchanged since it was written (its checksum); else a one-line ``ValueError``."""
+    unchanged since it was written (its checksum); else a one-line ``ValueError``, with
+    advice on resuming where ``resuming``."""
+
+    def advice(text: str) -> str:
+        return f"; {text}" if resuming else ""
+
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except OSError:
@@ -193,7 +198,8 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         kind = type(exc).__name__  # (torch's messages run over several lines)
         raise ValueError(
             f"{path} is not a readable pyg_progcl checkpoint ({kind}: truncated, corrupted or "
-            "not a checkpoint); resume from an intact copy, or drop --resume to start again"
+            "not a checkpoint)"
+            + advice("resume from an intact copy, or drop --resume to start again")
         ) from None
     if not isinstance(payload, dict):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (a {type(payload).__name__})")
@@ -201,22 +207,23 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     if found != CHECKPOINT_FORMAT:
         age = "an older" if isinstance(found, int) and found < CHECKPOINT_FORMAT else "another"
         raise ValueError(
-            f"{path} is not a checkpoint this version can resume (format {found!r}, written "
-            f"by {age} version of pyg_progcl; this one reads format {CHECKPOINT_FORMAT}): "
-            "drop --resume to start again, or use another checkpoint folder"
+            f"{path} is not a checkpoint this version can {'resume' if resuming else 'read'} "
+            f"(format {found!r}, written by {age} version of pyg_progcl; this one reads format "
+            f"{CHECKPOINT_FORMAT})"
+            + advice("drop --resume to start again, or use another checkpoint folder")
         )
     missing = [k for k in (*_ENTRIES, "checksum") if k not in payload]
     if missing:
         raise ValueError(
             f"{path} is an incomplete checkpoint (no {', '.join(map(repr, missing))} entry): "
-            "edited or written by another program; drop --resume to start again"
+            "edited or written by another program" + advice("drop --resume to start again")
         )
     if not isinstance(payload["config"], dict):
         raise ValueError(f"{path} is not a pyg_progcl checkpoint (no config)")
     if payload_checksum(payload) != payload["checksum"]:
         raise ValueError(
-            f"{path} is corrupted or was edited: its content does not match its checksum; "
-            "resume from an intact copy, or drop --resume to start again"
+            f"{path} is corrupted or was edited: its content does not match its checksum"
+            + advice("resume from an intact copy, or drop --resume to start again")
         )
     return payload
 
@@ -294,18 +301,19 @@ def restore_checkpoint(
             f"(got {world_size})"
         )
     record, branched_from = payload["record"], payload["branched_from"]
-    _load_state(path, "model", model, payload["model"])
-    _load_state(path, "optimizer", optimizer, payload["optimizer"])
+    load_state(path, "model", model, payload["model"])
+    load_state(path, "optimizer", optimizer, payload["optimizer"])
     if not set(branched_from) & (_AFTER_WARMUP | {"method"}):
-        _load_state(path, "loss", loss_fn, payload["loss"])
+        load_state(path, "loss", loss_fn, payload["loss"])
     if branched_from:
         record.setdefault("branched", []).append({"epoch": payload["epoch"], "from": branched_from})
     set_rng_state(states[rank])
     return payload["epoch"], record
 
 
-def _load_state(path: Path, entry: str, module: Any, state: dict[str, Any]) -> None:
-    """``module.load_state_dict(state)``; a mismatch as one line naming ``entry``."""
+def load_state(path: Path, entry: str, module: Any, state: dict[str, Any]) -> None:
+    """``module.load_state_dict(state)``; a mismatch as one line naming ``entry`` of the
+    checkpoint at ``path``."""
     try:
         module.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError, TypeError) as exc:

@@ -1,4 +1,4 @@
-"""Datasets by name, read-only data roots, and the built-in synthetic graph.
+"""Datasets by name and read-only data roots for the harness and the command line.
 
 ``load_dataset(name, root)`` returns one :class:`torch_geometric.data.Data`
 graph through the real PyG / OGB loaders. The data root may be
@@ -18,6 +18,9 @@ started side by side never read a ``processed/`` file another one is writing.
 Features are row-normalised (``T.NormalizeFeatures``) as in the GRACE / GCA /
 ProGCL code, except for WikiCS (normalisation destroys its signal, see the GCA
 code) and ogbn-arxiv (dense real-valued word2vec features).
+
+The name ``"synthetic"`` loads the library's
+:func:`~pyg_progcl.datasets.synthetic_graph`, which this module re-exports.
 """
 
 from __future__ import annotations
@@ -36,11 +39,10 @@ from typing import Optional, Union
 import torch
 import torch_geometric.transforms as T
 from filelock import FileLock
-from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
+from torch_geometric.utils import to_undirected
 
-from .._checks import check_int, check_nonnegative, check_probability
+from ..datasets import synthetic_graph
 
 __all__ = [
     "DATASETS",
@@ -347,7 +349,8 @@ def load_dataset(
     Args:
         name: A dataset name (see :data:`DATASETS`; case-insensitive, aliases
             such as ``"Photo"`` or ``"CS"`` accepted), or ``"synthetic"`` for
-            the built-in graph (:func:`synthetic_graph`, needs no files).
+            the built-in graph (:func:`pyg_progcl.datasets.synthetic_graph`, needs no
+            files).
         root: The data root (plain or grouped layout, see the module
             docstring). Defaults to :func:`default_root`. It must exist, unless
             it is the default cache root ``~/.cache/pyg_progcl``, which is
@@ -381,112 +384,3 @@ def load_dataset(
     if info.normalize if normalize is None else normalize:
         data = T.NormalizeFeatures()(data)
     return data
-
-
-# ----------------------------------------------------------------------------- synthetic graph
-
-
-def synthetic_graph(
-    num_nodes: int = 800,
-    num_classes: int = 5,
-    num_features: int = 200,
-    avg_degree: float = 8.0,
-    homophily: float = 0.6,
-    topic_size: int = 20,
-    topic_prob: float = 0.1,
-    noise_prob: float = 0.02,
-    seed: int = 0,
-) -> Data:
-    """A contextual stochastic block model with bag-of-words features.
-
-    Nodes fall into ``num_classes`` balanced classes. Each class has a "topic"
-    of ``topic_size`` feature columns (topics of different classes may
-    overlap); node ``i`` of class ``c`` switches on a topic column with
-    probability ``topic_prob`` and any column with probability ``noise_prob``,
-    like the sparse binary features of Cora. About ``num_nodes * avg_degree /
-    2`` undirected edges are drawn; each joins two nodes of the same class with
-    probability ``homophily``, else two nodes of different classes.
-
-    Same-class nodes are similar both in features and neighbourhoods, so the
-    inter-view negatives of GRACE contain many false negatives (the situation
-    ProGCL addresses: a fifth of all negatives share the anchor's class), while
-    the noise keeps a linear probe well below 100%.
-
-    Args:
-        num_nodes: Number of nodes ``N``.
-        num_classes: Number of classes.
-        num_features: Number of binary feature columns.
-        avg_degree: Expected average degree.
-        homophily: Fraction of intra-class edges.
-        topic_size: Feature columns per class topic.
-        topic_prob: Probability that a node has a given column of its topic.
-        noise_prob: Probability that a node has any given column.
-        seed: Random seed (the graph depends on nothing else).
-
-    Returns:
-        ``Data(x=[N, F] float, edge_index=[2, E] undirected, y=[N])``.
-    """
-    num_nodes = check_int("num_nodes", num_nodes, minimum=2)
-    num_classes = check_int("num_classes", num_classes, minimum=2)
-    num_features = check_int("num_features", num_features)
-    topic_size = check_int("topic_size", topic_size)
-    check_nonnegative("avg_degree", avg_degree)
-    for key, value in [("homophily", homophily), ("topic_prob", topic_prob)]:
-        check_probability(key, value)
-    check_probability("noise_prob", noise_prob)
-    if topic_size > num_features:
-        raise ValueError(f"`topic_size` ({topic_size}) exceeds `num_features` ({num_features})")
-    if num_nodes < 2 * num_classes:
-        raise ValueError(f"`num_nodes` must be >= 2 * num_classes (got {num_nodes})")
-
-    gen = torch.Generator().manual_seed(int(seed))
-    y = (torch.arange(num_nodes) % num_classes)[torch.randperm(num_nodes, generator=gen)]
-    x = _topic_features(y, num_classes, num_features, topic_size, topic_prob, noise_prob, gen)
-    num_edges = int(round(num_nodes * avg_degree / 2))
-    edge_index = _block_model_edges(y, num_classes, num_edges, homophily, gen)
-    return Data(x=x, edge_index=edge_index, y=y)
-
-
-def _topic_features(
-    y: Tensor,
-    num_classes: int,
-    num_features: int,
-    topic_size: int,
-    topic_prob: float,
-    noise_prob: float,
-    gen: torch.Generator,
-) -> Tensor:
-    """Binary bag-of-words features: column ``j`` of a node of class ``c`` is on with
-    probability ``noise + (1 - noise) * topic_prob * [j in topic(c)]``."""
-    topics = torch.zeros(num_classes, num_features)
-    for c in range(num_classes):
-        topics[c, torch.randperm(num_features, generator=gen)[:topic_size]] = 1.0
-    prob = noise_prob + (1.0 - noise_prob) * topic_prob * topics[y]
-    return torch.bernoulli(prob, generator=gen)
-
-
-def _block_model_edges(
-    y: Tensor, num_classes: int, num_edges: int, homophily: float, gen: torch.Generator
-) -> Tensor:
-    """``num_edges`` random edges, each within the source's class with probability
-    ``homophily``, then without self-loops, symmetrised and coalesced.
-
-    The edges are drawn directly (``O(E)``); PyG's ``stochastic_blockmodel_graph`` tries
-    every pair (``O(N^2)`` memory) and draws from the global RNG, not from ``gen``.
-    """
-    num_nodes = y.numel()
-    members = [torch.nonzero(y == c).view(-1) for c in range(num_classes)]
-    src = torch.randint(num_nodes, (num_edges,), generator=gen)
-    same = torch.rand(num_edges, generator=gen) < homophily
-    dst = torch.empty_like(src)
-    for c in range(num_classes):
-        in_c = y[src] == c
-        pick_same = in_c & same
-        idx = torch.randint(len(members[c]), (int(pick_same.sum()),), generator=gen)
-        dst[pick_same] = members[c][idx]
-        others = torch.nonzero(y != c).view(-1)
-        pick_other = in_c & ~same
-        idx = torch.randint(len(others), (int(pick_other.sum()),), generator=gen)
-        dst[pick_other] = others[idx]
-    edge_index, _ = remove_self_loops(torch.stack([src, dst]))
-    return coalesce(to_undirected(edge_index, num_nodes=num_nodes), num_nodes=num_nodes)

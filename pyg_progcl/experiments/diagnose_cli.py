@@ -5,11 +5,14 @@ Three ways to get a model:
 * ``--checkpoint DIR_OR_FILE``: a checkpoint written by ``train --checkpoint DIR``
   (``DIR/seed{--seed}.pt``); its config, weights and ProGCL mixture are used (preset
   overrides, ``--config``, ``--epochs`` and another ``--dataset`` / ``--method`` are
-  refused, not ignored).
+  refused, not ignored). A checkpoint of ``train --data FILE`` needs ``--data FILE``.
 * ``--epochs N``: train the preset ``N`` epochs, for each ``--encoder`` (GCN and/or the
   MLP control), and diagnose before and after training (``--every K`` tracks the
   summaries every ``K`` epochs).
 * neither: the freshly initialised GCN and MLP of the preset.
+
+The graph is ``--dataset``'s, or ``--data FILE``'s (a graph file with labels ``y``, read
+as ``train --data`` reads it: :func:`pyg_progcl.io.read_graph`).
 
 Writes ``<out>/diagnostics.json`` (summaries, plain floats), ``<out>/similarity.png``
 (true/false-negative histograms with the mixture) and, when tracking,
@@ -21,9 +24,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
 from ..diagnostics import diagnose
+from ..io import read_graph
 from ..mixture import MixtureDegeneracyWarning, first_warning_only
 from .train_cli import add_preset_overrides, int_at_least
 
@@ -71,7 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.epilog = COLUMNS_HELP
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--dataset", help="dataset name (default: synthetic, needs no files)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--dataset", help="dataset name (default: synthetic, needs no files)")
+    source.add_argument(
+        "--data", metavar="FILE",
+        help="your graph, as for `train --data`: a .pt or .npz file with labels y (needed for "
+        "a checkpoint of `train --data`)",
+    )  # fmt: skip
     parser.add_argument("--root", help="data root (as for `train`)")
     parser.add_argument("--method", choices=METHODS, help="loss (default: progcl-weight)")
     parser.add_argument(
@@ -144,9 +152,30 @@ def _check_no_overrides(args, config) -> None:
         )
 
 
+def _load_graph(args, config):
+    """``--data``'s graph, else the config's dataset; a config of a graph file (a
+    checkpoint of ``train --data``) needs ``--data``."""
+    from .datasets import load_dataset
+    from .presets import is_graph_file
+
+    if args.data is not None:
+        data = read_graph(args.data)
+        if data.y is None:
+            raise ValueError(
+                f"{args.data} has no labels `y`: the diagnostics tell false negatives (pairs "
+                "of one class) from true ones by them"
+            )
+        return data
+    if is_graph_file(config.dataset):
+        raise ValueError(
+            f"the model was trained on a graph file ({config.dataset}): pass it with --data FILE"
+        )
+    return load_dataset(config.dataset, args.root)
+
+
 def _from_checkpoint(args, kwargs):
     from .build import build_loss, build_model
-    from .datasets import load_dataset
+    from .checkpoint import load_state, read_checkpoint
     from .presets import TrainConfig
 
     path = Path(args.checkpoint)
@@ -154,16 +183,14 @@ def _from_checkpoint(args, kwargs):
         path = path / f"seed{args.seed}.pt"
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if "config" not in payload or "model" not in payload:
-        raise ValueError(f"{path} is not a pyg_progcl checkpoint")
+    payload = read_checkpoint(path, resuming=False)
     config = TrainConfig.from_dict(payload["config"])
     _check_no_overrides(args, config)
-    data = load_dataset(config.dataset, args.root)
+    data = _load_graph(args, config)
     model = build_model(config, data.num_features, data.num_nodes, data.x)
-    model.load_state_dict(payload["model"])
+    load_state(path, "model", model, payload["model"])
     loss = build_loss(config)
-    loss.load_state_dict(payload["loss"])
+    load_state(path, "loss", loss, payload["loss"])
     model, data = model.to(args.device), data.to(args.device)
     name = f"{config.encoder.upper()}, epoch {payload.get('epoch')}"
     return config, {name: diagnose(model, data, loss=loss, **kwargs)}, {}, {}
@@ -171,12 +198,11 @@ def _from_checkpoint(args, kwargs):
 
 def _from_preset(args, kwargs):
     from .control import compare_encoders
-    from .datasets import load_dataset
     from .train_cli import config_from_args
 
     args.epochs = args.train_epochs or None
     config = config_from_args(args)
-    data = load_dataset(config.dataset, args.root)
+    data = _load_graph(args, config)
     encoders = ("gcn", "mlp") if args.encoders in (None, "both") else (args.encoders,)
     trained = args.train_epochs > 0
     reports = compare_encoders(
@@ -200,6 +226,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
+    if args.data is not None and args.root is not None:
+        raise ValueError("--root locates --dataset's files; --data names the graph file itself")
     kwargs = _diagnose_kwargs(args)
     make = _from_checkpoint if args.checkpoint else _from_preset
     with first_warning_only(MixtureDegeneracyWarning):  # the cold fits' and the runs'

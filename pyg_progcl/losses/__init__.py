@@ -1,35 +1,74 @@
 """Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL over one small contract.
 
-Each loss supplies its negative term ``Ng`` (:meth:`ContrastiveLoss.negative_term`);
-:mod:`.engine` computes the per-anchor losses on the path that pays and
-:class:`ContrastiveLoss` reduces them. ProGCL's fit schedules are in :mod:`.schedules`,
-its two negative terms in :mod:`.weights` and :mod:`.mixing`; :func:`compiled_status`
-says whether its compiled CPU passes (:mod:`.kernels`) are in use.
+The public surface is this package's ``__all__`` and :mod:`.schedules`; the modules whose
+names start with ``_`` (the engine, ProGCL's negative terms and compiled passes) are
+internal and may change without notice.
+
+* The losses: :class:`InfoNCELoss`, :class:`DebiasedInfoNCELoss`,
+  :class:`HardInfoNCELoss` and :class:`ProGCLLoss`, with ProGCL's fit schedules
+  (:class:`FitSchedule` and its kinds, :mod:`.schedules`).
+* The contract of a loss (docs/own_loss.md): a :class:`ContrastiveLoss` supplies its
+  negative term ``Ng`` (:meth:`ContrastiveLoss.negative_term`), a :class:`NegativeTerm`
+  that reads a :class:`NegativeBlock` of anchors, and where ``log Ng`` follows from
+  exponential sums, an :class:`ExpSums` (with, for ProGCL-mix, an :class:`ExtraTerm`);
+  the engine computes the per-anchor losses on the path that pays
+  (:func:`contrastive_losses`) and :class:`ContrastiveLoss` reduces them.
+* The engine's pieces that other packages build on: :func:`contrastive_losses` (a part of
+  the anchors, as :mod:`pyg_progcl.distributed` computes them), :func:`full_precision`,
+  :func:`normalize_views`, :func:`sample_negative_pairs`,
+  :func:`sample_negative_similarities` and :class:`BlockPool`.
+* :func:`compiled_status` says whether ProGCL's compiled CPU passes are in use;
+  :class:`CompiledPassWarning` is issued where they cannot be.
 """
 
+from ._engine import (
+    BlockPool,
+    ExpSums,
+    ExtraTerm,
+    NegativeBlock,
+    NegativeTerm,
+    Pairs,
+    contrastive_losses,
+    full_precision,
+    normalize_views,
+    sample_negative_pairs,
+    sample_negative_similarities,
+)
+from ._kernels import CompiledPassWarning, compiled_status
 from .base import REDUCTIONS, ContrastiveLoss
 from .debiased import DebiasedInfoNCELoss, HardInfoNCELoss
-from .engine import NegativeBlock, sample_negative_pairs, sample_negative_similarities
 from .infonce import InfoNCELoss
-from .kernels import CompiledPassWarning, compiled_status
 from .progcl import ProGCLLoss
 from .schedules import FitOnce, FitSchedule, FlooredFit, FrozenFit, OnlineFit
 
 __all__ = [
+    # the losses
     "REDUCTIONS",
     "ContrastiveLoss",
     "InfoNCELoss",
     "DebiasedInfoNCELoss",
     "HardInfoNCELoss",
     "ProGCLLoss",
+    # ProGCL's fit schedules
     "FitSchedule",
     "OnlineFit",
     "FlooredFit",
     "FitOnce",
     "FrozenFit",
+    # the contract of a loss
+    "NegativeTerm",
+    "ExpSums",
     "NegativeBlock",
+    "Pairs",
+    "ExtraTerm",
+    # the engine, for other packages
+    "contrastive_losses",
+    "full_precision",
+    "normalize_views",
     "sample_negative_pairs",
     "sample_negative_similarities",
+    "BlockPool",
+    # ProGCL's compiled passes
     "compiled_status",
     "CompiledPassWarning",
 ]

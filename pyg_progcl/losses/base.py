@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
-from .engine import BlockPool, NegativeTerm, contrastive_losses, full_precision
+from ._engine import BlockPool, NegativeTerm, contrastive_losses, full_precision
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -22,9 +22,10 @@ class ContrastiveLoss(torch.nn.Module):
 
     over the anchors of both projected views ``u = h1``, ``v = h2`` (``θ`` the cosine
     similarity). A subclass supplies only its negative term ``Ng_i``
-    (:meth:`negative_term`); the engine (:mod:`pyg_progcl.losses.engine`) computes every
-    anchor's loss on the path that pays, exact and without an ``N×N`` matrix when ``N``
-    is large.
+    (:meth:`negative_term`); the engine (:func:`~pyg_progcl.losses.contrastive_losses`)
+    computes every anchor's loss on the path that pays, exact and without an ``N×N``
+    matrix when ``N`` is large, and :meth:`reduce` applies the ``reduction``
+    (docs/own_loss.md writes a loss of one's own on this contract).
 
     Args:
         tau: Temperature :math:`\tau > 0`.
@@ -57,7 +58,8 @@ class ContrastiveLoss(torch.nn.Module):
         """Losses without state have nothing to reset."""
 
     def negative_term(self) -> NegativeTerm:
-        """The loss's ``Ng`` for the engine (one object per call)."""
+        """The loss's ``Ng`` for the engine, a :class:`~pyg_progcl.losses.NegativeTerm`
+        (one object per call); every subclass defines it."""
         raise NotImplementedError
 
     # The engine picks its path from the data and reuses buffers between calls, which

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_nonnegative, check_probability
+from ._engine import ExpSums, NegativeTerm
 from .base import ContrastiveLoss
-from .engine import ExpSums, NegativeTerm
 
 
 def debiased_log_negatives(
@@ -54,7 +54,7 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
     def negative_term(self) -> NegativeTerm:
         return NegativeTerm.from_sums(ExpSums((1.0,), self._combine))
 
-    def _combine(self, pos: Tensor, log_sums: list[Tensor], _, count: int) -> Tensor:
+    def _combine(self, *, pos: Tensor, log_sums: list[Tensor], count: int, **_) -> Tensor:
         return debiased_log_negatives(pos, log_sums[0], count, self.tau, self.tau_plus)
 
     def _options(self) -> dict:
@@ -86,9 +86,9 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
             return super().negative_term()
         return NegativeTerm.from_sums(ExpSums((self.beta, 1 + self.beta), self._combine))
 
-    def _combine(self, pos: Tensor, log_sums: list[Tensor], _, count: int) -> Tensor:
+    def _combine(self, *, pos: Tensor, log_sums: list[Tensor], count: int, **_) -> Tensor:
         if self.beta == 0:
-            return super()._combine(pos, log_sums, _, count)
+            return super()._combine(pos=pos, log_sums=log_sums, count=count)
         # Σ e^{(1+β)θ/τ} / mean e^{βθ/τ}; the shifts of numerator and mean cancel.
         log_neg = log_sums[1] - (log_sums[0] - math.log(2 * count))
         return debiased_log_negatives(pos, log_neg, count, self.tau, self.tau_plus)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ._engine import ExpSums, NegativeTerm
 from .base import ContrastiveLoss
-from .engine import ExpSums, NegativeTerm
 
 
-def _log_first_sum(pos: Tensor, log_sums: list[Tensor], log_weight_mean, count: int) -> Tensor:
+def _log_first_sum(*, log_sums: list[Tensor], **_) -> Tensor:
     return log_sums[0]
 
 

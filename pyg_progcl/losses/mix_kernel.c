@@ -2,8 +2,8 @@
  * synthesised negatives, one pass over each anchor's row: the selection of the k largest
  * b (radix select on their bit patterns), the mixing of the selected logits and, in
  * backward, the scatter of their gradients. The compiled counterpart of
- * BetaMixture.hardness_ (mixture.py) and MixedSums._mix / .backward (mixing.py), which
- * document the formulas; kernels.py compiles and loads this file.
+ * BetaMixture.hardness_ (mixture.py) and MixedSums._mix / .backward (_mixing.py), which
+ * document the formulas; _kernels.py compiles and loads this file.
  *
  * Every function handles the rows [r0, r1) of its matrices on `threads` OpenMP threads
  * (compiled with -fopenmp inside torch's process, the runtime is torch's own libgomp, so
@@ -27,7 +27,7 @@
 #define USE_AVX2 0
 #endif
 
-/* The compiler flags of this build (kernels.py passes them as a string), for its status. */
+/* The compiler flags of this build (_kernels.py passes them as a string), for its status. */
 #ifndef PYG_PROGCL_FLAGS
 #define PYG_PROGCL_FLAGS ""
 #endif

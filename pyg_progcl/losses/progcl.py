@@ -11,10 +11,11 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
 from ..mixture import BetaMixture
+from ._engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
+from ._mixing import MIX_EPS, MixedNegatives, MixedSums
+from ._weights import HardnessWeights
 from .base import ContrastiveLoss
-from .engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
 from .infonce import GRACE_TERM
-from .mixing import MIX_EPS, MixedNegatives, MixedSums
 from .schedules import (
     DEFAULT_SCHEDULE,
     FROZEN_CACHE_MIB,
@@ -23,7 +24,6 @@ from .schedules import (
     as_schedule,
     with_posterior_floor,
 )
-from .weights import HardnessWeights
 
 #: The largest ``num_samples``: a fit holds about 136 bytes per sampled similarity
 #: (float32 views, measured), so 10⁸ samples take some 14 GB.

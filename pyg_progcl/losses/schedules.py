@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .._checks import check_bool, check_choice, check_nonnegative, check_probability
 from ..mixture import MixtureDegeneracyWarning
-from .engine import Pairs, normalize_views
+from ._engine import Pairs, normalize_views
 
 #: MiB of frozen weights :class:`FrozenFit` holds between steps by default (what does not
 #: fit is recomputed block by block at every step).

@@ -9,9 +9,9 @@ the contrastive loss (GRACE, DCL, HCL or ProGCL; Zhu et al. 2020, Xia et al. 202
 taken over the seeds, so each seed's negatives are the other seeds of its batch (or
 ``k`` of them with ``num_negatives``).
 
-Sampling uses :class:`torch_geometric.loader.NeighborLoader` when PyG can sample
-(``pyg-lib`` or ``torch-sparse`` installed); otherwise :class:`NeighborSubgraphLoader`,
-a pure-torch sampler that draws the same kind of batches (seeds first, ``n_id``,
+Sampling uses :class:`torch_geometric.loader.NeighborLoader` when ``pyg-lib`` is
+installed (or with ``backend="pyg"``, also on ``torch-sparse``); otherwise
+:class:`NeighborSubgraphLoader`, a pure-torch sampler that draws the same kind of batches (seeds first, ``n_id``,
 ``e_id``, ``batch_size``, directed edges from sampled in-neighbours to their targets).
 Any loader that yields such batches works, e.g. ``RandomNodeLoader`` (without ``n_id`` /
 ``batch_size`` every node of a batch is a seed, and adaptive augmenters refit per batch).
@@ -27,12 +27,19 @@ Python::
 from .augmentation import SubgraphAugmenter
 from .epoch import SeedViews, minibatch_epoch
 from .inference import embed_minibatch
-from .sampling import NeighborSubgraphLoader, epoch_seeds, neighbor_loader, pyg_can_sample
+from .sampling import (
+    NeighborSubgraphLoader,
+    default_backend,
+    epoch_seeds,
+    neighbor_loader,
+    pyg_can_sample,
+)
 
 __all__ = [
     "NeighborSubgraphLoader",
     "SeedViews",
     "SubgraphAugmenter",
+    "default_backend",
     "embed_minibatch",
     "epoch_seeds",
     "minibatch_epoch",

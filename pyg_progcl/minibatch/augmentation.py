@@ -47,7 +47,7 @@ class SubgraphAugmenter:
         self.node_drop_prob: dict[int, Tensor] = {}
         for i, aug in enumerate(self.members):
             if isinstance(aug, (AdaptiveEdgeDrop, AdaptiveFeatureMask)):
-                aug._prepare(data.x, data.edge_index, data.num_nodes)  # cached per graph
+                aug.prepare(data.x, data.edge_index, data.num_nodes)  # cached per graph
             if isinstance(aug, AdaptiveEdgeDrop) and aug.is_active():
                 prob = torch.zeros(data.num_nodes, dtype=aug.drop_prob.dtype)
                 target = data.edge_index[1].to(prob.device)
@@ -64,7 +64,7 @@ class SubgraphAugmenter:
         edge_weight = None
         if n_id is None:
             for aug in self.members:
-                aug._prepare(x, edge_index, x.size(0))
+                aug.prepare(x, edge_index, x.size(0))
         for i, aug in enumerate(self.members):
             if i in self.node_drop_prob and n_id is not None:
                 table = self.node_drop_prob[i]

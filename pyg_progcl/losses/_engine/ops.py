@@ -47,13 +47,13 @@ def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
 
 def gram(a: Tensor, b: Tensor, tau: float, out: Tensor | None = None) -> Tensor:
     """``(a bᵀ - 1)/τ`` for unit rows ``a`` (already divided by τ) and ``b`` in one GEMM."""
-    return torch.addmm(a.new_tensor(-1.0 / tau), a, b.T, out=out)
+    return torch.addmm(a.new_full((), -1.0 / tau), a, b.T, out=out)
 
 
 def mask_entries(logits: Tensor, excluded: Tensor) -> Tensor:
     """Sets ``logits[i, excluded[i]]`` to ``-inf`` in place (the anchor itself)."""
     rows = torch.arange(logits.size(0), device=logits.device)
-    return logits.index_put_((rows, excluded), logits.new_tensor(float("-inf")))
+    return logits.index_put_((rows, excluded), logits.new_full((), float("-inf")))
 
 
 def transpose_(x: Tensor) -> Tensor:

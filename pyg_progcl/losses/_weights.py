@@ -10,12 +10,12 @@ import torch
 from torch import Tensor
 
 from ..mixture import BetaMixture
-from . import kernels
-from .engine import ExpSums, NegativeBlock, NegativeTerm, Pairs, row_chunks, underflow_threshold
+from . import _kernels
+from ._engine import ExpSums, NegativeBlock, NegativeTerm, Pairs, row_chunks, underflow_threshold
 from .schedules import FitSchedule, FrozenFit
 
 
-def _log_weighted_sum(pos: Tensor, log_sums: list[Tensor], log_weight_mean: Tensor, count: int):
+def _log_weighted_sum(*, log_sums: list[Tensor], log_weight_mean: Tensor, **_) -> Tensor:
     """``log Σ_k w_k e^{logit_k}`` with ``w = b / mean b`` from ``log Σ_k b_k e^{logit_k}``."""
     return log_sums[0] - log_weight_mean
 
@@ -37,7 +37,7 @@ class HardnessWeights:
         self.floor = schedule.posterior_floor
 
     def term(self) -> NegativeTerm:
-        """ProGCL-weight's :class:`~.engine.NegativeTerm`, on every path."""
+        """ProGCL-weight's :class:`~pyg_progcl.losses.NegativeTerm`, on every path."""
         if self.schedule.shared_weights:  # the v anchors' rows of the first direction's matrix
             columns = functools.partial(self.block_weights, view=1)
             return NegativeTerm(
@@ -52,8 +52,8 @@ class HardnessWeights:
         written to ``out`` if given, in cache-sized row chunks."""
         with torch.no_grad():
             b = torch.empty_like(logits) if out is None else out
-            if logits.stride(-1) == 1 and kernels.usable(b, logits):  # (one compiled pass)
-                return kernels.hardness(logits, b, self.tau, self.mixture, self.floor)
+            if logits.stride(-1) == 1 and _kernels.usable(b, logits):  # (one compiled pass)
+                return _kernels.hardness(logits, b, self.tau, self.mixture, self.floor)
             one = logits.new_ones(())
             for rows in row_chunks(logits):
                 s = torch.add(one, logits[rows], alpha=self.tau / 2, out=b[rows])
@@ -94,8 +94,8 @@ class HardnessWeights:
         anchors = small.unsqueeze(block.dim)
         log_b = torch.where(anchors, log_b.new_zeros(()), log_b)
         excluded = (block.rows(), block.excluded)
-        log_b = log_b.index_put_(excluded, log_b.new_tensor(float("-inf")))
-        sum_b = torch.where(small, sum_b.new_tensor(float(block.count)), sum_b)
+        log_b = log_b.index_put_(excluded, log_b.new_full((), float("-inf")))
+        sum_b = torch.where(small, sum_b.new_full((), float(block.count)), sum_b)
         return log_b, torch.log(sum_b / block.count), False
 
     def log_negatives(self, block: NegativeBlock) -> Tensor:

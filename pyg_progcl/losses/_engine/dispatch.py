@@ -45,7 +45,7 @@ class NegativeTerm:
     """What a loss supplies to the engine: its negative term ``log Ng`` (docs/design.md).
 
     Attributes:
-        log_negatives: ``[B]`` shifted ``log Ng`` of a :class:`~.blocks.NegativeBlock` of
+        log_negatives: ``[B]`` shifted ``log Ng`` of a :class:`NegativeBlock` of
             anchors (every path can use it).
         sums: The same term as a function of exponential sums over the negatives, if it is
             one; the one-pass engine then serves both directions from one pass.
@@ -62,7 +62,9 @@ class NegativeTerm:
 
         def log_negatives(block: NegativeBlock) -> Tensor:
             log_sums = [block.log_sum_exp_both(scale) for scale in sums.scales]
-            return sums.combine(block.pos, log_sums, None, block.count)
+            return sums.combine(
+                pos=block.pos, log_sums=log_sums, log_weight_mean=None, count=block.count
+            )
 
         return cls(log_negatives, sums)
 
@@ -130,14 +132,17 @@ def contrastive_losses(
     reduce: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Tensor:
     """``[2, M]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the anchors ``i`` in
-    ``anchors`` (default: all ``N`` nodes), each against all nodes.
+    ``anchors`` (default: all ``N`` nodes), each against all nodes, on the path that the
+    options and the data call for (dense, row blocks, one pass for both directions or
+    sampled negatives; docs/design.md).
 
     Args:
         h1, h2: Projected views ``[N, d]`` (checked by the caller; normalised here).
         tau: Temperature.
         term: The loss's :class:`NegativeTerm`.
-        block_size, num_negatives: As :func:`choose_path` takes them.
-        pool: The loss's :class:`~.pool.BlockPool` for the one-pass engine's matrices.
+        block_size, num_negatives: The loss's options of these names
+            (:class:`~pyg_progcl.losses.ContrastiveLoss`).
+        pool: The loss's :class:`BlockPool` for the one-pass engine's matrices.
         generator: Random generator of the negative sampling.
         anchors: A range of rows: the anchors whose losses are returned.
         reduce: For ``anchors`` a part of the rows on the one-pass path: sums a tensor

@@ -39,8 +39,9 @@ from .pool import BlockPool
 #: (one Gram product fewer per block). Amazon-Photo keeps both (≈ 0.47 GB), Coauthor-CS none.
 KEEP_ELEMENTS = 1 << 27
 
-#: ``combine(pos, log_sums, log_weight_mean, count) -> log Ng`` on ``[N]`` vectors.
-Combine = Callable[[Tensor, list[Tensor], Optional[Tensor], int], Tensor]
+#: ``combine(*, pos, log_sums, log_weight_mean, count) -> log Ng``, called with keywords
+#: only (see :class:`ExpSums`): an implementation names what it uses and takes ``**_``.
+Combine = Callable[..., Tensor]
 
 
 class ExtraTerm(Protocol):
@@ -60,12 +61,22 @@ class ExtraTerm(Protocol):
 
 @dataclass(frozen=True)
 class ExpSums:
-    """How a loss's ``log Ng`` is built from exponential sums (see the module docstring).
+    r"""A loss's ``log Ng`` as a function of a few exponential sums over each anchor's
+    negatives, :math:`S_j(i) = \sum_{k\neq i} w_{ik} (e^{s_j \cdot inter_{ik}} + e^{s_j
+    \cdot intra_{ik}})` of its shifted logits (a :class:`NegativeBlock`'s ``inter`` and
+    ``intra``) with detached weights :math:`w` (default 1). Such a term serves both
+    directions from one pass over row blocks of anchors (the one-pass engine, as long as
+    every :math:`e^{s_j \cdot logit}` is a normal float32 at the loss's ``τ``: :meth:`fits`);
+    :meth:`NegativeTerm.from_sums` makes unweighted sums a :class:`NegativeTerm` for every
+    path (weighted ones need their own ``log_negatives``).
 
     Attributes:
         scales: The ``s_j``.
-        combine: ``log Ng`` from the positive logits, ``log S_j`` and (with ``weight``)
-            ``log mean_k w_ak``; differentiable.
+        combine: ``log Ng`` of a block of anchors, differentiable, called with the
+            keywords ``pos`` (``[B]`` shifted positive logits), ``log_sums`` (the ``[B]``
+            ``log S_j``, one per scale), ``log_weight_mean`` (``[B]`` ``log mean_k w_ak``
+            with ``weight``, else ``None``) and ``count`` (negatives per view and anchor);
+            it names the ones it uses and takes the others as ``**_``.
         weight: ``weight(logits, out, rows)``: detached ``[B, N]`` weights of the block of
             shifted inter-view logits ``u[rows]·vᵀ``, written to ``out`` if given (the
             excluded entries are zeroed by the caller); ``None``: all weights are 1.
@@ -168,7 +179,7 @@ class _Blocks:
         rows = torch.arange(stop - start, device=u.device)
         self.diag, self.work = (rows, rows + start), work
         us, vs = u[start:stop] / tau, v[start:stop] / tau
-        shift = u.new_tensor(-1.0 / tau)
+        shift = u.new_full((), -1.0 / tau)  # (filled on the device: no host copy)
         self.uv_is_exp = uv_exp is not None  # kept from forward: already exponentiated
         if self.uv_is_exp:
             self.uv = uv_exp
@@ -195,7 +206,7 @@ class _Blocks:
         return self.w, self.w2
 
     def _masked(self, logits: Tensor) -> Tensor:
-        return logits.index_put_(self.diag, logits.new_tensor(float("-inf")))
+        return logits.index_put_(self.diag, logits.new_full((), float("-inf")))
 
     def exps(self, scales: tuple[float, ...], sums: bool = False):
         """``w·e^{s·logit}`` of the three blocks for each scale ``s`` (the last scale
@@ -366,8 +377,7 @@ def _logit_grads(
     first scale's exponentials), where a ``uv`` entry feeds a row sum (its ``u`` anchor)
     and a column sum (its ``v`` anchor); ``uv_weights = (w, w2)`` weight the two for
     unweighted ``uv`` exponentials (column weights)."""
-    g_su = g_su * g_su.new_tensor(scales).unsqueeze(1)
-    g_sv = g_sv * g_sv.new_tensor(scales).unsqueeze(1)
+    g_su, g_sv = _times_scales(g_su, scales), _times_scales(g_sv, scales)
     out = exps[0]
     for rows in row_chunks(out[0]):
         for j, (e_uv, e_uu, e_vv) in enumerate(exps):
@@ -384,13 +394,20 @@ def _logit_grads(
     return out
 
 
+def _times_scales(g: Tensor, scales: tuple[float, ...]) -> Tensor:
+    """``g[j] · s_j`` for each scale: Python numbers, not a tensor copied to the device."""
+    return torch.stack([row * scale for row, scale in zip(g, scales)])
+
+
 def _objective(pos, su, sv, wu, wv, spec: ExpSums, n: int, extra=None) -> Tensor:
     """``[2, N]`` losses from the positive logits and the sums of both directions' anchors
     (and the extra term's ``[2, N]`` ``log X``)."""
     losses = []
     for view, (sums, wsum) in enumerate(((su, wu), (sv, wv))):
         log_w = None if spec.weight is None else torch.log(wsum / (n - 1))
-        log_ng = spec.combine(pos, list(torch.log(sums)), log_w, n - 1)
+        log_ng = spec.combine(
+            pos=pos, log_sums=list(torch.log(sums)), log_weight_mean=log_w, count=n - 1
+        )
         if extra is not None:
             log_ng = torch.logaddexp(log_ng, extra[view])
         losses.append(torch.logaddexp(pos, log_ng) - pos)

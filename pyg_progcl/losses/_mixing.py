@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import kernels
-from .engine import BlockPool, NegativeBlock, row_chunks, transpose_, underflow_threshold
-from .engine.ops import EXP_SPAN
-from .selection import largest
-from .weights import HardnessWeights
+from . import _kernels
+from ._engine import BlockPool, NegativeBlock, row_chunks, transpose_, underflow_threshold
+from ._engine.ops import EXP_SPAN
+from ._selection import largest
+from ._weights import HardnessWeights
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
@@ -95,14 +95,15 @@ def _mixed_logits(
 
 class MixedSums:
     """ProGCL-mix's synthesised negatives as the one-pass engine's extra term
-    (:class:`~pyg_progcl.losses.engine.onepass.ExtraTerm`), read from the whole inter-view matrix at once.
+    (:class:`~pyg_progcl.losses._engine.onepass.ExtraTerm`), read from the whole
+    inter-view matrix at once.
 
     The ``u`` anchors' hardest negatives are in the rows of ``b(u·vᵀ)``, the ``v``
     anchors' in its columns; forward selects both (``π`` drawn for ``u``, then ``v``: the
     per-direction path's order), backward adds the mixed term's gradient at the selected
     entries to the engine's ``∂J/∂(u·vᵀ)``, so the term costs no Gram product of its own.
     On the CPU both run in one compiled pass over each row where the kernel builds
-    (:mod:`.kernels`), else in torch operations on row chunks that stay in cache. One
+    (:mod:`._kernels`), else in torch operations on row chunks that stay in cache. One
     object serves one forward call.
     """
 
@@ -136,11 +137,11 @@ class MixedSums:
                 f"{self.weights.tau:g}): its unshifted log-sum-exp would underflow; the "
                 "per-direction path serves such temperatures"
             )
-        if k > 0 and kernels.usable(b, logits):  # the same, in one compiled pass per row
+        if k > 0 and _kernels.usable(b, logits):  # the same, in one compiled pass per row
             n, tau = b.size(0), self.weights.tau
             ints = torch.empty(k, dtype=torch.int32)  # (its [N, k] matrices: pooled)
             into = [self.pool.take(n, like) for like in (ints, logits[:k], logits[:k])]
-            factors, out = kernels.mix_forward(b, logits, perm, k, tau, self.mix_eps, into)
+            factors, out = _kernels.mix_forward(b, logits, perm, k, tau, self.mix_eps, into)
         else:
             factors, out = self._mix_chunks(logits, b, perm, k)
         self.saved.append((perm, factors))
@@ -175,7 +176,7 @@ class MixedSums:
         tau = self.weights.tau
         for view, (perm, chunks) in enumerate(self.saved):
             if isinstance(chunks, tuple):  # the compiled pass's factors
-                kernels.mix_backward(grad[view], chunks, perm, tau, out if view == 0 else out.T)
+                _kernels.mix_backward(grad[view], chunks, perm, tau, out if view == 0 else out.T)
                 self.pool.give(chunks[:3])
                 continue
             for rows, own, pair, idx, total in chunks:  # e^mixed·b/den, e^mixed·b_π/den

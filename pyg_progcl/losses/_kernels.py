@@ -1,7 +1,7 @@
 """ProGCL's compiled row passes (``mix_kernel.c``): the hardness ``b`` of a block of
 logits (ProGCL-weight and -mix), and ProGCL-mix's selection of the hardest negatives,
 their mixing and its backward in one pass over each anchor's row, where the torch path
-(:class:`~pyg_progcl.losses.mixing.MixedSums`) makes a dozen passes over the matrix.
+(:class:`~pyg_progcl.losses._mixing.MixedSums`) makes a dozen passes over the matrix.
 
 The C file is compiled at first use by the system's C compiler (``$CC``, else ``cc``; no
 Python package is needed), with OpenMP where the compiler has it, and loaded with
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -45,7 +46,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .selection import _pool
+from ._engine import thread_pool
 
 SOURCE = Path(__file__).with_name("mix_kernel.c")
 # -fno-math-errno: math functions need not set errno (their values are the same), so the
@@ -264,7 +265,7 @@ def _run(fn, args, n: int) -> None:
     else:  # the calling thread takes the first range, the pool's threads the others
         step = -(-n // threads)
         ranges = [(r, min(r + step, n)) for r in range(0, n, step)]
-        pool = _pool(threads - 1, os.getpid())
+        pool = thread_pool(threads - 1)
         futures = [pool.submit(lambda r: fn(*args(*r), 1), r) for r in ranges[1:]]
         codes = [fn(*args(*ranges[0]), 1)] + [f.result() for f in futures]
     if any(codes):
@@ -347,6 +348,7 @@ def _load() -> tuple[ctypes.CDLL, Path, bool]:
 def _load_cached(folder: Path, prefix: str, compiler: list, attempts: list):
     """``(library, path)`` of a verified cached build, else of a new one (rebuilt once if
     the cached file does not load or lacks a function)."""
+    _remove_stale_builds(folder)
     for path in sorted(folder.glob(prefix + "*.so")):
         try:
             return _open(path), path
@@ -374,6 +376,16 @@ def _open(path: Path) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, restype
     return lib
+
+
+def _remove_stale_builds(folder: Path) -> None:
+    """Removes the partial outputs of builds that were killed (older than any running
+    build can be: two compiler timeouts per flag set)."""
+    cutoff = time.time() - 2 * COMPILE_TIMEOUT * len(_attempts())
+    for path in folder.glob(".build-*.so"):
+        with contextlib.suppress(OSError):
+            if path.lstat().st_mtime < cutoff:
+                path.unlink()
 
 
 def _build(folder: Path, prefix: str, compiler: list, attempts: list) -> Path:

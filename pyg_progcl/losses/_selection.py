@@ -3,13 +3,11 @@ the hardest negatives (docs/algorithms.md §5.3)."""
 
 from __future__ import annotations
 
-import concurrent.futures
-import functools
-import os
-
 import numpy as np
 import torch
 from torch import Tensor
+
+from ._engine import thread_pool
 
 #: Elements per row chunk of a CPU selection (2 MiB of float32): the chunks run on
 #: ``torch.get_num_threads()`` threads, since numpy releases the GIL in its loops.
@@ -57,7 +55,7 @@ def _largest_numpy(x: Tensor, k: int, nonnegative: bool) -> Tensor:
     chunks = [slice(i, min(i + step, x.shape[0])) for i in range(0, x.shape[0], step)]
     threads = min(torch.get_num_threads(), len(chunks))
     if threads > 1:
-        list(_pool(threads, os.getpid()).map(lambda rows: _select_rows(x, k, out, rows), chunks))
+        list(thread_pool(threads).map(lambda rows: _select_rows(x, k, out, rows), chunks))
     else:
         for rows in chunks:
             _select_rows(x, k, out, rows)
@@ -73,9 +71,3 @@ def _select_rows(x: np.ndarray, k: int, out: np.ndarray, rows: slice) -> None:
         _first_ties(*(torch.from_numpy(a) for a in (x, kth, keep)), k)
     flat = np.flatnonzero(keep).reshape(-1, k)  # flat indices, ascending in each row
     np.subtract(flat, np.arange(0, flat.shape[0] * n, n)[:, None], out=out[rows])
-
-
-@functools.cache
-def _pool(threads: int, pid: int) -> concurrent.futures.ThreadPoolExecutor:
-    """A pool of ``threads`` threads of process ``pid`` (a forked child makes its own)."""
-    return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="pyg_progcl")

@@ -1,0 +1,396 @@
+"""Linear-probe evaluation of frozen node embeddings (docs/algorithms.md §6).
+
+.. code-block:: python
+
+    from pyg_progcl.evaluation import evaluate
+
+    z = model(data.x, data.edge_index).detach()  # frozen embeddings [N, d]
+    print(evaluate(z, data)["accuracy"])  # GCA protocol, random 10 / 10 / 80 split
+
+Two protocols, as in the papers' code:
+
+* **GCA / ProGCL** (Zhu et al., "Graph Contrastive Learning with Adaptive
+  Augmentation", WWW 2021; Xia et al., "ProGCL", ICML 2022): random 10% / 10% /
+  80% train / validation / test split, a logistic-regression probe (one linear
+  layer, Adam, lr 0.01, no weight decay, full batch, 3000 epochs), test
+  accuracy at the best validation accuracy (checked every 20 epochs);
+  embeddings are not normalised.
+* **GRACE** (Zhu et al., "Deep Graph Contrastive Representation Learning",
+  2020): L2-normalised embeddings, three random 10% / 90% train / test splits,
+  one-vs-rest logistic regression on one-hot targets with ``C`` chosen by 5-fold
+  cross-validation (scikit-learn ``GridSearchCV``), the mean over the splits.
+
+Datasets with a public split (WikiCS's 20 splits, ogbn-arxiv's official split)
+are evaluated on it (``split="public"``); with several splits the accuracy is
+their mean, as in the GCA code. All accuracies are fractions in ``[0, 1]``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ._checks import check_choice, check_int, check_matrix, check_nonnegative, check_positive
+
+__all__ = [
+    "PROTOCOLS",
+    "SPLITS",
+    "evaluate",
+    "gca_protocol",
+    "grace_protocol",
+    "logistic_regression_probe",
+    "public_splits",
+    "random_split",
+]
+
+#: The protocols of :func:`evaluate`.
+PROTOCOLS = ("gca", "grace")
+#: The splits of :func:`evaluate`: random, or the dataset's own masks.
+SPLITS = ("random", "public")
+
+
+def _check_labels(z: Tensor, y: Tensor) -> Tensor:
+    check_matrix("embeddings", z)
+    y = y.view(-1) if y.dim() == 2 and y.size(1) == 1 else y
+    if y.dim() != 1 or y.numel() != z.size(0):
+        raise ValueError(
+            f"`y` must hold one label per node ({z.size(0)}) (got shape {list(y.shape)})"
+        )
+    return y.long()
+
+
+def random_split(
+    num_nodes: int, train_ratio: float = 0.1, val_ratio: float = 0.1, seed: int = 0
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A random node split; the rest after train and validation is the test set.
+
+    ``perm = randperm(num_nodes)`` from a generator seeded with ``seed`` (the global RNG is
+    untouched); ``train = perm[:floor(r_train N)]`` (at least one node), ``val`` the next
+    ``floor(r_val N)``, ``test`` the rest.
+
+    Not ``T.RandomNodeSplit``: it draws from the global RNG and takes validation and test
+    nodes first, so a seed would put other nodes in each part than stored results used.
+
+    Args:
+        num_nodes: Number of nodes.
+        train_ratio: Fraction of nodes for training.
+        val_ratio: Fraction of nodes for validation (may be 0).
+        seed: Seed of the permutation.
+
+    Returns:
+        ``(train_idx, val_idx, test_idx)`` index tensors.
+    """
+    num_nodes = check_int("num_nodes", num_nodes, minimum=3)
+    check_positive("train_ratio", train_ratio)
+    check_nonnegative("val_ratio", val_ratio)
+    if train_ratio + val_ratio >= 1:
+        raise ValueError(f"train_ratio + val_ratio must be < 1 (got {train_ratio + val_ratio})")
+    perm = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(int(seed)))
+    n_train = max(1, int(math.floor(train_ratio * num_nodes)))
+    n_val = int(math.floor(val_ratio * num_nodes))
+    return perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :]
+
+
+def public_splits(data: Data) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """The public splits stored in ``data``'s masks.
+
+    ``train_mask`` / ``val_mask`` may be ``[N]`` (one split) or ``[N, S]``
+    (``S`` splits, as WikiCS); ``test_mask`` ``[N]`` (shared) or ``[N, S]``.
+
+    Raises:
+        ValueError: if ``data`` has no ``train_mask`` / ``test_mask``.
+    """
+    if "train_mask" not in data or "test_mask" not in data:
+        raise ValueError("split='public' needs `train_mask` and `test_mask` on the data")
+
+    def columns(mask: Optional[Tensor], count: int) -> list[Optional[Tensor]]:
+        """The ``count`` splits' columns of a ``[N]`` or ``[N, S]`` mask."""
+        if mask is None:
+            return [None] * count
+        mask = mask.bool()
+        if mask.dim() == 1:
+            return [mask] * count
+        return [mask[:, i] for i in range(mask.size(1))]
+
+    train = data.train_mask
+    count = 1 if train.dim() == 1 else train.size(1)
+    splits = []
+    val_mask = data.val_mask if "val_mask" in data else None
+    for tr, va, te in zip(
+        columns(train, count), columns(val_mask, count), columns(data.test_mask, count)
+    ):
+        empty = torch.empty(0, dtype=torch.long)
+        val = empty if va is None else va.nonzero().view(-1)
+        splits.append((tr.nonzero().view(-1), val, te.nonzero().view(-1)))
+    return splits
+
+
+def _ogb_accuracy(name: str):
+    sys.modules.setdefault("outdated", None)  # ogb's import-time version check
+    from ogb.nodeproppred import Evaluator
+
+    evaluator = Evaluator(name)
+
+    def accuracy(pred: Tensor, y: Tensor) -> float:
+        """OGB's accuracy of predicted labels."""
+        out = evaluator.eval({"y_true": y.view(-1, 1).cpu(), "y_pred": pred.view(-1, 1).cpu()})
+        return float(out["acc"])
+
+    return accuracy
+
+
+def _plain_accuracy(pred: Tensor, y: Tensor) -> float:
+    """The fraction of correct predictions (NaN for no nodes)."""
+    return float((pred == y).float().mean()) if y.numel() else float("nan")
+
+
+def logistic_regression_probe(
+    z: Tensor,
+    y: Tensor,
+    train_idx: Tensor,
+    val_idx: Tensor,
+    test_idx: Tensor,
+    *,
+    epochs: int = 3000,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    eval_every: int = 20,
+    seed: int = 0,
+    ogb_name: Optional[str] = None,
+) -> dict:
+    """The GCA code's probe: one linear layer trained with Adam, full batch.
+
+    The test accuracy is the one at the best validation accuracy, checked every
+    ``eval_every`` epochs (and after the last). Without validation nodes, the
+    test accuracy after the last epoch is returned. Runs on ``z``'s device and
+    draws its initial weights from its own generator, leaving the global RNG
+    untouched (so evaluating during training does not change training).
+
+    Args:
+        z: Frozen embeddings ``[N, d]``.
+        y: Labels ``[N]``.
+        train_idx, val_idx, test_idx: Node indices of the split.
+        epochs: Training epochs (3000 in the papers).
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        eval_every: Validation interval in epochs.
+        seed: Seed of the initial weights.
+        ogb_name: Score with ``ogb.nodeproppred.Evaluator(ogb_name)``.
+
+    Returns:
+        ``{"accuracy", "val_accuracy", "best_epoch"}``.
+    """
+    y = _check_labels(z, y)
+    epochs = check_int("epochs", epochs)
+    eval_every = check_int("eval_every", eval_every)
+    if train_idx.numel() == 0:
+        raise ValueError("the probe needs at least one training node")
+    z, y = z.detach(), y.to(z.device)
+    train_idx, val_idx, test_idx = (i.to(z.device) for i in (train_idx, val_idx, test_idx))
+    num_classes = int(y.max()) + 1
+    accuracy = _ogb_accuracy(ogb_name) if ogb_name else _plain_accuracy
+
+    weight, bias = _probe_parameters(num_classes, z, seed)
+    optimizer = torch.optim.Adam([weight, bias], lr=lr, weight_decay=weight_decay)
+
+    z_train, y_train = z[train_idx], y[train_idx]
+    best = {"accuracy": float("nan"), "val_accuracy": -1.0, "best_epoch": 0}
+    for epoch in range(1, epochs + 1):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(F.linear(z_train, weight, bias), y_train)
+        loss.backward()
+        optimizer.step()
+        if epoch % eval_every and epoch != epochs:
+            continue
+        with torch.no_grad():
+            pred = F.linear(z, weight, bias).argmax(dim=-1)
+        val_acc = accuracy(pred[val_idx], y[val_idx]) if val_idx.numel() else 0.0
+        if val_acc > best["val_accuracy"] or not val_idx.numel():
+            test_acc = accuracy(pred[test_idx], y[test_idx])
+            best = {"accuracy": test_acc, "val_accuracy": val_acc, "best_epoch": epoch}
+    if not val_idx.numel():
+        best["val_accuracy"] = float("nan")
+    return best
+
+
+def _probe_parameters(num_classes: int, z: Tensor, seed: int) -> tuple[Tensor, Tensor]:
+    """The probe's initial ``(weight, bias)``, drawn as ``nn.Linear`` initialises them
+    (``U(-1/sqrt(d), 1/sqrt(d))``) from a generator seeded with ``seed``."""
+    gen = torch.Generator().manual_seed(int(seed))
+    bound = 1.0 / math.sqrt(z.size(1))  # nn.Linear's default initialisation
+    weight = torch.empty(num_classes, z.size(1)).uniform_(-bound, bound, generator=gen)
+    bias = torch.empty(num_classes).uniform_(-bound, bound, generator=gen)
+    weight = weight.to(z.device, z.dtype).requires_grad_()
+    bias = bias.to(z.device, z.dtype).requires_grad_()
+    return weight, bias
+
+
+def gca_protocol(
+    z: Tensor,
+    y: Tensor,
+    *,
+    splits: Optional[list[tuple[Tensor, Tensor, Tensor]]] = None,
+    train_ratio: float = 0.1,
+    val_ratio: float = 0.1,
+    seed: int = 0,
+    epochs: int = 3000,
+    lr: float = 0.01,
+    eval_every: int = 20,
+    ogb_name: Optional[str] = None,
+) -> dict:
+    """GCA / ProGCL evaluation: Adam logistic-regression probe, best-validation test accuracy.
+
+    Args:
+        z: Frozen embeddings ``[N, d]`` (not normalised).
+        y: Labels ``[N]``.
+        splits: Given splits (e.g. :func:`public_splits`); the accuracy is
+            their mean. Default: one :func:`random_split` (10 / 10 / 80).
+        train_ratio, val_ratio: Fractions of the random split.
+        seed: Seed of the random split and of the probe's initial weights.
+        epochs, lr, eval_every: Probe training (see
+            :func:`logistic_regression_probe`).
+        ogb_name: Score with the official OGB evaluator.
+
+    Returns:
+        ``{"accuracy", "val_accuracy", "accuracies"}`` (``accuracies``: one per split).
+    """
+    y = _check_labels(z, y)
+    if splits is None:
+        splits = [random_split(z.size(0), train_ratio, val_ratio, seed)]
+    results = [
+        logistic_regression_probe(
+            z, y, *split, epochs=epochs, lr=lr, eval_every=eval_every, seed=seed, ogb_name=ogb_name
+        )
+        for split in splits
+    ]
+    accs = [r["accuracy"] for r in results]
+    return {
+        "accuracy": float(np.mean(accs)),
+        "val_accuracy": float(np.mean([r["val_accuracy"] for r in results])),
+        "accuracies": accs,
+    }
+
+
+def grace_protocol(
+    z: Tensor,
+    y: Tensor,
+    *,
+    splits: Optional[list[tuple[Tensor, Tensor, Tensor]]] = None,
+    train_ratio: float = 0.1,
+    seed: int = 0,
+    repeats: int = 3,
+    c_grid: Optional[list[float]] = None,
+    folds: int = 5,
+) -> dict:
+    """GRACE evaluation: L2-normalised embeddings, cross-validated logistic regression.
+
+    As GRACE's ``eval.py`` (``label_classification``, decorated ``@repeat(3)``): for each
+    of ``repeats`` random ``train_ratio`` / rest splits, a one-vs-rest liblinear
+    ``LogisticRegression`` on one-hot targets with ``C`` from ``2**-10 ... 2**9`` chosen
+    by ``GridSearchCV`` (``folds``-fold, the estimator's own score: exact match of the
+    thresholded one-hot predictions); the test prediction is the class of largest
+    probability, scored by accuracy (= micro-F1); the mean over the splits is reported.
+
+    Args:
+        z: Embeddings ``[N, d]``.
+        y: Labels ``[N]``.
+        splits: Given splits (the validation part is not used) instead of random ones.
+        train_ratio: Training fraction of the random splits (0.1 in GRACE).
+        seed: Seed of the random splits.
+        repeats: Random splits evaluated (3 in GRACE).
+        c_grid: Values of ``C`` to search.
+        folds: Cross-validation folds (fewer when there are fewer training nodes).
+
+    Returns:
+        ``{"accuracy", "accuracies", "C"}`` (``accuracies`` and ``C``: per split).
+    """
+    from sklearn.preprocessing import normalize
+
+    y = _check_labels(z, y)
+    repeats = check_int("repeats", repeats, minimum=1)
+    if splits is None:
+        splits = [
+            random_split(z.size(0), train_ratio, 0.0, seed * 1000 + r) for r in range(repeats)
+        ]
+    grid = {"estimator__C": list(c_grid) if c_grid else [2.0**k for k in range(-10, 10)]}
+    X = normalize(z.detach().cpu().double().numpy(), norm="l2")
+    labels = y.cpu().numpy()
+    accs, chosen = [], []
+    for train_idx, _, test_idx in splits:
+        tr, te = train_idx.cpu().numpy(), test_idx.cpu().numpy()
+        pred, c = _grace_fit_predict(X, labels, tr, te, grid, folds)
+        accs.append(float((pred == labels[te]).mean()))
+        chosen.append(c)
+    return {"accuracy": float(np.mean(accs)), "accuracies": accs, "C": chosen}
+
+
+def _grace_fit_predict(X, labels, tr, te, grid: dict, folds: int):
+    """GRACE's classifier on one split: one-vs-rest liblinear logistic regression on one-hot
+    targets, ``C`` by ``GridSearchCV`` (``C = 1`` without two training nodes to
+    cross-validate); returns the test nodes' most probable classes and the chosen ``C``."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.multiclass import OneVsRestClassifier
+
+    onehot = np.eye(int(labels.max()) + 1, dtype=bool)[labels]
+    clf = OneVsRestClassifier(LogisticRegression(solver="liblinear"))
+    n_folds = min(int(folds), len(tr))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.filterwarnings("ignore", message="Label .* present")  # tiny splits
+        if n_folds >= 2:
+            clf = GridSearchCV(clf, grid, cv=n_folds).fit(X[tr], onehot[tr])
+            chosen = float(clf.best_params_["estimator__C"])
+        else:  # too few training nodes to cross-validate
+            clf.fit(X[tr], onehot[tr])
+            chosen = 1.0
+        pred = clf.predict_proba(X[te]).argmax(axis=1)
+    return pred, chosen
+
+
+def evaluate(
+    z: Tensor,
+    data: Data,
+    protocol: str = "gca",
+    *,
+    split: str = "random",
+    seed: int = 0,
+    probe_epochs: int = 3000,
+    ogb_name: Optional[str] = None,
+) -> dict:
+    """Evaluates embeddings of ``data``'s nodes with one protocol.
+
+    The GCA protocol (the default) trains a logistic-regression layer on 10% of the
+    nodes, picks the epoch by the accuracy on another 10% and reports the test accuracy
+    on the remaining 80%; the split and the probe's initial weights come from ``seed``
+    alone (the global RNG is untouched).
+
+    Args:
+        z: Frozen embeddings ``[N, d]``.
+        data: The graph (``y``, and the masks for ``split="public"``).
+        protocol: ``"gca"`` (10/10/80, Adam probe) or ``"grace"`` (10/90, CV).
+        split: ``"random"`` or ``"public"`` (the dataset's masks).
+        seed: Seed of the split and the probe.
+        probe_epochs: Epochs of the GCA protocol's probe.
+        ogb_name: OGB dataset name, to score with the official evaluator (needs ``ogb``).
+
+    Returns:
+        The protocol's result dict; ``result["accuracy"]`` is in ``[0, 1]``.
+    """
+    check_choice("protocol", protocol, PROTOCOLS)
+    check_choice("split", split, SPLITS)
+    splits = public_splits(data) if split == "public" else None
+    if protocol == "gca":
+        return gca_protocol(
+            z, data.y, splits=splits, seed=seed, epochs=probe_epochs, ogb_name=ogb_name
+        )
+    return grace_protocol(z, data.y, splits=splits, seed=seed)

@@ -1,0 +1,140 @@
+"""Embeddings: :func:`~pyg_progcl.io.embed` computes every node's embedding, on the whole
+graph or layer by layer over batches of nodes
+(:func:`~pyg_progcl.minibatch.embed_minibatch`); :func:`~pyg_progcl.io.save_embeddings`
+writes them as ``.npy`` or ``.pt``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .._checks import check_int
+from .._files import atomic_write, check_writable
+from ._common import PathLike
+
+#: Suffixes :func:`save_embeddings` writes.
+EMBEDDING_SUFFIXES = (".npy", ".pt")
+
+
+def embed(
+    model: torch.nn.Module,
+    data: Data,
+    batch_size: Optional[int] = None,
+    num_neighbors: Optional[Sequence[int]] = None,
+    device: Optional[Union[str, torch.device]] = None,
+    progress: bool = False,
+) -> Tensor:
+    """Every node's embedding ``model(data.x, data.edge_index)``, without gradients.
+
+    On the whole graph at once by default; with ``batch_size``, layer by layer over
+    batches of that many nodes (:func:`~pyg_progcl.minibatch.embed_minibatch`: exact for
+    :class:`~pyg_progcl.GCNEncoder` and :class:`~pyg_progcl.MLPEncoder`, memory
+    ``O(batch neighbourhood)`` per layer instead of the whole graph's activations).
+
+    Args:
+        model: A :class:`~pyg_progcl.GRACEModel` (e.g. from :func:`load_model`) or an encoder.
+        data: The graph; its features must have the model's input width.
+        batch_size: Nodes per batch; ``None``: the whole graph at once.
+        num_neighbors: With ``batch_size``: neighbours sampled per layer (approximate);
+            ``None`` or all ``-1``: every neighbour (exact, layer by layer).
+        device: Where to compute (default: the model's device); the result is on the CPU.
+        progress: Show a progress bar over the layers (with ``batch_size``).
+
+    Returns:
+        ``[num_nodes, hidden_channels]`` float embeddings in node order.
+
+    Raises:
+        ValueError: features of another width than the model's, ``num_neighbors``
+            without ``batch_size``, a malformed ``num_neighbors``.
+    """
+    if not isinstance(data, Data) or not isinstance(data.get("x"), Tensor):
+        raise ValueError("`data` must be a torch_geometric Data with node features `x`")
+    encoder = getattr(model, "encoder", model)
+    width = getattr(encoder, "in_channels", None)
+    if isinstance(width, int) and width > 0 and (data.x.dim() != 2 or data.x.size(1) != width):
+        raise ValueError(
+            f"the graph's features have width {data.x.size(-1)}, the model expects "
+            f"{width} (its in_channels): embed graphs with the features it was trained on"
+        )
+    if device is None:
+        device = next(model.parameters()).device
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        if batch_size is None:
+            if num_neighbors is not None:
+                raise ValueError("`num_neighbors` needs `batch_size` (mini-batch inference)")
+            with torch.no_grad():
+                z = model(data.x.to(device), data.edge_index.to(device))
+            return z.cpu()
+        return _embed_batches(model, data, batch_size, num_neighbors, device, progress).cpu()
+    finally:
+        model.train(was_training)
+
+
+def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> Tensor:
+    from tqdm.auto import tqdm
+
+    from ..minibatch import embed_minibatch
+    from ..minibatch.sampling import check_num_neighbors
+
+    batch_size = check_int("batch_size", batch_size)
+    if num_neighbors is not None:
+        num_neighbors = check_num_neighbors(num_neighbors)
+        layers = getattr(getattr(model, "encoder", model), "num_layers", None)
+        if layers is not None and len(num_neighbors) != layers:
+            raise ValueError(
+                f"`num_neighbors` must have one entry per layer ({layers}), got {num_neighbors}"
+            )
+        if all(k == -1 for k in num_neighbors):
+            num_neighbors = None  # every neighbour: exact, layer by layer
+    steps = (
+        getattr(getattr(model, "encoder", model), "num_layers", 1) if num_neighbors is None else 1
+    )
+    bar = tqdm(total=steps, desc="embedding (layers)", disable=not progress, dynamic_ncols=True)
+
+    def step(out: Tensor) -> Tensor:  # called once per layer (once when sampling)
+        bar.update(1)
+        return out
+
+    try:
+        return embed_minibatch(model, data, batch_size, num_neighbors, device=device, gather=step)
+    finally:
+        bar.close()
+
+
+def save_embeddings(z: Tensor, path: PathLike) -> Path:
+    """Writes embeddings ``[N, d]`` as ``float32`` to ``path``, atomically: ``.npy``
+    (``numpy.load``) or ``.pt`` (a tensor, ``torch.load(path, weights_only=True)``)."""
+    target = check_embedding_path(path)
+    z = z.detach().cpu().float().contiguous()
+    if target.suffix.lower() == ".npy":
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:  # (np.save on a name would append .npy)
+                np.save(fh, z.numpy(), allow_pickle=False)
+
+    else:
+
+        def write(tmp: Path) -> None:
+            torch.save(z.clone(), tmp)
+
+    return atomic_write(target, write)
+
+
+def check_embedding_path(
+    path: PathLike, what: str = "embeddings file", create: bool = False
+) -> Path:
+    """Checks that embeddings can be written to ``path`` (suffix ``.npy`` / ``.pt``, a
+    writable folder: an existing one, or with ``create`` a new one) before work starts."""
+    target = Path(path).expanduser()
+    if target.suffix.lower() not in EMBEDDING_SUFFIXES:
+        raise ValueError(f"{what} {str(path)!r}: unknown suffix {target.suffix!r}; use .npy or .pt")
+    return check_writable(target, what, create=create)

@@ -1,0 +1,275 @@
+"""Model files: :func:`~pyg_progcl.io.save_model` writes a
+:class:`~pyg_progcl.GRACEModel` as one self-describing file, a dict ``{"format":
+"pyg_progcl.model", "version": 1, "config": ..., "state_dict": ..., "metadata": ...}`` of
+plain Python values and tensors; :func:`~pyg_progcl.io.load_model` (or ``torch.load(path,
+weights_only=True)``) reads it back without the code that built it."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+
+from .._files import atomic_write, check_writable
+from ..augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, Compose, EdgeDrop, FeatureMask
+from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
+from ..model import GRACEModel
+from ._common import PathLike, first_line
+
+#: The ``format`` entry of a model file, and the newest ``version`` this code reads.
+MODEL_FORMAT = "pyg_progcl.model"
+MODEL_VERSION = 1
+
+_AUGMENTERS = {
+    cls.__name__: cls for cls in (EdgeDrop, FeatureMask, AdaptiveEdgeDrop, AdaptiveFeatureMask)
+}
+
+
+def _describe_augmenter(name: str, augment) -> Union[None, dict, list[dict[str, Any]]]:
+    """A built-in augmenter as a dict of plain values, a :class:`Compose` of them as a list
+    of such dicts; ``None`` for none or a custom one (which is not saved: embedding does
+    not use augmenters)."""
+    if augment is None:
+        return None
+    composed = type(augment) is Compose
+    members = list(augment.augmenters) if composed else [augment]
+    described = []
+    for aug in members:
+        if (
+            type(aug).__name__ not in _AUGMENTERS
+            or type(aug) is not _AUGMENTERS[type(aug).__name__]
+        ):
+            warnings.warn(
+                f"`{name}` ({augment!r}) is not made of built-in augmenters and is not saved; "
+                "the loaded model has no augmentation there (embedding uses none)",
+                stacklevel=3,
+            )
+            return None
+        entry = {"type": type(aug).__name__, "p": float(aug.p)}
+        if isinstance(aug, (AdaptiveEdgeDrop, AdaptiveFeatureMask)):
+            entry.update(centrality=aug.centrality, threshold=float(aug.threshold))
+        if isinstance(aug, AdaptiveFeatureMask):
+            entry["dense"] = aug.dense
+        described.append(entry)
+    return described if composed else described[0]
+
+
+def _build_augmenter(spec: Union[None, dict, list[dict[str, Any]]]):
+    if spec is None:
+        return None
+    members = []
+    for entry in spec if isinstance(spec, list) else [spec]:
+        entry = dict(entry)
+        members.append(_AUGMENTERS[entry.pop("type")](**entry))
+    return Compose(*members) if isinstance(spec, list) else members[0]
+
+
+def _describe_encoder(encoder) -> dict[str, Any]:
+    """The constructor arguments of a :class:`GCNEncoder` / :class:`MLPEncoder`."""
+    if type(encoder) not in (GCNEncoder, MLPEncoder):
+        raise ValueError(
+            f"save_model supports GRACEModel with a GCNEncoder or an MLPEncoder (got an encoder "
+            f"of type {type(encoder).__name__}); save another encoder's state_dict yourself"
+        )
+    activation = getattr(encoder, "activation_name", None)
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"save_model supports activations named by a string, one of {list(ACTIVATIONS)} "
+            f"(got {activation!r})"
+        )
+    config = {
+        "type": type(encoder).__name__,
+        "in_channels": int(encoder.in_channels),
+        "hidden_channels": int(encoder.hidden_channels),
+        "num_layers": int(encoder.num_layers),
+        "activation": activation,
+        "sparse_features": bool(encoder.sparse_features),
+    }
+    if isinstance(encoder, GCNEncoder):
+        config.update(_describe_conv(encoder))
+    return config
+
+
+def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
+    import torch_geometric.nn as pyg_nn
+
+    name = encoder.conv.__name__
+    if getattr(pyg_nn, name, None) is not encoder.conv:
+        raise ValueError(
+            f"save_model supports convolutions of torch_geometric.nn, saved by name (got "
+            f"{encoder.conv.__module__}.{name})"
+        )
+    try:
+        kwargs = json.loads(json.dumps(encoder.conv_kwargs))
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"save_model needs `conv_kwargs` of plain JSON values (got {encoder.conv_kwargs!r})"
+        ) from None
+    if kwargs != encoder.conv_kwargs:
+        raise ValueError(
+            f"save_model needs `conv_kwargs` of plain JSON values (got {encoder.conv_kwargs!r})"
+        )
+    return {"conv": name, "conv_kwargs": kwargs, "sparse": getattr(encoder, "_sparse_arg", None)}
+
+
+def model_config(model: GRACEModel) -> dict[str, Any]:
+    """The plain-value description of ``model`` that :func:`save_model` stores.
+
+    Raises:
+        ValueError: for a model this format cannot describe (not a :class:`GRACEModel`, an
+            encoder other than :class:`~pyg_progcl.GCNEncoder` / :class:`~pyg_progcl.MLPEncoder`,
+            a convolution outside ``torch_geometric.nn``, non-JSON ``conv_kwargs``, an
+            activation not given by name).
+    """
+    if type(model) is not GRACEModel:
+        raise ValueError(
+            f"save_model supports a GRACEModel (got {type(model).__name__}); save another "
+            "module's state_dict yourself"
+        )
+    return {
+        "model": "GRACEModel",
+        "hidden_channels": int(model.hidden_channels),
+        "proj_channels": int(model.proj_channels),
+        "recompute_views": bool(model.recompute_views),
+        "encoder": _describe_encoder(model.encoder),
+        "augment1": _describe_augmenter("augment1", model.augment1),
+        "augment2": _describe_augmenter("augment2", model.augment2),
+    }
+
+
+def build_from_config(config: dict[str, Any]) -> GRACEModel:
+    """A freshly initialised :class:`GRACEModel` from :func:`model_config`'s description."""
+    import torch_geometric.nn as pyg_nn
+
+    enc = dict(config["encoder"])
+    kind = enc.pop("type")
+    if kind == "GCNEncoder":
+        conv = getattr(pyg_nn, enc.pop("conv"), None)
+        if conv is None:
+            raise ValueError(
+                f"unknown convolution {config['encoder']['conv']!r} in torch_geometric.nn"
+            )
+        encoder = GCNEncoder(conv=conv, **enc)
+    elif kind == "MLPEncoder":
+        encoder = MLPEncoder(**enc)
+    else:
+        raise ValueError(f"unknown encoder type {kind!r}")
+    return GRACEModel(
+        encoder,
+        config["hidden_channels"],
+        config["proj_channels"],
+        _build_augmenter(config.get("augment1")),
+        _build_augmenter(config.get("augment2")),
+        recompute_views=config.get("recompute_views", False),
+    )
+
+
+def save_model(
+    model: GRACEModel, path: PathLike, *, metadata: Optional[dict[str, Any]] = None
+) -> Path:
+    """Writes ``model`` (its configuration and weights) to one file, atomically.
+
+    The file is ``torch.save`` of ``{"format": "pyg_progcl.model", "version": 1,
+    "config": model_config(model), "state_dict": {name: CPU tensor}, "metadata": metadata}``,
+    readable with ``torch.load(path, weights_only=True)``; :func:`load_model` rebuilds
+    the model. Augmenters are saved if they are built-in ones (:class:`~pyg_progcl.EdgeDrop`,
+    :class:`~pyg_progcl.FeatureMask`, the adaptive ones, a :class:`~pyg_progcl.Compose` of
+    them), else left out with a warning.
+
+    Args:
+        model: A :class:`GRACEModel` with a :class:`~pyg_progcl.GCNEncoder` (any
+            convolution of ``torch_geometric.nn``, JSON ``conv_kwargs``, an activation
+            by name) or an :class:`~pyg_progcl.MLPEncoder`.
+        path: Where to write (its folder must exist).
+        metadata: Plain JSON values stored alongside (e.g. the training config).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: for a model :func:`model_config` cannot describe, metadata that is not
+            plain JSON, or a path that cannot be written.
+    """
+    target = check_writable(path, "model file")
+    config = model_config(model)
+    if metadata is not None:
+        try:
+            metadata = json.loads(json.dumps(metadata))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"`metadata` must hold plain JSON values ({exc})") from None
+    payload = {
+        "format": MODEL_FORMAT,
+        "version": MODEL_VERSION,
+        "config": config,
+        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "metadata": metadata,
+    }
+    return atomic_write(target, lambda tmp: torch.save(payload, tmp))
+
+
+def read_model_file(path: PathLike) -> dict[str, Any]:
+    """The checked contents of a model file written by :func:`save_model` (CPU tensors)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"model file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ValueError(f"model file {str(path)!r} is a folder, not a file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(
+            f"model file {str(path)!r} is not a readable pyg_progcl model (corrupt, truncated "
+            f"or another kind of file: {type(exc).__name__}: {first_line(exc)})"
+        ) from None
+    if not (isinstance(payload, dict) and payload.get("format") == MODEL_FORMAT):
+        hint = ""
+        if isinstance(payload, dict) and "model" in payload and "config" in payload:
+            hint = " (a training checkpoint? save a model with --save-model)"
+        raise ValueError(
+            f"model file {str(path)!r} is not a pyg_progcl model: no 'format': "
+            f"{MODEL_FORMAT!r} entry{hint}"
+        )
+    version = payload.get("version")
+    if not isinstance(version, int) or version > MODEL_VERSION:
+        raise ValueError(
+            f"model file {str(path)!r} has format version {version!r}; this pyg_progcl reads "
+            f"versions up to {MODEL_VERSION} (a newer pyg_progcl wrote it?)"
+        )
+    if not isinstance(payload.get("config"), dict) or not isinstance(
+        payload.get("state_dict"), dict
+    ):
+        raise ValueError(f"model file {str(path)!r} lacks its 'config' or 'state_dict' entry")
+    return payload
+
+
+def load_model(
+    path: PathLike, map_location: Optional[Union[str, torch.device]] = None
+) -> GRACEModel:
+    """Reads a model written by :func:`save_model` (or ``--save-model``).
+
+    Args:
+        path: The model file.
+        map_location: Device of the returned model (default: the CPU).
+
+    Returns:
+        The :class:`GRACEModel` in eval mode, ready for ``model(x, edge_index)``.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: if it is not a pyg_progcl model file (another file, corrupt or
+            truncated, a newer format, weights that do not fit the configuration).
+    """
+    payload = read_model_file(path)
+    try:
+        model = build_from_config(payload["config"])
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(
+            f"model file {str(path)!r}: its configuration and weights do not make a model "
+            f"({type(exc).__name__}: {first_line(exc)})"
+        ) from None
+    model.eval()
+    return model if map_location is None else model.to(map_location)

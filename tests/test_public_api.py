@@ -1,0 +1,178 @@
+"""The public API: what the examples import, what the API reference documents, and the
+augmenters' extension hooks.
+
+The examples are what users copy, so they import only public names: ``pyg_progcl`` and its
+public subpackages (each name listed in the module's ``__all__``, no module path with a
+component starting with ``_``, not the experiment harness), torch, PyG, NumPy,
+scikit-learn and the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyg_progcl.augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    Augmenter,
+    Compose,
+    EdgeDrop,
+    FeatureMask,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "examples").glob("*.py"))
+API_PAGES = sorted((REPO / "docs" / "api").glob("*.rst"))
+
+THIRD_PARTY = {"torch", "torch_geometric", "numpy", "sklearn"}
+STDLIB = set(getattr(sys, "stdlib_module_names", ())) or {
+    "argparse", "os", "pathlib", "sys", "tempfile",  # Python 3.9 has no list of them
+}  # fmt: skip
+
+
+def is_private(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split("."))
+
+
+def import_errors(source: str) -> list[str]:
+    """What is wrong with the imports of ``source``; also returns, as ``"ok: M.name"``,
+    every pyg_progcl name it imports correctly (so that callers can see it checked some)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                found.append((f"relative import of {node.module}", None))
+                continue
+            found += [(node.module, alias.name) for alias in node.names]
+    return [problem for module, name in found for problem in check_import(module, name)]
+
+
+def check_import(module: str, name: str | None) -> list[str]:
+    top = module.split(".")[0]
+    if top != "pyg_progcl":
+        return [] if top in THIRD_PARTY | STDLIB else [f"{module}: not an allowed package"]
+    if is_private(module) or module.startswith("pyg_progcl.experiments"):
+        return [f"{module}: not a public library module"]
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as exc:
+        return [f"{module}: does not import ({exc})"]
+    if name is None:
+        return [f"ok: {module}"]
+    if name not in getattr(imported, "__all__", ()):
+        return [f"{module}.{name}: not in {module}.__all__"]
+    return [f"ok: {module}.{name}"]
+
+
+def automodules(page: Path) -> list[str]:
+    return re.findall(r"^\.\. automodule:: (\S+)", page.read_text(), flags=re.M)
+
+
+# -- examples -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_import_only_public_names(path):
+    report = import_errors(path.read_text())
+    problems = [line for line in report if not line.startswith("ok: ")]
+    assert not problems, f"{path.name}: {problems}"
+    assert any(line.startswith("ok: pyg_progcl") for line in report), "imports nothing of ours"
+
+
+def test_there_are_examples_to_check():
+    assert len(EXAMPLES) >= 5
+
+
+def test_the_import_check_can_fail():
+    bad = """
+import ogb
+from pyg_progcl.experiments import evaluate
+from pyg_progcl._checks import check_int
+from pyg_progcl.losses import kernels
+from pyg_progcl.nonexistent import thing
+from . import sibling
+from pyg_progcl import GRACEModel
+"""
+    report = import_errors(bad)
+    problems = [line for line in report if not line.startswith("ok: ")]
+    assert len(problems) == 6, report
+    assert "ok: pyg_progcl.GRACEModel" in report
+
+
+def test_every_library_module_the_examples_use_is_documented():
+    used = set()
+    for path in EXAMPLES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pyg_progcl"):
+                used.add(node.module)
+    documented = {module for page in API_PAGES for module in automodules(page)}
+    assert {"pyg_progcl", "pyg_progcl.evaluation", "pyg_progcl.datasets"} <= used
+    assert used <= documented, used - documented
+
+
+def test_the_probe_and_the_synthetic_graph_need_no_harness():
+    code = (
+        "import sys, pyg_progcl.evaluation, pyg_progcl.datasets\n"
+        "bad = [m for m in sys.modules if m.startswith(('pyg_progcl.experiments', "
+        "'pyg_progcl.diagnostics'))]\n"
+        "assert 'pyg_progcl.evaluation' in sys.modules and not bad, bad\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+# -- API reference ----------------------------------------------------------------------
+
+
+def test_the_api_reference_documents_only_public_modules_that_import():
+    modules = [module for page in API_PAGES for module in automodules(page)]
+    assert len(API_PAGES) >= 5 and len(modules) >= 20
+    private = [module for module in modules if is_private(module)]
+    assert not private, f"private modules in docs/api: {private}"
+    for module in modules:
+        importlib.import_module(module)
+
+
+# -- augmenter hooks ----------------------------------------------------------------------
+
+HOOKS = ["augment_features", "edge_keep_mask", "prepare"]
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_augmenter_hooks_are_public_and_documented(hook):
+    method = getattr(Augmenter, hook)
+    assert callable(method) and method.__name__ == hook
+    assert method.__doc__ and method.__doc__.startswith("Hook:")
+    assert f":meth:`{hook}`" in Augmenter.__doc__
+
+
+@pytest.mark.parametrize(
+    "cls, hook",
+    [
+        (EdgeDrop, "edge_keep_mask"),
+        (FeatureMask, "augment_features"),
+        (AdaptiveEdgeDrop, "edge_keep_mask"),
+        (AdaptiveEdgeDrop, "prepare"),
+        (AdaptiveFeatureMask, "augment_features"),
+        (AdaptiveFeatureMask, "prepare"),
+        (Compose, "prepare"),
+    ],
+)
+def test_builtin_augmenters_implement_the_public_hooks(cls, hook):
+    assert hook in cls.__dict__ and cls.__dict__[hook].__name__ == hook
