@@ -348,7 +348,7 @@ def _load() -> tuple[ctypes.CDLL, Path, bool]:
 def _load_cached(folder: Path, prefix: str, compiler: list, attempts: list):
     """``(library, path)`` of a verified cached build, else of a new one (rebuilt once if
     the cached file does not load or lacks a function)."""
-    _remove_stale_builds(folder)
+    _remove_stale_builds(folder, len(attempts))
     for path in sorted(folder.glob(prefix + "*.so")):
         try:
             return _open(path), path
@@ -378,10 +378,10 @@ def _open(path: Path) -> ctypes.CDLL:
     return lib
 
 
-def _remove_stale_builds(folder: Path) -> None:
+def _remove_stale_builds(folder: Path, attempts: int) -> None:
     """Removes the partial outputs of builds that were killed (older than any running
-    build can be: two compiler timeouts per flag set)."""
-    cutoff = time.time() - 2 * COMPILE_TIMEOUT * len(_attempts())
+    build can be: two compiler timeouts per flag set of the ``attempts``)."""
+    cutoff = time.time() - 2 * COMPILE_TIMEOUT * attempts
     for path in folder.glob(".build-*.so"):
         with contextlib.suppress(OSError):
             if path.lstat().st_mtime < cutoff:
