@@ -9,8 +9,11 @@ the seeds both ran and on how many of them the method did better. Seed ``s``
 fixes the evaluation split of both runs, so the per-seed difference removes the
 split-to-split spread that dominates a 5-seed standard deviation. A run whose file
 has a ``variant`` field (an experiment outside the presets), or whose config names a fit
-schedule other than the default (``'floored'``; a file without one ran ``'online'``), mixture options (``min_beta_high``,
-``mixture_weight_init``) or ``shared_weights``, is a setting of its own. Runs of one row
+schedule other than the default (``'floored'``), mixture options (``min_beta_high``,
+``mixture_weight_init``) or ``shared_weights``, is a setting of its own. A ProGCL run's
+config must name its schedule, and no config may have fields this version's
+:class:`~pyg_progcl.experiments.presets.TrainConfig` lacks (files of other versions are
+refused). Runs of one row
 must share every other config field except :data:`NOT_A_SETTING` (else an error names
 the fields), and a row is paired with the baseline only where both were evaluated alike
 (:data:`EVALUATION`).
@@ -39,9 +42,7 @@ from pyg_progcl.losses.schedules import DEFAULT_SCHEDULE  # noqa: E402
 SCHEDULE_LABELS = {
     "online": "schedule 'online'",
     "floored": "schedule 'floored'",
-    "fit-once": "mixture fitted once",
     "frozen": "reference schedule: frozen per-pair weights",
-    "guarded": "degenerate refits rejected",
 }
 
 
@@ -56,10 +57,15 @@ SHARED_LABEL = "reference schedule: the first direction's frozen weights for bot
 
 
 def _config(run: dict) -> dict:
-    """The run's config in today's fields (:meth:`TrainConfig.upgrade`: a former
-    ``posterior_floor`` as the schedule's ``floor``; files older than the schedule field
-    ran ``'online'``)."""
-    return TrainConfig.upgrade({"schedule": "online", **run["config"]})
+    """The run's config; a ``ValueError`` for fields :class:`TrainConfig` lacks, or a ProGCL
+    run that does not name its schedule (a file of another version)."""
+    config = run["config"]
+    unknown = sorted(set(config) - set(TrainConfig.defaults()))
+    if unknown:
+        raise ValueError(f"unknown config fields {unknown}: a file of another version")
+    if run["method"].startswith("progcl") and "schedule" not in config:
+        raise ValueError("a ProGCL run without a `schedule` field: a file of another version")
+    return config
 
 
 def _schedule(run: dict) -> str | None:
@@ -114,12 +120,18 @@ def check_settings(runs: list[dict]) -> dict[tuple, dict]:
 
 
 def load_runs(path: Path) -> list[dict]:
-    """The runs of one result file, each with its ``{seed: accuracy}``."""
+    """The runs of one result file, each with its ``{seed: accuracy}``; a ``ValueError``
+    naming the file for a run :func:`_config` refuses."""
     data = json.loads(path.read_text())
     if "cells" in data:  # benchmarks/reproduce.py: seeds 0..n-1
         runs = [dict(c, seeds=list(range(c["seeds"]))) for c in data["cells"]]
     else:
         runs = [data]
+    for run in runs:
+        try:
+            _config(run)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     return [
         {
             "key": (
@@ -209,8 +221,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.baseline.startswith("progcl"):
         parser.error("--baseline must be a method without a warm-up (grace, gca, dcl, hcl)")
-    runs = [run for path in args.files for run in load_runs(path)]
     try:
+        runs = [run for path in args.files for run in load_runs(path)]
         settings = check_settings(runs)
     except ValueError as exc:
         parser.error(str(exc))

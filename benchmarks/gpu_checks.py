@@ -406,12 +406,9 @@ PARTS: dict[str, Callable[[Record, torch.device, Any], None]] = {
 
 
 def machine(device: torch.device) -> dict:
-    """What ran: the device, versions, and the path ProGCL's row passes take."""
+    """What ran: the device and the versions."""
     import torch_geometric
 
-    from pyg_progcl.losses import compiled_status
-
-    status = compiled_status()
     info = {
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
@@ -420,9 +417,6 @@ def machine(device: torch.device) -> dict:
         "torch_geometric": torch_geometric.__version__,
         "python": platform.python_version(),
         "cpu_threads": torch.get_num_threads(),
-        "compiled_status": status,
-        # the compiled row passes serve CPU tensors only; on an accelerator the torch path
-        "loss_path": "compiled" if device.type == "cpu" and status["available"] else "torch",
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -514,8 +508,8 @@ def markdown(report: dict) -> str:
         "# Accelerator checks",
         "",
         f"{m['gpu'] or m['device']}, torch {m['torch']} (CUDA {m.get('cuda')}), "
-        f"PyG {m.get('torch_geometric')}, commit {m.get('commit', '?')}; losses on the "
-        f"{m.get('loss_path')} path; started {report['started']}"
+        f"PyG {m.get('torch_geometric')}, commit {m.get('commit', '?')}; "
+        f"started {report['started']}"
         + (", quick dry run" if report["quick"] else "")
         + (f"; machine description failed: {m['error']}" if "error" in m else ""),
     ]

@@ -11,8 +11,6 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
   posterior in ``b`` floored at 0.5 for the rest of training (``ProGCLLoss(schedule='floored')``);
 * ``beta-guard``: ``online`` with the reference code's guard on the high-similarity
   component, ``β ≥ 1.01`` (:class:`~pyg_progcl.BetaMixture` ``min_beta_high``);
-* ``fit-once``: one fit after the warm-up, then a frozen mixture; ``b`` still from the
-  current similarities (``ProGCLLoss(schedule='fit-once')``);
 * ``frozen``: the reference code's schedule: one fit after the warm-up and the weights of
   that epoch frozen from then on (``ProGCLLoss(schedule='frozen')``, which recomputes them
   per row block from the two views of the fit epoch; earlier results came from a dense
@@ -20,11 +18,9 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
 * ``frozen-clean``: ``frozen`` whose fit is redone (cold) right after its epoch on the
   projected embeddings of the un-augmented graph: the frozen weights without one
   epoch's augmentation noise (a probe of why ``frozen`` loses on CiteSeer);
-* ``guarded``: ``online`` that rejects a degenerate refit and keeps the last healthy fit
-  (``ProGCLLoss(schedule='guarded')``);
-* ``floor-0.5``: ``online`` with ``floor=0.5`` (``OnlineFit(floor=0.5)``, formerly
-  ``posterior_floor=0.5``): no negative loses more than half its hardness, however sure
-  the mixture is that it is a false negative;
+* ``floor-0.5``: ``online`` with ``floor=0.5`` (``OnlineFit(floor=0.5)``): no negative
+  loses more than half its hardness, however sure the mixture is that it is a false
+  negative;
 * ``grace``: the baseline, the dataset's GRACE preset (on Cora / CiteSeer ProGCL runs on
   the same uniform augmentation; on Amazon / Coauthor it runs on GCA's adaptive one).
 
@@ -60,7 +56,7 @@ LABELS = {
     "online": None,
     "floored": None,
     "beta-guard": "reference β guard",
-    **{name: SCHEDULE_LABELS[name] for name in ("fit-once", "frozen", "guarded")},
+    "frozen": SCHEDULE_LABELS["frozen"],
     "frozen-clean": "frozen weights of the un-augmented graph",
     "floor-0.5": None,  # (compare.py labels it from the config's floor)
     "grace": None,

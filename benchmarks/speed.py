@@ -79,30 +79,6 @@ def machine(device: str = "cpu") -> str:
     return f"{info.get('gpu', info['cpu'])}, {info['torch_threads']} threads, torch {info['torch']}"
 
 
-def progcl_passes(device: str) -> dict:
-    """Which of ProGCL's row passes the timed steps take (the workers inherit the
-    environment): ``path`` ``"compiled"`` (CPU tensors, where they build) or ``"torch"``
-    (on a GPU, with ``PYG_PROGCL_KERNELS=0``, or where they do not build: ``reason``)."""
-    try:
-        from pyg_progcl.losses import compiled_status
-
-        status = compiled_status()
-    except ImportError:  # an older pyg_progcl
-        from pyg_progcl.losses import kernels
-
-        lib = kernels.library() if kernels.enabled() else None
-        status = {
-            "available": lib is not None,
-            "reason": "",
-            "library": getattr(lib, "_name", None),
-        }
-    if str(device).startswith("cuda"):
-        return {"path": "torch", "reason": "GPU tensors", "library": None}
-    if status["available"]:
-        return {"path": "compiled", "reason": "", "library": status.get("library")}
-    return {"path": "torch", "reason": status.get("reason", ""), "library": None}
-
-
 def matmul_gflops(n: int, d: int, device: torch.device, reps: int = 5) -> float:
     """Measured GFLOP/s of the loss's Gram product ``[n, d] @ [d, n]`` in float32."""
     a, b = torch.randn(n, d, device=device), torch.randn(n, d, device=device)
@@ -347,9 +323,7 @@ def main(argv=None):
         print(json.dumps(run_one(args)))
         return
     pretrain = f", model pretrained by {args.pretrain} GRACE steps" if args.pretrain else ""
-    passes = progcl_passes(args.device)
-    why = f" ({passes['reason']})" if passes["reason"] else ""
-    head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median){pretrain}; hidden = proj = {args.hidden}; ProGCL's row passes: {passes['path']}{why}."
+    head = f"Machine: {machine(args.device)}; device {args.device}; {args.steps} timed steps after {args.warmup} warm-up (median){pretrain}; hidden = proj = {args.hidden}."
     print(head)
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory() as cache:
@@ -359,9 +333,7 @@ def main(argv=None):
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(f"{head}\n\n{HEADER}\n{table}\n")
     args.output.with_suffix(".json").write_text(
-        json.dumps(
-            {"machine": machine(args.device), "progcl_passes": passes, "rows": rows}, indent=1
-        )
+        json.dumps({"machine": machine(args.device), "rows": rows}, indent=1)
     )
     print(f"written to {args.output}")
 

@@ -12,8 +12,6 @@ distributed entry points are in :mod:`pyg_progcl.minibatch` and
 :mod:`pyg_progcl.diagnostics`.
 """
 
-import warnings
-
 from .augment import (
     AdaptiveEdgeDrop,
     AdaptiveFeatureMask,
@@ -76,20 +74,3 @@ __all__ = [
     "random_split",
     "synthetic_graph",
 ]
-
-
-def enable_huge_pages() -> bool:
-    """Deprecated: has no effect; returns ``False``.
-
-    torch's CPU allocator reads ``THP_MEM_ALLOC_ENABLE`` once, at its first allocation,
-    which importing this package now precedes. Set ``THP_MEM_ALLOC_ENABLE=1`` in the
-    environment before starting Python instead (docs/design.md: it saved 10 % of a
-    ProGCL-mix step on Amazon-Photo and at most 1 % elsewhere).
-    """
-    warnings.warn(
-        "enable_huge_pages() has no effect and will be removed: set THP_MEM_ALLOC_ENABLE=1 "
-        "in the environment before starting Python instead",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return False

@@ -3,11 +3,8 @@ that names the argument and the expected form, never a silent NaN."""
 
 from __future__ import annotations
 
-import contextlib
+import inspect
 import math
-import threading
-import weakref
-from collections.abc import Iterator
 from typing import Optional
 
 import torch
@@ -150,86 +147,29 @@ def check_input_width(x: Tensor, encoder) -> None:
 #
 # A graph's tensors reach native code (``to_torch_csr_tensor``, sparse matmuls, scatter)
 # that does not check indices: a negative node index there reads and writes outside its
-# buffers. :func:`check_graph` runs where a user's graph enters (the encoders, the model,
-# the mini-batch entry points). A training loop hands the same ``x`` / ``edge_index``
-# back every step, so the tensors checked last are remembered (weakly, with their
-# ``_version``) and a step re-checks nothing; tensors the package derives from a checked
-# graph (augmented views, sampled batches) are passed on under :func:`trusted_graph`.
+# buffers. :func:`check_graph` runs on every call where a user's graph enters (the
+# encoders, the model, the mini-batch entry points, ``read_graph``) and remembers nothing
+# between calls, so a tensor modified in place by any means (``.data``, a numpy view of
+# it) is checked as it is now. A graph the package derives from a checked one (the views
+# its augmenters draw, the batches sampled from it) is passed on with ``check=False``.
 
-_GRAPH_CACHE_SIZE = 4
 _SPARSE_COMPRESSED = {
     torch.sparse_csr: ("crow_indices", "col_indices"),
     torch.sparse_csc: ("ccol_indices", "row_indices"),
 }
 
 
-class _Trusted(threading.local):
-    depth = 0
-
-
-_trusted = _Trusted()
-
-
-@contextlib.contextmanager
-def trusted_graph() -> Iterator[None]:
-    """Skips :func:`check_graph` (in this thread) for graphs derived from a checked one:
-    the augmented views of a checked graph, the batches sampled from it."""
-    _trusted.depth += 1
+def accepts_check(module) -> bool:
+    """Whether ``module``'s ``forward`` takes the ``check`` keyword of the package's
+    encoders and model, through which a graph derived from a checked one skips
+    :func:`check_graph`."""
     try:
-        yield
-    finally:
-        _trusted.depth -= 1
+        return "check" in inspect.signature(module.forward).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
-class _CheckedGraphs:
-    """The last few validated ``(x, edge_index, edge_weight, num_nodes)``, by identity and
-    ``_version`` (weak references: holds no tensor alive)."""
-
-    def __init__(self):
-        self._entries: list[tuple] = []
-
-    @staticmethod
-    def _key(tensors: tuple, num_nodes) -> Optional[tuple]:
-        key = [num_nodes]
-        for t in tensors:
-            if t is None:
-                key.append((None, None))
-                continue
-            try:  # inference tensors track no version; a torch_sparse SparseTensor has none
-                version = t._version if isinstance(t, Tensor) else None
-                key.append((weakref.ref(t), version))
-            except (RuntimeError, TypeError):
-                return None
-        return tuple(key)
-
-    @staticmethod
-    def _same(entry: tuple, tensors: tuple, num_nodes) -> bool:
-        if entry[0] != num_nodes:
-            return False
-        for (ref, version), t in zip(entry[1:], tensors):
-            if ref is None:
-                if t is not None:
-                    return False
-            elif ref() is not t or (isinstance(t, Tensor) and t._version != version):
-                return False
-        return True
-
-    def hit(self, tensors: tuple, num_nodes) -> bool:
-        try:
-            return any(self._same(e, tensors, num_nodes) for e in self._entries)
-        except RuntimeError:  # an inference tensor's _version
-            return False
-
-    def add(self, tensors: tuple, num_nodes) -> None:
-        key = self._key(tensors, num_nodes)
-        if key is not None:
-            self._entries = [key, *self._entries[: _GRAPH_CACHE_SIZE - 1]]
-
-
-_checked = _CheckedGraphs()
-
-
-@torch.compiler.disable  # (its cache and host reads run eagerly under torch.compile)
+@torch.compiler.disable  # (host reads: it runs eagerly under torch.compile)
 def check_graph(
     x: Optional[Tensor],
     edge_index,
@@ -249,39 +189,50 @@ def check_graph(
     * ``edge_weight``: ``None`` or a 1-D floating-point tensor of ``num_edges`` finite,
       non-negative values.
 
-    ``num_nodes`` defaults to ``x.size(0)``. The tensors checked last pass at once while
-    they come back unmodified (same objects, same ``_version``), so a training loop that
-    hands in the same graph every step pays for one check.
+    ``num_nodes`` defaults to ``x.size(0)``. Every call checks the tensors as they are:
+    one pass over each (the sum of ``x``, the extremes of ``edge_index`` and
+    ``edge_weight``), read on the host at once (one synchronisation on a GPU).
     """
-    if _trusted.depth:
-        return
-    tensors = (x, edge_index, edge_weight)
-    if _checked.hit(tensors, num_nodes):
-        return
     with torch.no_grad():  # (learnable features or weights: no graph for the reductions)
-        nodes = _check_x(x, num_nodes)
-        _check_edge_index(edge_index, nodes)
-        _check_edge_weight(edge_weight, edge_index)
-    _checked.add(tensors, num_nodes)
+        nodes = _check_x_form(x, num_nodes)
+        _check_edge_index_form(edge_index)
+        _check_edge_weight_form(edge_weight, edge_index)
+        adjacency = is_sparse(edge_index)
+        x_sum, index_range, weight_range = _read_on_host(
+            None if x is None else (_stored_values(x).sum(),),
+            None if adjacency else _extremes(edge_index),
+            None if edge_weight is None else _extremes(edge_weight),
+        )
+        _report_x(x, x_sum)
+        if adjacency:
+            _check_adjacency(edge_index, nodes)
+        else:
+            _report_range("edge_index", index_range, nodes)
+        _report_edge_weight(edge_weight, weight_range)
 
 
 @torch.compiler.disable
 def check_node_features(x: Tensor) -> None:
     """:func:`check_graph`'s checks of ``x`` alone (for models that ignore the graph)."""
-    if _trusted.depth:
-        return
-    tensors = (x, None, None)
-    if not _checked.hit(tensors, "x"):
-        with torch.no_grad():
-            _check_x(x, None)
-        _checked.add(tensors, "x")
+    with torch.no_grad():
+        _check_x_form(x, None)
+        _report_x(x, _read_on_host((_stored_values(x).sum(),))[0])
 
 
-def _nonfinite(values: Tensor) -> int:
-    """How many of ``values`` are NaN or infinite (one reduction when there are none)."""
-    if values.numel() == 0 or bool(torch.isfinite(values.sum())):
-        return 0  # a finite sum has no NaN or inf term
-    return int((~torch.isfinite(values)).sum())  # or the sum overflowed
+def _extremes(values: Tensor) -> Optional[tuple[Tensor, Tensor]]:
+    """``(min, max)`` of ``values`` as 0-d tensors in one pass (``None`` when empty)."""
+    return None if values.numel() == 0 else tuple(torch.aminmax(values))
+
+
+def _read_on_host(*parts: Optional[tuple[Tensor, ...]]) -> list[Optional[tuple[float, ...]]]:
+    """The 0-d tensors of ``parts`` as Python floats (integers exact up to 2**53), copied
+    to the host together: one synchronisation on a GPU, not one per value."""
+    flat = [t for part in parts if part is not None for t in part]
+    if not flat:
+        return list(parts)
+    device = flat[0].device if flat[0].device.type != "mps" else torch.device("cpu")  # no f64
+    values = iter(torch.stack([t.to(device, torch.float64) for t in flat]).tolist())
+    return [None if part is None else tuple(next(values) for _ in part) for part in parts]
 
 
 def _stored_values(x: Tensor) -> Tensor:
@@ -291,8 +242,8 @@ def _stored_values(x: Tensor) -> Tensor:
     return x._values() if x.layout == torch.sparse_coo else x.values()
 
 
-def _check_x(x: Optional[Tensor], num_nodes: Optional[int]) -> int:
-    """Checks the node features; returns the number of nodes."""
+def _check_x_form(x: Optional[Tensor], num_nodes: Optional[int]) -> int:
+    """Checks the node features' shape and type; returns the number of nodes."""
     if x is None:
         if num_nodes is None:
             raise ValueError("`x` is None: pass node features, or `num_nodes` without them")
@@ -307,16 +258,23 @@ def _check_x(x: Optional[Tensor], num_nodes: Optional[int]) -> int:
         )
     if num_nodes is not None and x.size(0) != check_int("num_nodes", num_nodes, minimum=0):
         raise ValueError(f"`x` must have num_nodes = {num_nodes} rows (got {x.size(0)})")
-    bad = _nonfinite(_stored_values(x))
-    if bad:
-        raise ValueError(f"`x` has {bad} NaN or infinite value(s); node features must be finite")
     return x.size(0)
 
 
-def _check_edge_index(edge_index, num_nodes: int) -> None:
-    """Checks connectivity: an integer ``[2, E]`` tensor in range, or a sparse adjacency."""
+def _report_x(x: Optional[Tensor], total: Optional[tuple[float]]) -> None:
+    """Refuses non-finite features, given ``(sum,)`` of their stored values: a finite sum
+    has no NaN or infinite term (otherwise they are counted: the sum may have overflowed)."""
+    if x is None or total is None or math.isfinite(total[0]):
+        return
+    bad = int((~torch.isfinite(_stored_values(x))).sum())
+    if bad:
+        raise ValueError(f"`x` has {bad} NaN or infinite value(s); node features must be finite")
+
+
+def _check_edge_index_form(edge_index) -> None:
+    """Checks connectivity's type and shape: an integer ``[2, E]`` tensor or a sparse
+    adjacency (whose size and indices :func:`_check_adjacency` checks)."""
     if is_sparse(edge_index):
-        _check_adjacency(edge_index, num_nodes)
         return
     if not isinstance(edge_index, Tensor):
         raise ValueError(
@@ -326,14 +284,13 @@ def _check_edge_index(edge_index, num_nodes: int) -> None:
     check_edge_index(edge_index)
     if edge_index.dtype == torch.bool:
         raise ValueError("`edge_index` must be an integer tensor (got torch.bool)")
-    _check_range("edge_index", edge_index, num_nodes)
 
 
-def _check_range(name: str, index: Tensor, size: int) -> None:
-    """Checks every entry of ``index`` lies in ``[0, size)``."""
-    if index.numel() == 0:
+def _report_range(name: str, extremes: Optional[tuple[float, float]], size: int) -> None:
+    """Refuses node indices outside ``[0, size)``, given their ``(min, max)``."""
+    if extremes is None:
         return
-    low, high = (int(v) for v in torch.aminmax(index))
+    low, high = (int(v) for v in extremes)
     if low < 0:
         raise ValueError(
             f"`{name}` has negative node indices (min {low}); entries must lie in [0, {size})"
@@ -343,6 +300,11 @@ def _check_range(name: str, index: Tensor, size: int) -> None:
             f"`{name}` has node indices >= num_nodes = {size} (max {high}); entries must "
             f"lie in [0, {size})"
         )
+
+
+def _check_range(name: str, index: Tensor, size: int) -> None:
+    """Checks every entry of ``index`` lies in ``[0, size)``."""
+    _report_range(name, _read_on_host(_extremes(index))[0], size)
 
 
 def _check_adjacency(adj, num_nodes: int) -> None:
@@ -372,8 +334,8 @@ def _check_adjacency(adj, num_nodes: int) -> None:
         _check_range("edge_index", plain, num_nodes)
 
 
-def _check_edge_weight(edge_weight: Optional[Tensor], edge_index) -> None:
-    """Checks edge weights: 1-D, one per edge, floating point, finite, non-negative."""
+def _check_edge_weight_form(edge_weight: Optional[Tensor], edge_index) -> None:
+    """Checks edge weights' shape and type: 1-D, one per edge, floating point."""
     if edge_weight is None:
         return
     if not isinstance(edge_weight, Tensor) or edge_weight.dim() != 1:
@@ -390,11 +352,17 @@ def _check_edge_weight(edge_weight: Optional[Tensor], edge_index) -> None:
             f"`edge_weight` must be a floating-point tensor (got {edge_weight.dtype}); cast "
             "it with edge_weight.float()"
         )
-    if edge_weight.numel() == 0:
+
+
+def _report_edge_weight(
+    edge_weight: Optional[Tensor], extremes: Optional[tuple[float, float]]
+) -> None:
+    """Refuses non-finite or negative edge weights, given their ``(min, max)``."""
+    if edge_weight is None or extremes is None:
         return
-    low, high = (float(v) for v in torch.aminmax(edge_weight))
+    low, high = extremes
     if not (math.isfinite(low) and math.isfinite(high)):
-        bad = _nonfinite(edge_weight)
+        bad = int((~torch.isfinite(edge_weight)).sum())
         raise ValueError(
             f"`edge_weight` has {bad} NaN or infinite value(s); weights must be finite"
         )

@@ -1,8 +1,11 @@
-"""Autocast and ``torch.compile`` queries across the supported torch versions (>= 2.1)."""
+"""Autocast and ``torch.compile`` queries across the supported torch versions (>= 2.1), and
+the stack level that makes a warning name the user's line."""
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 import torch
 
@@ -28,3 +31,22 @@ def is_compiling() -> bool:
     if query is None:  # (imported here: torch._dynamo takes a while to import)
         query = importlib.import_module("torch._dynamo").is_compiling
     return query()
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DECORATORS = (
+    os.path.join("torch", "utils", "_contextlib.py"),
+    os.path.join("torch", "nn", "modules", "module.py"),
+)
+
+
+def stacklevel_outside_package() -> int:
+    """The ``stacklevel`` of the caller's first frame outside this package (and torch's
+    ``no_grad`` wrappers and module calls): a warning then names the user's line."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+        or frame.f_code.co_filename.endswith(_TORCH_DECORATORS)
+    ):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import inspect
 import warnings
-import weakref
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -27,7 +26,7 @@ from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
 from ._checks import check_choice, check_graph, check_int, check_node_features
-from ._compat import autocast_enabled, is_compiling
+from ._compat import autocast_enabled, is_compiling, stacklevel_outside_package
 
 
 def _csr_adjacency_t(
@@ -90,37 +89,6 @@ def _to_csr(x: Tensor) -> Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
         return x.to_sparse_csr()
-
-
-class SparseFeatureCache:
-    """:func:`sparse_features` of the feature matrix seen last, reused while the same
-    tensor comes back unmodified (a model's ``data.x``, step after step); a sparse matrix
-    of another layout (COO, CSC) as CSR.
-
-    Converting costs a pass over the dense matrix; masking the cached CSR matrix
-    afterwards costs ``O(nnz)``. Holds only a weak reference to the dense matrix; copies
-    and pickles of the owner start empty.
-    """
-
-    def __init__(self):
-        self._source: Optional[weakref.ref] = None
-        self._version = -1
-        self._sparse: Optional[Tensor] = None  # None: the source stays dense
-
-    def __call__(self, x: Tensor) -> Tensor:
-        if x.layout == torch.sparse_csr:
-            return x
-        if self._source is None or self._source() is not x or self._version != x._version:
-            sparse = sparse_features(x) if x.layout == torch.strided else _to_csr(x)
-            self._source, self._version = weakref.ref(x), x._version
-            self._sparse = None if sparse is x else sparse
-        return x if self._sparse is None else self._sparse
-
-    def __getstate__(self) -> dict:  # (copy.deepcopy goes through this too)
-        return {}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
 
 
 #: Slope of the reference code's ``'rrelu'``: ``F.rrelu`` defaults to
@@ -316,7 +284,12 @@ class GCNEncoder(_StackEncoder):
         self._build_layers(lambda a, b: conv(a, b, **self.conv_kwargs))
 
     def forward(
-        self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+        *,
+        check: bool = True,
     ) -> Tensor:
         r"""Returns node embeddings of shape ``[num_nodes, hidden_channels]``.
 
@@ -329,6 +302,10 @@ class GCNEncoder(_StackEncoder):
             edge_weight (torch.Tensor, optional): Edge weights ``[num_edges]``,
                 passed to convolutions that accept ``edge_weight`` (or
                 ``edge_attr``).
+            check (bool, optional): Check the graph first (``check_graph``, on every
+                call). :obj:`False` is for a graph derived from a checked one (the
+                model's augmented views): an index out of range would read and write
+                outside the layers' buffers. (default: :obj:`True`)
 
         Raises:
             ValueError: If the graph is malformed: ``edge_index`` not an integer ``[2,
@@ -336,7 +313,8 @@ class GCNEncoder(_StackEncoder):
                 finite floating-point matrix, ``edge_weight`` not ``num_edges`` finite
                 values ``>= 0``.
         """
-        check_graph(x, edge_index, edge_weight)
+        if check:
+            check_graph(x, edge_index, edge_weight)
         kwargs = {}
         if edge_weight is not None and self._edge_weight_arg is None:
             raise ValueError(
@@ -400,7 +378,7 @@ class MLPEncoder(_StackEncoder):
     It takes the same constructor and :meth:`forward` arguments as
     :class:`GCNEncoder`, so swapping the two is a one-word change; ``conv``,
     ``conv_kwargs`` and ``sparse`` are accepted and ignored, and so are ``edge_index``
-    and ``edge_weight``.
+    and ``edge_weight`` (a ``UserWarning`` says so when edge weights are given).
 
     Args:
         in_channels (int): Size of each input node feature.
@@ -434,13 +412,22 @@ class MLPEncoder(_StackEncoder):
         x: Tensor,
         edge_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
+        *,
+        check: bool = True,
     ) -> Tensor:
         r"""Returns node embeddings ``[num_nodes, hidden_channels]``; the graph is ignored.
+        ``check=False`` skips the check of ``x`` (see :meth:`GCNEncoder.forward`).
 
         Raises:
             ValueError: If ``x`` is not a 2-D floating-point tensor of finite values.
         """
-        check_node_features(x)
+        if check:
+            check_node_features(x)
+        if edge_weight is not None:
+            warnings.warn(
+                "MLPEncoder ignores `edge_weight`: it uses no graph",
+                stacklevel=stacklevel_outside_package(),
+            )
         if _edge_list_only(x):  # (no sparse features under autocast or compilation)
             x = x.to_dense() if x.layout != torch.strided else x
         elif self.sparse_features:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import os
-import sys
 import warnings
 from collections.abc import Iterator
 from typing import Callable
@@ -35,22 +33,6 @@ def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
     return (alpha - 1) * torch.log(x) + (beta - 1) * torch.log1p(-x) - log_norm
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_TORCH_DECORATORS = os.path.join("torch", "utils", "_contextlib.py")
-
-
-def _stacklevel_outside_package() -> int:
-    """The ``stacklevel`` of the caller's first frame outside this package (and torch's
-    ``no_grad`` wrappers): a warning then names the user's line."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and (
-        frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-        or frame.f_code.co_filename.endswith(_TORCH_DECORATORS)
-    ):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 @contextlib.contextmanager
 def first_warning_only(category: type[Warning]) -> Iterator[None]:
     """Within the block, shows the first warning of ``category`` (as the filters say)
@@ -72,30 +54,20 @@ def first_warning_only(category: type[Warning]) -> Iterator[None]:
 
 class MixtureDegeneracyWarning(UserWarning):
     """A fitted :class:`BetaMixture` no longer describes two groups of negative
-    similarities (see :meth:`BetaMixture.degeneracy`)."""
+    similarities (see :meth:`BetaMixture.degeneracy`) where that puts a result at risk:
+    issued by ProGCL's fit schedules without a floor
+    (:class:`~pyg_progcl.losses.schedules.FitSchedule`) and by the diagnostics' cold fits;
+    one line, pointing at the caller's line."""
 
 
-def _warning_text(problems: dict[str, list[str]]) -> str:
-    """The warning about a mixture's first fit with problems of these kinds."""
-    degenerate = [text for kind, texts in problems.items() if kind != "not-converged"
-                  for text in texts]  # fmt: skip
-    parts = []
-    if degenerate:
-        parts.append(
-            "BetaMixture fit degenerated: " + "; ".join(degenerate) + ". ProGCL's weights "
-            "then stop telling true from false negatives (ProGCLLoss's default schedule, "
-            "'floored', then floors p(true neg. | s') at 0.5; docs/algorithms.md §5.4)."
-        )
-    if "not-converged" in problems:
-        parts.append(
-            f"BetaMixture fit: {problems['not-converged'][0]}; the parameters are the "
-            "last iteration's."
-        )
-    kinds = ", ".join(f"'{kind}'" for kind in problems)
-    return " ".join(parts) + (
-        f" Warned once per mixture for {kinds}: its `degenerate_fits` (and its "
-        "ProGCLLoss's) counts every fit of each kind."
-    )
+#: What each kind of :attr:`BetaMixture.degenerate_fits` means, in a few words.
+DEGENERACY_KINDS = {
+    "spike": "a false-negative spike at cosine 1",
+    "not-unimodal": "a component that is not unimodal",
+    "merged": "components that merged",
+    "swapped": "components that swapped roles",
+    "not-converged": "EM that did not converge",
+}
 
 
 class BetaMixture(torch.nn.Module):
@@ -128,9 +100,10 @@ class BetaMixture(torch.nn.Module):
             that did not converge within its own budget); empty for a healthy fit.
         degenerate_fits: How many fits since construction had a problem of each kind,
             ``{kind: count}`` with kinds ``'spike'`` (a false-negative spike at cosine
-            1), ``'not-unimodal'``, ``'merged'``, ``'swapped'`` and ``'not-converged'``.
-            The first fit of a kind warns with a :class:`MixtureDegeneracyWarning`
-            (pointing at the caller's line); later ones are only counted here.
+            1), ``'not-unimodal'``, ``'merged'``, ``'swapped'`` and ``'not-converged'``
+            (:data:`DEGENERACY_KINDS`). A fit records them and does not warn; ProGCL's fit
+            schedule warns where a degenerate fit puts the loss at risk
+            (:mod:`pyg_progcl.losses.schedules`).
     """
 
     def __init__(
@@ -215,9 +188,7 @@ class BetaMixture(torch.nn.Module):
 
     def log_odds_coefficients(self) -> tuple[float, float, float]:
         r"""``(a, b, c)`` with :math:`D(x) = a \log x + b \log(1-x) + c` (see below)."""
-        t = self.true_negative_index
-        coef = self._log_coefficients()
-        a, b, c = (coef[:, 1 - t] - coef[:, t]).tolist()
+        a, b, c = self._signed_coefficients(1.0).tolist()
         return a, b, c
 
     def log_odds_false_negative(self, x: Tensor, sign: float = 1.0) -> Tensor:
@@ -231,26 +202,28 @@ class BetaMixture(torch.nn.Module):
         """
         return self._log_odds(self._clamp(x), sign)
 
-    def _log_odds(self, x: Tensor, sign: float) -> Tensor:
-        """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``."""
-        if x.device.type != "cpu" and x.dtype in (torch.float32, torch.float64):
-            return self._log_odds_on_device(x, sign)
-        a, b, c = self.log_odds_coefficients()
-        d = torch.log(x).mul_(sign * a)
-        # log(1 - x), not log1p(-x) (1.3-1.7x the time on the CPU): 1 - x is exact for
-        # x >= 1/2; below, its rounding adds at most |b|·2^-24 to D, float32's own order.
-        d.add_(torch.rsub(x, 1.0).log_(), alpha=sign * b)
-        return d.add_(sign * c)
-
-    def _log_odds_on_device(self, x: Tensor, sign: float) -> Tensor:
-        """:meth:`_log_odds` with the coefficients kept on ``x``'s device: no host
-        synchronisation per call (on a GPU, one per block of the loss otherwise)."""
+    def _signed_coefficients(self, sign: float) -> Tensor:
+        """``sign · (a, b, c)`` of :meth:`log_odds_coefficients` as a float64 tensor on the
+        mixture's device (no host synchronisation)."""
         coef = self._log_coefficients()
         flip = 1 - 2 * torch.argmin(self.means)  # +1: component 0 is the true negatives'
-        a, b, c = ((coef[:, 1] - coef[:, 0]) * (sign * flip)).to(x.dtype)
-        d = torch.log(x).mul_(a)
-        d.addcmul_(torch.rsub(x, 1.0).log_(), b)
-        return d.add_(c)
+        return (coef[:, 1] - coef[:, 0]) * (sign * flip)
+
+    def _log_odds(self, x: Tensor, sign: float) -> Tensor:
+        """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``, in ``x``'s dtype.
+
+        The coefficients stay tensors on ``x``'s device, so a GPU call waits for nothing
+        on the host. Half-precision ``x`` is computed in float32 and rounded once at the
+        end (its coefficients keep float32's precision).
+        """
+        dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        a, b, c = self._signed_coefficients(sign).to(x.device, dtype)
+        work = x.to(dtype)
+        d = torch.log(work).mul_(a)
+        # log(1 - x), not log1p(-x) (1.3-1.7x the time on the CPU): 1 - x is exact for
+        # x >= 1/2; below, its rounding adds at most |b|·2^-24 to D, float32's own order.
+        d.addcmul_(torch.rsub(work, 1.0).log_(), b)
+        return d.add_(c).to(x.dtype)
 
     def true_negative_posterior(self, x: Tensor) -> Tensor:
         """Posterior probability that each value of ``x`` (any shape) is a true negative."""
@@ -289,14 +262,14 @@ class BetaMixture(torch.nn.Module):
         Stops when the mean log-likelihood changes by less than ``tol`` between two
         iterations (moment-matching EM need not increase it monotonically) or after
         ``max_iter`` iterations (default: the constructor's ``max_iter``). Then checks the
-        fit (:meth:`degeneracy`) and warns with a :class:`MixtureDegeneracyWarning` if it
-        does not describe two groups of negatives.
+        fit (:meth:`degeneracy`) and records what it found in ``problems_`` and
+        :attr:`degenerate_fits` (no warning).
 
         Args:
             x: 1-D tensor of values in ``[0, 1]`` (e.g. ``(cos + 1) / 2``).
             max_iter: Iteration budget of this call (ProGCL refits online with 10
                 warm-started iterations; only a fit with the constructor's budget is
-                expected to converge, and warns if it does not).
+                expected to converge, and records ``'not-converged'`` if it does not).
             reduce: Sums the sufficient statistics over several samples (e.g. an
                 all-reduce over ranks, :func:`pyg_progcl.distributed.fit_mixture`); the
                 fit then equals one on the union of the samples.
@@ -327,7 +300,7 @@ class BetaMixture(torch.nn.Module):
                 break
             previous = current
         self.num_fits += 1
-        self._warn_if_degenerate(swapped_from, converged or max_iter is not None)
+        self._record_problems(swapped_from, converged or max_iter is not None)
         return self
 
     def degeneracy(self, swapped_from: int | None = None) -> list[str]:
@@ -363,26 +336,17 @@ class BetaMixture(torch.nn.Module):
             )
         return found
 
-    def _warn_if_degenerate(self, swapped_from: int | None, converged: bool) -> None:
-        """Records the fit's problems (``problems_``, :attr:`degenerate_fits`) and warns
-        about each kind the first time this mixture meets it."""
+    def _record_problems(self, swapped_from: int | None, converged: bool) -> None:
+        """Records the fit's problems: ``problems_`` and a count per kind in
+        :attr:`degenerate_fits`."""
         found = self._findings(swapped_from)
         if not converged:
             found.append(
                 ("not-converged", f"EM did not converge within {self.max_iter} iterations")
             )
         self.problems_ = [text for _, text in found]
-        by_kind: dict[str, list[str]] = {}
-        for kind, text in found:
-            by_kind.setdefault(kind, []).append(text)
-        new = {kind: texts for kind, texts in by_kind.items() if kind not in self.degenerate_fits}
-        for kind in by_kind:
+        for kind in dict.fromkeys(kind for kind, _ in found):
             self.degenerate_fits[kind] = self.degenerate_fits.get(kind, 0) + 1
-        if new:
-            warnings.warn(
-                MixtureDegeneracyWarning(_warning_text(new)),
-                stacklevel=_stacklevel_outside_package(),
-            )
 
     def _log_coefficients(self) -> Tensor:
         """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each joint log-density."""

@@ -14,10 +14,10 @@ from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
-from ._checks import check_graph, check_input_width, check_int, trusted_graph
+from ._checks import accepts_check, check_graph, check_input_width, check_int
 from ._compat import is_compiling
 from .augment import Augmenter, Compose
-from .encoders import SparseFeatureCache
+from .encoders import _to_csr, sparse_features
 
 AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
@@ -114,8 +114,13 @@ class GRACEModel(torch.nn.Module):
             activations. A view's masked feature matrix is its largest tensor where
             wide features stay dense (a GPU, an encoder that takes dense features);
             this trades one more encoder forward for it. Mostly-zero CPU features
-            reach an encoder with ``sparse_features`` as one CSR matrix, converted once
-            and masked entry-wise, so they need no recomputation. (default: :obj:`False`)
+            reach an encoder with ``sparse_features`` as one CSR matrix, masked
+            entry-wise, so they need no recomputation. (default: :obj:`False`)
+
+    Adaptive augmenters (:class:`~pyg_progcl.AdaptiveEdgeDrop`,
+    :class:`~pyg_progcl.AdaptiveFeatureMask`) that are not prepared yet are prepared by
+    the first :meth:`views` on its graph (each kind of centrality computed once for both
+    views) and kept until their ``prepare`` is called again, e.g. for another graph.
     """
 
     def __init__(
@@ -147,11 +152,11 @@ class GRACEModel(torch.nn.Module):
         )
         self.augment1 = _as_augmenter("augment1", augment1)
         self.augment2 = _as_augmenter("augment2", augment2)
-        self._sparse_x = SparseFeatureCache()
         self.reset_parameters()
 
     def reset_parameters(self):
-        r"""Resets the encoder and the projection head (and forgets augmenter fits)."""
+        r"""Resets the encoder and the projection head (and forgets what the augmenters
+        prepared)."""
         reset(self.encoder)
         for layer in self.projector:
             reset(layer)
@@ -164,22 +169,30 @@ class GRACEModel(torch.nn.Module):
         x: Tensor,
         edge_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
+        *,
+        check: bool = True,
     ) -> Tensor:
         r"""Returns the encoder embeddings ``f(G)`` of the un-augmented graph
         (``[num_nodes, hidden_channels]``), in training and eval mode alike. Accepts a
         ``Data`` in place of ``x``.
 
+        Args:
+            check (bool, optional): Check the graph first (``check_graph``: one pass over
+                each tensor, on every call). Pass :obj:`False` only for a graph derived
+                from one that was checked, such as the batches sampled from it: an index
+                out of range then reads and writes outside the encoder's buffers.
+                (default: :obj:`True`)
+
         Raises:
             ValueError: If the graph is malformed (node indices outside ``[0,
                 num_nodes)``, a transposed or non-integer ``edge_index``, non-finite or
-                integer features, bad edge weights); checked once per graph, not per step.
+                integer features, bad edge weights).
         """
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
         check_input_width(x, self.encoder)
-        check_graph(x, edge_index, edge_weight)
-        x = self.input_features(x)
-        with trusted_graph():
-            return self._encode(x, edge_index, edge_weight)
+        if check:
+            check_graph(x, edge_index, edge_weight)
+        return self._encode(self.input_features(x), edge_index, edge_weight)
 
     def project(self, z: Tensor) -> Tensor:
         r"""Applies the projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
@@ -199,29 +212,45 @@ class GRACEModel(torch.nn.Module):
         drawing. The un-augmented graph's projection is ``model.project(model(x,
         edge_index))``. Accepts a ``Data`` in place of ``x``.
 
+        The graph is checked once per call; the views the package's augmenters draw from
+        it reach the encoder unchecked, the output of any other callable is checked.
+
         Raises:
-            ValueError: If the graph is malformed (see :meth:`forward`).
+            ValueError: If the graph is malformed (see :meth:`forward`), or has another
+                number of nodes than the graph the adaptive augmenters were prepared on.
         """
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
         check_input_width(x, self.encoder)
         check_graph(x, edge_index, edge_weight)
         x = self.input_features(x)
+        shared: dict = {}  # (the centralities both views' adaptive augmenters use)
+        for augment in (self.augment1, self.augment2):
+            if isinstance(augment, Augmenter):
+                augment._prepare_with(x, edge_index, x.size(0), shared, force=False)
         return (
             self._view(self.augment1, x, edge_index, edge_weight),
             self._view(self.augment2, x, edge_index, edge_weight),
         )
 
     def input_features(self, x: Tensor) -> Tensor:
-        """The feature matrix as the model feeds it to its augmenters and encoder: ``x``
-        as CSR (converted once per feature matrix, then cached) for an encoder that takes
-        mostly-zero features sparse (``encoder.sparse_features``), else ``x`` itself. The
-        views' feature masks then drop entries (``O(nnz)``) instead of copying a dense
-        matrix. A sparse ``x`` of another layout (COO) becomes CSR, which the masks take."""
+        """The feature matrix as the model feeds it to its augmenters and encoder: for an
+        encoder that takes mostly-zero features sparse (``encoder.sparse_features``),
+        :func:`~pyg_progcl.encoders.sparse_features` of ``x`` (CSR where at most 10 % of
+        the entries of a CPU matrix are non-zero), else ``x`` itself. The views' feature
+        masks then drop entries (``O(nnz)``) instead of copying a dense matrix. A sparse
+        ``x`` of another layout (COO) becomes CSR, which the masks take.
+
+        A dense ``x`` is converted on every call, which costs a pass over it: to convert
+        it once, pass ``model.input_features(x)`` (a CSR ``x`` is used as it is)."""
         check_input_width(x, self.encoder)
         if is_compiling():  # (the encoder keeps features dense there)
             return x
-        if getattr(self.encoder, "sparse_features", False) or x.layout != torch.strided:
-            return self._sparse_x(x)
+        if x.layout == torch.sparse_csr:
+            return x
+        if x.layout != torch.strided:
+            return _to_csr(x)
+        if getattr(self.encoder, "sparse_features", False):
+            return sparse_features(x)
         return x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
@@ -233,19 +262,21 @@ class GRACEModel(torch.nn.Module):
         return self._augment_and_encode(augment, x, edge_index, edge_weight)
 
     def _augment_and_encode(self, augment, x, edge_index, edge_weight) -> Tensor:
+        """One view of a checked graph: the package's augmenters keep it valid, the output
+        of any other callable is checked."""
         if augment is not None:
             with _augmenting(augment):
                 x, edge_index, edge_weight = augment(x, edge_index, edge_weight)
-        # The package's augmenters keep a checked graph valid; the output of any other
-        # callable is checked by the encoder.
-        own = augment is None or isinstance(augment, Augmenter)
-        with trusted_graph() if own else contextlib.nullcontext():
-            return self.project(self._encode(x, edge_index, edge_weight))
+            if not isinstance(augment, Augmenter):
+                check_graph(x, edge_index, edge_weight)
+        return self.project(self._encode(x, edge_index, edge_weight))
 
     def _encode(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
+        """The encoder on a checked graph: with ``check=False`` where it takes it."""
+        kwargs = {"check": False} if accepts_check(self.encoder) else {}
         if edge_weight is None:
-            return self.encoder(x, edge_index)
-        return self.encoder(x, edge_index, edge_weight)
+            return self.encoder(x, edge_index, **kwargs)
+        return self.encoder(x, edge_index, edge_weight, **kwargs)
 
     def __repr__(self) -> str:
         head = f"{self.hidden_channels} -> {self.proj_channels} -> {self.hidden_channels}"

@@ -4,22 +4,27 @@
 #   ./scripts/setup.sh         the library and its run-time dependencies: enough for
 #                              `python -m pyg_progcl`
 #   ./scripts/setup.sh --dev   also the development tools (the `dev` extra: pytest, ruff,
-#                              Sphinx, import-linter, ogb, matplotlib) and the optional
-#                              compiled torch_scatter and torch-sparse, built from source
-#                              (torch-sparse: some 10 minutes on 2 cores, once; pip's
-#                              wheel cache makes later set-ups fast)
+#                              Sphinx, import-linter, ogb, matplotlib); wheels only, a few
+#                              minutes
+#   ./scripts/setup.sh --dev --with-sparse
+#                              also the optional torch_scatter and torch-sparse, built from
+#                              source (10-30 minutes on 2 cores, once; pip's wheel cache
+#                              makes later set-ups fast); the tests that need them skip
+#                              without them, saying why
 #
-# --dev after a plain run upgrades the same .venv. PYG_PROGCL_SCATTER=0 skips the
-# torch_scatter build, PYG_PROGCL_SPARSE=0 the torch-sparse one (the tests that need it
-# then skip, saying why); PYTHON picks the interpreter that creates .venv.
+# A later run upgrades the same .venv. PYTHON picks the interpreter that creates .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-case "${1:-}" in
-    "") dev=0 ;;
-    --dev) dev=1 ;;
-    *) echo "setup.sh: unknown option '$1' (use --dev or nothing)" >&2; exit 2 ;;
-esac
+dev=0
+sparse=0
+for arg in "$@"; do
+    case "$arg" in
+        --dev) dev=1 ;;
+        --with-sparse) sparse=1 ;;
+        *) echo "setup.sh: unknown option '$arg' (use --dev, --with-sparse or nothing)" >&2; exit 2 ;;
+    esac
+done
 [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
 
 # pip warns about each configured local index that lacks a package; only those lines go.
@@ -40,8 +45,7 @@ fi
 # torch_scatter (optional at run time; the tests cover its code path) is source-only on
 # PyPI and builds against the installed torch, so without build isolation; its extension
 # modules compile side by side, without debug info (which its link strips anyway).
-if [ "$dev" = 1 ] && [ "${PYG_PROGCL_SCATTER:-1}" != 0 ] \
-    && ! .venv/bin/python -c "import torch_scatter" 2>/dev/null; then
+if [ "$sparse" = 1 ] && ! .venv/bin/python -c "import torch_scatter" 2>/dev/null; then
     echo "setup.sh: building torch_scatter from source (a few minutes)..." >&2
     cfg=$(mktemp)
     trap 'rm -f "$cfg"' EXIT
@@ -49,16 +53,14 @@ if [ "$dev" = 1 ] && [ "${PYG_PROGCL_SCATTER:-1}" != 0 ] \
     flags="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")') -g0"
     DIST_EXTRA_CONFIG="$cfg" CFLAGS="$flags" CXXFLAGS="$flags" \
         pip_install --no-build-isolation "torch_scatter>=2.1" \
-        || echo "setup.sh: torch_scatter did not build; pyg_progcl runs without it" >&2
+        || { echo "setup.sh: torch_scatter did not build (pyg_progcl runs without it: drop --with-sparse)" >&2; exit 1; }
 fi
 
 # torch-sparse lets PyG's NeighborLoader sample (the tests run the mini-batch trainer on
 # its batches too). Source-only as well; its extensions build with ninja, which MAX_JOBS
 # bounds (no parallel build_ext config: two extensions would write one build.ninja).
-if [ "$dev" = 1 ] && [ "${PYG_PROGCL_SPARSE:-1}" != 0 ] \
-    && .venv/bin/python -c "import torch_scatter" 2>/dev/null \
-    && ! .venv/bin/python -c "import torch_sparse" 2>/dev/null; then
+if [ "$sparse" = 1 ] && ! .venv/bin/python -c "import torch_sparse" 2>/dev/null; then
     echo "setup.sh: building torch-sparse from source (some 10 minutes)..." >&2
     MAX_JOBS="${MAX_JOBS:-2}" pip_install --no-build-isolation "torch-sparse==0.6.18" \
-        || echo "setup.sh: torch-sparse did not build; the tests that need it skip" >&2
+        || { echo "setup.sh: torch-sparse did not build (pyg_progcl runs without it: drop --with-sparse)" >&2; exit 1; }
 fi

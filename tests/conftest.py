@@ -58,6 +58,11 @@ def pytest_configure(config):
         "slow: subprocess, signal, file-lock, plotting or end-to-end training test; skipped "
         f"unless --slow or {SLOW_ENV}=1",
     )
+    config.addinivalue_line(
+        "markers",
+        "sparse: needs torch-sparse (./scripts/setup.sh --dev --with-sparse builds it); "
+        "skipped without it",
+    )
 
 
 def _run_slow(config) -> bool:

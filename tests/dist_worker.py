@@ -4,6 +4,7 @@ module): every scenario in turn, results saved to ``<out>/rank<r>.pt`` for the t
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import signal
 import time
@@ -15,6 +16,41 @@ from helpers import class_views, fitted_mixture, sample_mixture, views
 from torch.nn.parallel import DistributedDataParallel
 
 from pyg_progcl.distributed import DistributedLoss, fit_mixture
+from pyg_progcl.losses import ContrastiveLoss, ExpSums, InfoNCELoss, NegativeTerm
+
+
+class TwiceInfoNCE(InfoNCELoss):
+    """A loss of one's own overriding ``compute_loss`` (with ``anchors``): twice
+    InfoNCE's per-anchor losses."""
+
+    def compute_loss(self, h1, h2, anchors=None):
+        return 2 * super().compute_loss(h1, h2, anchors=anchors)
+
+
+class TwiceInfoNCEAllRows(InfoNCELoss):
+    """The same without ``anchors``: DistributedLoss computes all rows and keeps its own."""
+
+    def compute_loss(self, h1, h2):
+        return 2 * super().compute_loss(h1, h2)
+
+
+class TripledNegatives(ContrastiveLoss):
+    """A loss of one's own overriding ``negative_term``: GRACE's ``Ng`` times 3."""
+
+    def negative_term(self) -> NegativeTerm:
+        return NegativeTerm.from_sums(ExpSums((1.0,), self.combine))
+
+    @staticmethod
+    def combine(*, log_sums, **_):
+        return log_sums[0] + math.log(3.0)
+
+
+#: Losses of one's own, by name: ``(class, options)``.
+OWN_LOSSES = {
+    "compute-loss": (TwiceInfoNCE, {"block_size": 5}),
+    "compute-loss-all-rows": (TwiceInfoNCEAllRows, {}),
+    "negative-term": (TripledNegatives, {}),
+}
 
 #: (name, loss factory) of the equivalence cases; factories take no arguments.
 LOSSES = {
@@ -35,6 +71,11 @@ LOSSES = {
         0.4, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=5
     ),
     "infonce-sum": lambda: _losses().InfoNCELoss(0.4, reduction="sum"),
+    **{
+        f"own-{name}-{reduction}": lambda cls=cls, kw=kw, r=reduction: cls(0.4, reduction=r, **kw)
+        for name, (cls, kw) in OWN_LOSSES.items()
+        for reduction in ("mean", "sum")
+    },
 }
 #: The global batch of the equivalence cases: 2 ranks x 12 rows.
 ROWS = 12
@@ -56,6 +97,26 @@ def loss_cases(rank: int, world: int) -> dict:
         value = DistributedLoss(make())(a, b)
         out[name] = (value.detach(), *torch.autograd.grad(value, (a, b)))
     return out
+
+
+def own_loss_cases(rank: int, world: int) -> dict:
+    """Each loss of one's own with ``reduction='none'`` over this rank's rows: its
+    ``[2, ROWS]`` per-anchor losses and the local gradients of their weighted sum (the
+    weights of the global batch's ``[2, W·ROWS]`` losses, this rank's columns)."""
+    h1, h2 = views(n=ROWS * world, grad=False)
+    rows = slice(rank * ROWS, (rank + 1) * ROWS)
+    weights = own_loss_weights(ROWS * world)[:, rows]
+    out = {}
+    for name, (cls, options) in OWN_LOSSES.items():
+        a, b = h1[rows].clone().requires_grad_(), h2[rows].clone().requires_grad_()
+        losses = DistributedLoss(cls(0.4, reduction="none", **options))(a, b)
+        out[name] = (losses.detach(), *torch.autograd.grad(losses, (a, b), weights))
+    return out
+
+
+def own_loss_weights(n: int) -> torch.Tensor:
+    """Fixed ``[2, n]`` weights of per-anchor losses (gradients of each anchor's loss)."""
+    return torch.rand(2, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 
 
 def mixture_case(rank: int, world: int) -> dict:
@@ -156,8 +217,16 @@ def train_steps(rank: int, world: int, mixtures=None) -> dict:
     return {"params": params, "mixtures": seen}
 
 
+class IgnoresAnchors(InfoNCELoss):
+    """A ``compute_loss`` that takes ``anchors`` (as ``**kwargs``) but returns all rows."""
+
+    def compute_loss(self, h1, h2, **kwargs):
+        return super().compute_loss(h1, h2)
+
+
 def error_cases(rank: int, world: int) -> dict:
-    """Bad setups: unequal local batches; a frozen schedule; no process group needed."""
+    """Bad setups: unequal local batches; a frozen schedule; no process group needed; a
+    ``compute_loss`` that ignores ``anchors``."""
     out = {}
     h1, h2 = views(n=10 + rank, grad=False)
     for name, call in {
@@ -165,6 +234,7 @@ def error_cases(rank: int, world: int) -> dict:
         "frozen": lambda: DistributedLoss(_losses().ProGCLLoss(schedule="frozen")),
         "unequal-fit": lambda: DistributedLoss(_losses().ProGCLLoss()).fit(h1, h2),
         "bad-samples": lambda: fit_mixture(_mixture(), torch.rand(50) + rank),
+        "ignored-anchors": lambda: DistributedLoss(IgnoresAnchors())(*views(n=8)),
     }.items():
         try:
             call()
@@ -232,8 +302,9 @@ def main(rank: int, world: int, init_file: str, out: str, backend: str = "torch"
     cases = {"train": train_steps}
     if backend == "torch":
         cases = {
-            "losses": loss_cases, "mixture": mixture_case, "refit": refit_case,
-            "floored": floored_case, "train": train_steps, "errors": error_cases,
+            "losses": loss_cases, "own-losses": own_loss_cases, "mixture": mixture_case,
+            "refit": refit_case, "floored": floored_case, "train": train_steps,
+            "errors": error_cases,
         }  # fmt: skip
     results = {}
     try:

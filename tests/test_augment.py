@@ -1,7 +1,6 @@
 """Tests of pyg_progcl.augment against the formulas of docs/algorithms.md §2."""
 
 import math
-import warnings
 
 import networkx
 import pytest
@@ -380,52 +379,31 @@ def test_the_docstring_example_augmenter_adds_noise_in_training_only():
     assert torch.equal(FeatureNoise(0.0)(data).x, data.x)
 
 
-def test_hooks_under_their_former_names_work_with_one_warning_per_class():
-    with pytest.warns(FutureWarning, match="_edge_keep_mask -> edge_keep_mask") as record:
+def test_a_custom_augmenter_is_prepared_once_on_the_input_graph():
+    class KeepFirstEdges(Augmenter):  # keeps the edges it saw when prepared
+        p = 1.0
 
-        class OldDropAll(Augmenter):  # written against the former, underscore hooks
-            p = 1.0
+        def prepare(self, x, edge_index, num_nodes):
+            self.prepared_on = edge_index.size(1)
+            return self
 
-            def _prepare(self, x, edge_index, num_nodes):
-                self.prepared = num_nodes
+        def is_prepared(self):
+            return hasattr(self, "prepared_on")
 
-            def _edge_keep_mask(self, edge_index, num_nodes):
-                return torch.zeros(edge_index.size(1), dtype=torch.bool)
-
-    assert len(record) == 1 and "_prepare -> prepare" in str(record[0].message)
-    assert record[0].filename == __file__  # points at the class statement
-    data = make_data()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)  # none at use, nor for a subclass
-
-        class Child(OldDropAll):
-            pass
-
-        assert OldDropAll()(data).num_edges == 0
-        assert Child()(data.x, data.edge_index)[1].shape == (2, 0)
-        compose = Compose(EdgeDrop(0.5), Child())
-        compose(data)
-        assert compose.augmenters[1].prepared == data.num_nodes
-    assert OldDropAll()._uses_edges()  # so it refuses a graph stored as adj_t
-
-
-def test_former_hook_names_reach_the_builtin_augmenters_through_super():
-    with pytest.warns(FutureWarning, match="_augment_features -> augment_features"):
-
-        class HalfMask(FeatureMask):
-            def _augment_features(self, x, edge_index, num_nodes):
-                return 0.5 * super()._augment_features(x, edge_index, num_nodes)
+        def edge_keep_mask(self, edge_index, num_nodes):
+            return torch.arange(edge_index.size(1)) < self.prepared_on // 2
 
     data = make_data()
-    torch.manual_seed(3)
-    expected = 0.5 * FeatureMask(0.5)(data.x, data.edge_index)[0]
-    torch.manual_seed(3)
-    assert torch.equal(HalfMask(0.5)(data.x, data.edge_index)[0], expected)
-    aug = AdaptiveEdgeDrop(0.3, centrality="degree")
-    aug._prepare(data.x, data.edge_index, data.num_nodes)  # callers of the former name
-    assert aug.drop_prob is not None
-    assert FeatureMask._augment_features is FeatureMask.augment_features
-    assert Augmenter._edge_keep_mask is Augmenter.edge_keep_mask
+    custom = KeepFirstEdges()
+    compose = Compose(EdgeDrop(0.5), custom)
+    assert not compose.is_prepared()
+    for _ in range(3):
+        compose(data.x, data.edge_index)
+        assert custom.prepared_on == data.num_edges  # the input graph's, not the dropped one
+    compose.prepare(data.x, data.edge_index[:, :10])  # asked: prepared again
+    assert custom.prepared_on == 10
+    alone = KeepFirstEdges()
+    assert alone(data).num_edges == data.num_edges // 2 and alone.prepared_on == data.num_edges
 
 
 @pytest.mark.parametrize("make", ALL_AUGMENTERS)
@@ -507,7 +485,7 @@ def test_eval_propagates_through_parent_module():
     assert all(aug.training for aug in compose.augmenters)
 
 
-def test_centralities_computed_once_per_graph(monkeypatch):
+def count_evc_calls(monkeypatch) -> list:
     calls = []
     real = networkx.eigenvector_centrality_numpy
 
@@ -516,39 +494,119 @@ def test_centralities_computed_once_per_graph(monkeypatch):
         return real(graph, *args, **kwargs)
 
     monkeypatch.setattr(networkx, "eigenvector_centrality_numpy", counting)
+    return calls
+
+
+def test_adaptive_augmenters_prepare_once_and_only_again_when_asked(monkeypatch):
+    calls = count_evc_calls(monkeypatch)
     _, edge_index = karate()
     x = sparse_features(34, 20, density=0.3)
     view1 = Compose(AdaptiveEdgeDrop(0.3), AdaptiveFeatureMask(0.2))
     view2 = Compose(AdaptiveFeatureMask(0.4), AdaptiveEdgeDrop(0.2))
+    assert not view1.is_prepared()
     for _ in range(5):
         view1(x, edge_index)
         view2(x, edge_index)
-    assert len(calls) == 1, "one networkx call shared by all augmenters of one graph"
-
-    fitted = view1.augmenters[0].drop_prob
-    view1(x.clone(), edge_index.clone())  # equal graph: no refit
-    assert view1.augmenters[0].drop_prob is fitted and len(calls) == 1
+    assert len(calls) == 2, "one networkx call per Compose, shared by its members"
+    assert view1.is_prepared() and view2.is_prepared()
+    prepared = view1.augmenters[0].node_drop_prob
+    view1(x.clone(), edge_index.clone())  # an equal graph: nothing recomputed
+    assert view1.augmenters[0].node_drop_prob is prepared and len(calls) == 2
 
     other = to_undirected(torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]]))
+    with pytest.raises(ValueError, match=r"prepared on a graph of 34 nodes, not 6: call \.prepare"):
+        view1(torch.rand(6, 20), other)
+    view1.prepare(torch.rand(6, 20), other)  # asked: computed again, once for both members
+    assert len(calls) == 3 and view1.augmenters[0].node_drop_prob.shape == (6,)
     view1(torch.rand(6, 20), other)
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
-def test_adaptive_refits_after_in_place_change_and_reset():
+def test_prepared_probabilities_ignore_later_in_place_edits_until_prepare():
     data = make_data()
     aug = AdaptiveEdgeDrop(0.3, centrality="degree")
     aug(data.x, data.edge_index)
-    first = aug.drop_prob
-    aug(data.x, data.edge_index)
-    assert aug.drop_prob is first
+    first = aug.node_drop_prob
     edge_index = data.edge_index.clone()
+    edge_index[1, :5] = 0  # modified in place: the probabilities stay what was prepared
     aug(data.x, edge_index)
-    assert aug.drop_prob is first
-    edge_index[1, :5] = 0  # modified in place: must refit
-    aug(data.x, edge_index)
-    assert aug.drop_prob is not first
+    assert aug.node_drop_prob is first
+    aug.prepare(data.x, edge_index)
+    assert not torch.equal(aug.node_drop_prob, first)
     aug.reset_parameters()
-    assert aug.drop_prob is None
+    assert aug.node_drop_prob is None and not aug.is_prepared()
+
+
+def test_edge_drop_keeps_one_probability_per_target_node():
+    data = make_data()
+    c = node_centrality(data.edge_index, data.num_nodes, "degree")
+    per_edge = edge_drop_probabilities(data.edge_index, c, 0.3)
+    aug = AdaptiveEdgeDrop(0.3, centrality="degree").prepare(data)
+    assert aug.node_drop_prob.shape == (data.num_nodes,)
+    assert torch.equal(aug.node_drop_prob[data.edge_index[1]], per_edge)
+    # Each call draws what drop_edge_weighted draws with the per-edge probabilities.
+    torch.manual_seed(4)
+    kept = aug(None, data.edge_index)[1]
+    torch.manual_seed(4)
+    assert torch.equal(kept, drop_edge_weighted(data.edge_index, per_edge)[0])
+
+
+def test_an_adaptive_member_after_an_edge_drop_keeps_the_input_graphs_probabilities(
+    monkeypatch,
+):
+    calls = count_evc_calls(monkeypatch)
+    data = make_data()
+    adaptive = AdaptiveEdgeDrop(0.5)
+    compose = Compose(EdgeDrop(0.5), adaptive)
+    torch.manual_seed(0)
+    for _ in range(3):
+        _, edge_index, _ = compose(data.x, data.edge_index)
+        assert 0 < edge_index.size(1) < data.edge_index.size(1) // 2
+    assert len(calls) == 1  # prepared on the input graph, not on each dropped one
+    expected = AdaptiveEdgeDrop(0.5).prepare(data).node_drop_prob
+    assert torch.equal(adaptive.node_drop_prob, expected)
+    # An edge-only call: the members see the input's node count, not one inferred from
+    # what the edge drop left (here nothing).
+    _, edge_index, _ = Compose(EdgeDrop(1.0), adaptive)(None, data.edge_index)
+    assert edge_index.shape == (2, 0)
+
+
+def test_prepared_probabilities_are_buffers_that_move_and_show():
+    data = make_data()
+    edge_drop = AdaptiveEdgeDrop(0.3, centrality="degree")
+    feature_mask = AdaptiveFeatureMask(0.2, centrality="degree")
+    compose = Compose(edge_drop, feature_mask).prepare(data)
+    assert repr(edge_drop) == (
+        f"AdaptiveEdgeDrop(p=0.3, centrality=degree, threshold=0.7, "
+        f"node_drop_prob=[{data.num_nodes}])"
+    )
+    assert repr(feature_mask) == (
+        f"AdaptiveFeatureMask(p=0.2, centrality=degree, threshold=0.7, "
+        f"drop_prob=[{data.num_features}], num_nodes={data.num_nodes})"
+    )
+    assert {name for name, _ in compose.named_buffers()} == {
+        "augmenters.0.node_drop_prob",
+        "augmenters.1.drop_prob",
+    }
+    assert compose.state_dict() == {}  # recomputed from the graph, not saved
+    compose.double()
+    assert edge_drop.node_drop_prob.dtype == feature_mask.drop_prob.dtype == torch.float64
+    x, edge_index, _ = compose(data.x, data.edge_index)
+    assert x.shape == data.x.shape and edge_index.size(1) < data.edge_index.size(1)
+
+
+def test_features_of_another_shape_are_refused_with_one_line():
+    data = make_data()
+    aug = AdaptiveFeatureMask(0.3, centrality="degree").prepare(data)
+    with pytest.raises(ValueError, match=r"prepared on 30 feature columns, not 12") as error:
+        aug(data.x[:, :12], data.edge_index)
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match=r"prepared on a graph of 60 nodes, not 59"):
+        aug(data.x[:59], data.edge_index[:, (data.edge_index < 59).all(0)])
+    with pytest.raises(ValueError, match=r"AdaptiveEdgeDrop is not prepared: call \.prepare"):
+        AdaptiveEdgeDrop(0.3).edge_keep_mask(data.edge_index, data.num_nodes)
+    with pytest.raises(ValueError, match=r"AdaptiveFeatureMask needs node features `x`"):
+        AdaptiveFeatureMask(0.3).prepare(None, data.edge_index)
 
 
 def test_compose_fits_adaptive_members_on_the_input_graph():
@@ -560,12 +618,17 @@ def test_compose_fits_adaptive_members_on_the_input_graph():
     torch.testing.assert_close(compose.augmenters[1].drop_prob, expected)
 
 
-def test_explicit_fit_accepts_data_and_tensors():
+def test_explicit_prepare_accepts_data_and_tensors():
     data = make_data()
-    aug = AdaptiveFeatureMask(0.3, centrality="pagerank").fit(data)
-    assert aug.drop_prob.shape == (data.num_features,)
-    edge_aug = AdaptiveEdgeDrop(0.3, centrality="pagerank").fit(None, data.edge_index)
-    assert edge_aug.drop_prob.shape == (data.edge_index.size(1),)
+    aug = AdaptiveFeatureMask(0.3, centrality="pagerank").prepare(data)
+    assert aug.drop_prob.shape == (data.num_features,) and aug.num_nodes == data.num_nodes
+    edge_aug = AdaptiveEdgeDrop(0.3, centrality="pagerank").prepare(None, data.edge_index)
+    assert edge_aug.node_drop_prob.shape == (data.num_nodes,)
+    c = node_centrality(data.edge_index, data.num_nodes, "pagerank")
+    shared = AdaptiveEdgeDrop(0.3, centrality="pagerank").prepare(data, centrality=c)
+    assert torch.equal(shared.node_drop_prob, edge_aug.node_drop_prob)
+    with pytest.raises(ValueError, match=r"`centrality` must be a tensor of shape \[num_nodes\]"):
+        AdaptiveEdgeDrop(0.3).prepare(data, centrality=c[:-1])
 
 
 def test_reprs():
@@ -676,7 +739,7 @@ def test_csr_feature_probabilities_equal_dense_ones():
         )
 
 
-def test_adaptive_feature_mask_caches_on_equal_csr_features(monkeypatch):
+def test_adaptive_feature_mask_prepared_once_masks_dense_and_csr_features_alike(monkeypatch):
     import pyg_progcl.augment.adaptive as augment
 
     edge_index = random_graph()
@@ -689,11 +752,10 @@ def test_adaptive_feature_mask_caches_on_equal_csr_features(monkeypatch):
     aug = AdaptiveFeatureMask(0.3)
     torch.manual_seed(0)
     dense = aug(x, edge_index)[0]
-    for _ in range(2):  # a CSR matrix refits (another layout); an equal new one hits
-        csr = x.to_sparse_csr()
+    for _ in range(2):
         torch.manual_seed(0)
-        assert torch.equal(aug(csr, edge_index)[0].to_dense(), dense)
-    assert len(fits) == 2
+        assert torch.equal(aug(x.to_sparse_csr(), edge_index)[0].to_dense(), dense)
+    assert len(fits) == 1
 
 
 @pytest.mark.filterwarnings("ignore:Sparse (CSR tensor support|invariant checks)")

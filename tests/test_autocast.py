@@ -138,7 +138,9 @@ def sparse_adjacency(edge_index, num_nodes, kind):
     from torch_geometric.utils import to_torch_coo_tensor, to_torch_csr_tensor
 
     if kind == "SparseTensor":
-        torch_sparse = pytest.importorskip("torch_sparse", reason="torch-sparse not installed")
+        torch_sparse = pytest.importorskip(
+            "torch_sparse", reason="needs torch-sparse (./scripts/setup.sh --dev --with-sparse)"
+        )
         return torch_sparse.SparseTensor.from_edge_index(
             edge_index.flip(0), sparse_sizes=(num_nodes, num_nodes)
         )
@@ -149,7 +151,9 @@ def sparse_adjacency(edge_index, num_nodes, kind):
 @pytest.mark.filterwarnings("ignore:Converting sparse tensor to CSR:UserWarning")
 @pytest.mark.filterwarnings("ignore:Sparse (CSR tensor support|invariant checks):UserWarning")
 @pytest.mark.parametrize("conv", ["GCNConv", "SAGEConv"])
-@pytest.mark.parametrize("kind", ["csr", "coo", "SparseTensor"])
+@pytest.mark.parametrize(
+    "kind", ["csr", "coo", pytest.param("SparseTensor", marks=pytest.mark.sparse)]
+)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_encoder_on_a_sparse_adjacency_under_autocast(dtype, kind, conv):
     # The caller's sparse adjacency: the layers run in float32 (no half-precision CPU

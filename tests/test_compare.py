@@ -77,13 +77,11 @@ def test_a_variant_is_a_setting_of_its_own(compare, tmp_path):
 
 
 def test_a_fit_schedule_is_a_setting_of_its_own(compare, tmp_path):
-    # Trainer files of the same method: the default, online, frozen, and a file older than
-    # the schedule field (which ran online); GRACE's schedule field names nothing it uses.
+    # Trainer files of the same method: the default, online, frozen; GRACE's schedule field
+    # names nothing it uses.
     runs = {name: _run("progcl-weight", [0], [0.7]) for name in ("floored", "online", "frozen")}
     for name, run in runs.items():
         run["config"]["schedule"] = name
-    runs["old"] = _run("progcl-weight", [0], [0.7])
-    del runs["old"]["config"]["schedule"]
     runs["grace"] = _run("grace", [0], [0.7])
     runs["grace"]["config"]["schedule"] = "online"
     keys = []
@@ -92,7 +90,26 @@ def test_a_fit_schedule_is_a_setting_of_its_own(compare, tmp_path):
         keys += [r["key"][1] for r in compare.load_runs(tmp_path / f"{name}.json")]
     online = "progcl-weight (schedule 'online')"
     frozen = "progcl-weight (reference schedule: frozen per-pair weights)"
-    assert keys == ["progcl-weight", online, frozen, online, "grace"]
+    assert keys == ["progcl-weight", online, frozen, "grace"]
+
+
+def test_files_of_another_version_are_refused_in_one_line(compare, tmp_path, capsys):
+    """A ProGCL run without a schedule field, or a config field this version lacks."""
+    unnamed = _run("progcl-weight", [0], [0.7])
+    del unnamed["config"]["schedule"]
+    former = _run("progcl-weight", [0], [0.7])
+    former["config"]["posterior_floor"] = 0.5
+    for name, run, message in [
+        ("unnamed", unnamed, "a ProGCL run without a `schedule` field"),
+        ("former", former, "unknown config fields ['posterior_floor']"),
+    ]:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(run))
+        with pytest.raises(SystemExit) as info:
+            compare.main([str(path)])
+        assert info.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+        assert f"{path}: {message}" in line and "another version" in line
 
 
 def test_mixture_options_are_settings_of_their_own(compare, tmp_path):

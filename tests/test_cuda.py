@@ -213,16 +213,31 @@ def test_an_em_step_does_not_wait_for_the_device():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("order", [(2.0, 6.0), (6.0, 2.0)])  # which component is the true one
-def test_the_log_odds_with_device_coefficients_equal_the_host_ones(order, dtype):
+def test_the_log_odds_equal_the_host_formula(order, dtype):
+    # D(x) = a log x + b log(1 - x) + c with the coefficients as host floats.
     m = fitted_mixture(alpha=order, beta=order[::-1]).to(DEVICE)
     s = torch.rand(4, 300, generator=torch.Generator().manual_seed(0), dtype=dtype)
     s = m._clamp(s.to(DEVICE))
     for sign in (1.0, -1.0):
         a, b, c = m.log_odds_coefficients()
         host = (torch.log(s) * (sign * a) + torch.log(1 - s) * (sign * b)) + sign * c
-        torch.testing.assert_close(m._log_odds_on_device(s, sign), host)
-    if DEVICE.type != "cpu":  # the public path takes the device coefficients there
-        torch.testing.assert_close(m.log_odds_false_negative(s), m._log_odds_on_device(s, 1.0))
+        got = m.log_odds_false_negative(s, sign)
+        assert got.dtype == dtype and got.device == s.device
+        torch.testing.assert_close(got, host)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_log_odds_are_rounded_once(dtype):
+    # Half-precision inputs are computed in float32 with float32 coefficients: the result
+    # is the exact D of the (rounded) input, rounded once to the input's dtype.
+    m = fitted_mixture().to(DEVICE)
+    s = torch.rand(4, 300, generator=torch.Generator().manual_seed(0)).clamp(0.01, 0.99)
+    s = s.to(dtype).to(DEVICE)
+    a, b, c = m.log_odds_coefficients()
+    exact = torch.log(s.double()) * a + torch.log1p(-s.double()) * b + c
+    got = m.log_odds_false_negative(s)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), exact, rtol=torch.finfo(dtype).eps, atol=1e-4)
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="host synchronisations are a CUDA matter")

@@ -407,6 +407,29 @@ RUNS = {
 }
 
 
+def test_cli_without_matplotlib_stops_before_any_work(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from pyg_progcl.__main__ import main
+    from pyg_progcl.experiments import control
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before checking for matplotlib")
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(control, "compare_encoders", no_training)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main([*DIAGNOSE_TRAINING, "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--no-plot" in err and "matplotlib" in err
+    assert not out.exists()
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # --no-plot runs without it
+    assert main(["diagnose", *SMALL, "--out", str(out), "--no-plot", "-q"]) == 0
+
+
 def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path, capsys):
     from pyg_progcl.__main__ import main
 

@@ -13,11 +13,14 @@ import time
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
-from dist_worker import LOSSES, ROWS, run_rank, train_steps
+from dist_worker import LOSSES, OWN_LOSSES, ROWS, own_loss_weights, run_rank, train_steps
 from helpers import REPO, views
 
 import pyg_progcl.minibatch.sampling as sampling
+from pyg_progcl.distributed import DistributedLoss
+from pyg_progcl.losses import InfoNCELoss
 from pyg_progcl.minibatch import pyg_can_sample
 from pyg_progcl.mixture import BetaMixture
 
@@ -102,13 +105,13 @@ def pyg_ranks(tmp_path_factory):
     """The trainer's scenarios on PyG's NeighborLoader batches, by rank."""
     if not PYG_CAN_SAMPLE:
         pytest.skip(
-            "PyG's NeighborLoader needs pyg-lib or torch-sparse (./scripts/setup.sh --dev "
-            "builds torch-sparse; PYG_PROGCL_SPARSE=0 skips it)"
+            "PyG's NeighborLoader needs pyg-lib or torch-sparse "
+            "(./scripts/setup.sh --dev --with-sparse builds torch-sparse)"
         )
     return run_workers(tmp_path_factory.mktemp("dist-pyg"), "pyg")
 
 
-@pytest.fixture(params=["torch", "pyg"])
+@pytest.fixture(params=["torch", pytest.param("pyg", marks=pytest.mark.sparse)])
 def trained(request):
     """``(backend, results by rank)`` of the trainer's scenarios on each sampler."""
     fixture = "ranks" if request.param == "torch" else "pyg_ranks"
@@ -127,6 +130,60 @@ def test_split_views_give_the_single_process_loss_and_gradients(ranks, name):
     for got, single in ((1, g1), (2, g2)):
         local = torch.cat([r["losses"][name][got] for r in ranks])
         torch.testing.assert_close(local, WORLD * single, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", list(OWN_LOSSES))
+def test_a_rank_gets_its_rows_of_the_single_process_losses_of_ones_own_loss(ranks, name):
+    # reduction='none': rank r's [2, b] losses are its columns of the global batch's,
+    # computed by the loss's own compute_loss (with or without `anchors`) or
+    # negative_term; the gradient of a weighted sum of every rank's losses reaching a
+    # rank's rows is the single-process one there.
+    cls, options = OWN_LOSSES[name]
+    h1, h2 = views(n=ROWS * WORLD)
+    expected = cls(0.4, reduction="none", **options)(h1, h2)
+    g1, g2 = torch.autograd.grad(expected, (h1, h2), own_loss_weights(ROWS * WORLD))
+    got = torch.cat([r["own-losses"][name][0] for r in ranks], dim=1)
+    torch.testing.assert_close(got, expected.detach(), rtol=1e-10, atol=1e-12)
+    for index, single in ((1, g1), (2, g2)):
+        local = torch.cat([r["own-losses"][name][index] for r in ranks])
+        torch.testing.assert_close(local, single, rtol=1e-10, atol=1e-10)
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A default process group of this process alone (gloo)."""
+    if dist.is_initialized():
+        pytest.skip("needs torch.distributed without a default group")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name", list(OWN_LOSSES))
+def test_a_loss_of_ones_own_runs_its_own_computation(one_process_group, name, reduction):
+    # One process: DistributedLoss(loss) is loss, values and gradients, whichever of
+    # compute_loss (with or without `anchors`) and negative_term the loss overrides.
+    cls, options = OWN_LOSSES[name]
+    loss = cls(0.4, reduction=reduction, **options)
+    h1, h2 = views()
+    expected, got = loss(h1, h2), DistributedLoss(loss)(h1, h2)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    weights = torch.rand(got.shape, generator=torch.Generator().manual_seed(1), dtype=got.dtype)
+    for a, b in zip(
+        torch.autograd.grad(got, (h1, h2), weights),
+        torch.autograd.grad(expected, (h1, h2), weights),
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_loss_that_overrides_forward_is_refused():
+    class OwnForward(InfoNCELoss):
+        def forward(self, h1, h2):
+            return 2 * super().forward(h1, h2)
+
+    with pytest.raises(ValueError, match="OwnForward overrides `forward`.*`compute_loss`"):
+        DistributedLoss(OwnForward())
 
 
 def test_distributed_fit_equals_the_fit_of_the_union(ranks):
@@ -167,6 +224,8 @@ def test_bad_setups_fail_alike_on_every_rank(ranks):
         assert "as many rows on every rank" in errors["unequal-fit"]
         assert "schedule='frozen'" in errors["frozen"]
         assert "on every rank" in errors["bad-samples"]  # rank 1's values are > 1
+        message = "IgnoresAnchors.compute_loss(h1, h2, anchors=rows) must return [2, 8]"
+        assert message in errors["ignored-anchors"]  # (it returned all 16 rows' losses)
 
 
 def test_a_sigterm_on_one_rank_stops_all_and_resume_equals_uninterrupted(trained):

@@ -80,8 +80,6 @@ def test_progcl_cora_on_the_synthetic_graph(monkeypatch, capsys):
 
 
 @pytest.mark.slow  # Planetoid's processing and 2708-node epochs: about 20-25 s on one thread
-# Fitted after 5 epochs the mixture sees near-collapsed views, and says so (expected here).
-@pytest.mark.filterwarnings("ignore::pyg_progcl.mixture.MixtureDegeneracyWarning")
 def test_progcl_cora_on_cora(monkeypatch, capsys, shared_data, tmp_path):
     """The Planetoid path itself, on a copy of the shared Cora files (no download).
 

@@ -24,8 +24,6 @@ def test_the_quick_dry_run_writes_every_part(tmp_path):
     assert report["quick"] is True
     machine = report["machine"]
     assert machine["device"] == "cpu" and machine["torch"]
-    assert machine["loss_path"] in ("compiled", "torch")
-    assert "available" in machine["compiled_status"]
     parts = report["parts"]
     assert list(parts) == ["losses", "amp", "speed", "arxiv"]
     for name, part in parts.items():

@@ -59,12 +59,3 @@ def test_importing_the_package_changes_nothing_and_imports_only_the_library():
     assert unchanged and not lazy and eager
     assert "pyg_progcl.losses" in loaded and "pyg_progcl.model" in loaded
     assert not [m for m in loaded if m.split(".")[1] in ("experiments", "diagnostics")]
-
-
-def test_enable_huge_pages_is_deprecated_and_does_nothing(monkeypatch):
-    import pyg_progcl
-
-    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
-    with pytest.warns(FutureWarning, match="THP_MEM_ALLOC_ENABLE=1"):
-        assert pyg_progcl.enable_huge_pages() is False
-    assert "THP_MEM_ALLOC_ENABLE" not in os.environ

@@ -230,7 +230,6 @@ def test_progcl_weight_with_uniform_weights_is_grace_on_any_views(monkeypatch, b
     # A constant hardness b gives w = b / mean b = 1 however the cosines vary: the weighted
     # negative sum is then GRACE's, values and gradients, dense and in row blocks.
     monkeypatch.setattr(BetaMixture, "hardness_", lambda self, s, *args, **kwargs: s.fill_(0.7))
-    monkeypatch.setenv("PYG_PROGCL_KERNELS", "0")  # (the compiled b does not call hardness_)
     h1, h2 = views()
     loss = ProGCLLoss(0.5, mixture=fitted_mixture(), block_size=block_size)
     w = loss.negative_weights(h1, h2)
@@ -506,6 +505,33 @@ def test_progcl_weight_with_underflowing_weighted_terms_stays_finite(monkeypatch
     torch.testing.assert_close(out, InfoNCELoss(0.03)(h, h))
     (grad,) = torch.autograd.grad(out, h)
     assert torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("floor", [0.0, 0.5])
+@pytest.mark.parametrize("order", [(2.0, 6.0), (6.0, 2.0)])  # which component is the true one
+def test_hardness_matches_reference(dtype, floor, order):
+    # b = s'·max(p(TN | s'), floor), linear and in log space, for s' across [eps, 1 - eps],
+    # its ends included; beyond them s' is clamped to the ends.
+    m = fitted_mixture(alpha=order, beta=order[::-1]).to(dtype)
+    g = torch.Generator().manual_seed(0)
+    ends = torch.tensor([0.0, 1e-9, 1e-4, 0.5, 0.9999, 1.0 - 1e-9, 1.0], dtype=dtype)
+    outside = m.hardness_(ends.clone(), floor)
+    bounds = torch.tensor([1e-4, 1e-4, 1e-4, 0.5, 1 - 1e-4, 1 - 1e-4, 1 - 1e-4], dtype=dtype)
+    assert torch.equal(outside, m.hardness_(bounds.clone(), floor))
+    s = torch.cat([torch.rand(200, generator=g, dtype=torch.float64).to(dtype), bounds])
+    s = s.clamp(1e-4, 1 - 1e-4)  # (in dtype: the ends as the code rounds them)
+    # The reference's cosines give back this s' exactly: its error is the code's alone.
+    expected = ref.hardness(2 * s.double() - 1, *params(m), floor=floor)
+    tol = 1e-5 if dtype == torch.float32 else 1e-10
+    b = m.hardness_(s.clone(), floor)
+    assert b.dtype == dtype
+    torch.testing.assert_close(b.double(), expected, rtol=tol, atol=0)
+    log_b = m.log_hardness(s, floor)
+    torch.testing.assert_close(log_b.double(), expected.log(), rtol=tol, atol=tol)
+    if floor == 0.0:
+        b = ProGCLLoss(0.5, mixture=m).hardness(2 * s.double() - 1).double()
+        torch.testing.assert_close(b, ref.hardness(2 * s.double() - 1, *params(m)))
 
 
 @pytest.mark.parametrize("block_size", [None, 5])
@@ -814,17 +840,6 @@ def test_dense_pass_gives_its_weights_back_before_backward():
     assert loss.pool.bytes == 4 * 60 * 60 * 8
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_mix_selects_the_same_set_as_topk(dtype):
-    from pyg_progcl.losses._selection import largest as _largest
-
-    x = torch.randperm(7 * 36).view(7, 36).to(dtype)  # distinct (< 256: exact in bfloat16)
-    x[:, 3] = float("-inf")  # an excluded entry
-    for k in (1, 13, 35):
-        got = _largest(x, k)  # ascending node order
-        assert torch.equal(got, torch.topk(x, k, dim=1).indices.sort(dim=1).values)
-
-
 @pytest.mark.parametrize("n,tile", [(1, 512), (23, 5), (40, 8), (1100, 512)])
 def test_transpose_in_place_in_tiles(monkeypatch, n, tile):
     from pyg_progcl.losses._engine import ops
@@ -833,61 +848,6 @@ def test_transpose_in_place_in_tiles(monkeypatch, n, tile):
     x = torch.randn(n, n, dtype=torch.float64)
     expected = x.T.clone()
     assert ops.transpose_(x) is x and torch.equal(x, expected)
-
-
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_selection_in_row_chunks_on_threads(monkeypatch, threads):
-    from pyg_progcl.losses import _selection as selection
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 6, (41, 30), generator=g).double()  # many ties at the k-th value
-    expected = [selection.largest(x[i : i + 1], 9) for i in range(41)]  # row by row
-    monkeypatch.setattr(selection, "SELECT_CHUNK_ELEMENTS", 4 * 30)  # 11 chunks
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        got = selection.largest(x, 9)
-    finally:
-        torch.set_num_threads(previous)
-    assert torch.equal(got, torch.cat(expected))
-    for row, cols in zip(x, got):  # the 9 largest, ties by lowest column
-        order = sorted(range(30), key=lambda c: (-float(row[c]), c))[:9]
-        assert cols.tolist() == sorted(order)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_selection_of_nonnegative_entries_by_their_bits(monkeypatch, dtype):
-    # Nonnegative floats order as their bit patterns do as integers, zeros, subnormals,
-    # ties and infinity included: the same selection, from a partition of integers.
-    from pyg_progcl.losses import _selection as selection
-
-    partitioned = []
-    select_rows = selection._select_rows
-
-    def recording(x, *args):
-        partitioned.append(x.dtype.kind)
-        return select_rows(x, *args)
-
-    monkeypatch.setattr(selection, "_select_rows", recording)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 5, (30, 40), generator=g).to(dtype) * torch.rand(40, generator=g).to(dtype)
-    x[:, :4] = 0.0  # (the anchor's own entry, underflowed b)
-    x[::3, 5] = torch.finfo(dtype).tiny / 4  # subnormal
-    x[1, 6] = float("inf")
-    for k in (1, 7, 39):
-        assert torch.equal(selection.largest(x, k, nonnegative=True), selection.largest(x, k))
-    assert set(partitioned) == {"i", "f"}  # (one integer view, one float partition)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_mix_breaks_ties_by_node_order(dtype):
-    from pyg_progcl.losses._selection import largest as _largest
-
-    x = torch.tensor([[0.0, 2, 1, 1, 1, 1], [1, 1, 3, 2, float("-inf"), 1]], dtype=dtype)
-    assert _largest(x, 3).tolist() == [[1, 2, 3], [0, 2, 3]]
-    assert _largest(x, 6).tolist() == [list(range(6))] * 2  # k ≥ columns: all of them
-    ties = torch.zeros(4, 50, dtype=dtype)  # every row tied (underflowed hardness)
-    assert torch.equal(_largest(ties, 7), torch.arange(7).expand(4, 7))
 
 
 # --- reductions and the one-pass engine's underflowed anchors --------------------------

@@ -20,6 +20,8 @@ from pyg_progcl import (
     InfoNCELoss,
     MLPEncoder,
     ProGCLLoss,
+    edge_drop_probabilities,
+    node_centrality,
 )
 from pyg_progcl.experiments.datasets import synthetic_graph
 from pyg_progcl.experiments.evaluation import evaluate
@@ -34,8 +36,8 @@ from pyg_progcl.minibatch import (
 #: Whether PyG's NeighborLoader can sample here (pyg-lib or torch-sparse installed).
 PYG_CAN_SAMPLE = mb.pyg_can_sample()
 NO_PYG_SAMPLER = (
-    "PyG's NeighborLoader needs pyg-lib or torch-sparse (./scripts/setup.sh --dev builds "
-    "torch-sparse; PYG_PROGCL_SPARSE=0 skips it)"
+    "PyG's NeighborLoader needs pyg-lib or torch-sparse "
+    "(./scripts/setup.sh --dev --with-sparse builds torch-sparse)"
 )
 #: PyG warns about every NeighborLoader without pyg-lib (torch-sparse's sampler).
 pytestmark = pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without:UserWarning")
@@ -46,7 +48,7 @@ def graph():
     return synthetic_graph(num_nodes=600, seed=1)
 
 
-@pytest.fixture(params=["torch", "pyg"])
+@pytest.fixture(params=["torch", pytest.param("pyg", marks=pytest.mark.sparse)])
 def backend(request, monkeypatch):
     """The sampler ``neighbor_loader(backend="auto")`` picks, everywhere: the plain-torch
     one or PyG's ``NeighborLoader`` (skipped where PyG cannot sample)."""
@@ -280,13 +282,15 @@ def test_adaptive_augmenters_use_the_full_graphs_probabilities(graph):
     edge_drop = AdaptiveEdgeDrop(0.4, "degree")
     feature_mask = AdaptiveFeatureMask(0.3, "degree")
     augment = SubgraphAugmenter(Compose(edge_drop, feature_mask), graph)
-    full_prob = edge_drop.drop_prob.clone()
+    centrality = node_centrality(graph.edge_index, graph.num_nodes, "degree")
+    full_prob = edge_drop_probabilities(graph.edge_index, centrality, 0.4)
+    prepared = edge_drop.node_drop_prob  # prepared on the full graph
     batch = next(iter(NeighborSubgraphLoader(graph, [5, 5], 64)))
     table = augment.node_drop_prob[0]
     # An edge's probability depends on its target only: the table reproduces the full graph's.
     assert torch.equal(table[batch.n_id[batch.edge_index[1]]], full_prob[batch.e_id])
     x, edge_index, _ = augment(batch.x, batch.edge_index, batch.n_id)
-    assert torch.equal(edge_drop.drop_prob, full_prob)  # not refitted on the subgraph
+    assert edge_drop.node_drop_prob is prepared  # not prepared again on the subgraph
     assert edge_index.size(1) < batch.edge_index.size(1)
     dropped_cols = (x == 0).all(0) & (batch.x != 0).any(0)
     assert dropped_cols.any()
@@ -296,7 +300,7 @@ def test_without_n_id_adaptive_members_fit_the_unaugmented_subgraph(graph):
     # A loader that records no n_id: the feature mask is fitted on the subgraph as it came,
     # not on what the edge drop before it left (as Compose does on the full graph).
     batch = next(iter(NeighborSubgraphLoader(graph, [5, 5], 64)))
-    expected = AdaptiveFeatureMask(0.3, "degree").fit(batch.x, batch.edge_index).drop_prob
+    expected = AdaptiveFeatureMask(0.3, "degree").prepare(batch.x, batch.edge_index).drop_prob
     feature_mask = AdaptiveFeatureMask(0.3, "degree")
     augment = SubgraphAugmenter(Compose(AdaptiveEdgeDrop(0.7, "degree"), feature_mask), graph)
     feature_mask.reset_parameters()  # forget the full graph's fit

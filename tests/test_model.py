@@ -335,7 +335,7 @@ def test_data_input_and_edge_weight():
         model(hetero)
 
 
-def test_adaptive_augmenters_inside_model_fit_once(monkeypatch):
+def test_adaptive_augmenters_inside_model_are_prepared_once(monkeypatch):
     import networkx
 
     calls = []
@@ -353,10 +353,17 @@ def test_adaptive_augmenters_inside_model_fit_once(monkeypatch):
     )
     for _ in range(3):
         model.views(x, edge_index)
-    assert len(calls) == 1
+    assert len(calls) == 1  # both views' members share the centralities
+    other_x, other_edges = graph(num_nodes=x.size(0) + 5, seed=3)
+    with pytest.raises(ValueError, match=rf"prepared on a graph of {x.size(0)} nodes, not"):
+        model.views(other_x, other_edges)
+    model.augment1.prepare(other_x, other_edges)
+    model.augment2.prepare(other_x, other_edges)
+    model.views(other_x, other_edges)
+    assert len(calls) == 3
 
 
-def test_resetting_the_model_or_a_compose_forgets_augmenter_fits():
+def test_resetting_the_model_or_a_compose_forgets_what_augmenters_prepared():
     x, edge_index = graph(seed=2)
     model = make_model(
         augment1=[AdaptiveEdgeDrop(0.3, "degree"), AdaptiveFeatureMask(0.2, "degree")],
@@ -364,23 +371,30 @@ def test_resetting_the_model_or_a_compose_forgets_augmenter_fits():
     )
     members = [*model.augment1.augmenters, *model.augment2.augmenters]
     model.views(x, edge_index)
-    assert all(m.drop_prob is not None for m in members)
+    assert all(m.is_prepared() for m in members)
     model.augment1.reset_parameters()
-    assert [m.drop_prob is None for m in members] == [True, True, False, False]
+    assert [m.is_prepared() for m in members] == [False, False, True, True]
     model.views(x, edge_index)
     model.reset_parameters()
-    assert all(m.drop_prob is None for m in members)
+    assert not any(m.is_prepared() for m in members)
 
 
 def test_model_moves_with_to_and_keeps_working():
     x, edge_index = graph()
-    model = make_model(augment1=[AdaptiveEdgeDrop(0.3, "degree")]).to(torch.float64)
+    model = make_model(augment1=[AdaptiveEdgeDrop(0.3, "degree")])
+    model.views(x, edge_index)  # prepares the edge drop
+    edge_drop = model.augment1.augmenters[0]
+    assert edge_drop.node_drop_prob.dtype == torch.float32
+    assert f"node_drop_prob=[{x.size(0)}]" in repr(model)
+    model = model.to(torch.float64)
     assert all(p.dtype == torch.float64 for p in model.parameters())
+    assert edge_drop.node_drop_prob.dtype == torch.float64  # buffers move with the model
     h1, h2 = model.views(x.double(), edge_index)
     assert h1.dtype == torch.float64 and torch.isfinite(h1).all()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for device in devices:
         model = model.to(device)
+        assert edge_drop.node_drop_prob.device.type == device
         h1, _ = model.views(x.double().to(device), edge_index.to(device))
         assert h1.device.type == device
 
@@ -538,7 +552,7 @@ def _bag_of_words(num_nodes=50, num_features=40, seed=0):
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
-def test_model_masks_its_cached_csr_features_as_the_dense_path_does(adaptive, monkeypatch):
+def test_model_masks_csr_features_as_the_dense_path_does(adaptive, monkeypatch):
     x = _bag_of_words()
     edge_index = to_undirected(erdos_renyi_graph(50, 0.1))
 
@@ -547,8 +561,9 @@ def test_model_masks_its_cached_csr_features_as_the_dense_path_does(adaptive, mo
 
     torch.manual_seed(0)
     model = GRACEModel(GCNEncoder(40, 8), 8, 8, view(0.3), view(0.4))
-    assert model.input_features(x).layout == torch.sparse_csr
-    assert model.input_features(x) is model.input_features(x)  # converted once per feature matrix
+    csr = model.input_features(x)
+    assert csr.layout == torch.sparse_csr and torch.equal(csr.to_dense(), x)
+    assert model.input_features(csr) is csr  # a CSR x is used as it is
     conversions = []
     to_csr = torch.Tensor.to_sparse_csr
     monkeypatch.setattr(
@@ -558,30 +573,30 @@ def test_model_masks_its_cached_csr_features_as_the_dense_path_does(adaptive, mo
     )
     for _ in range(2):
         torch.manual_seed(1)
-        h1, h2 = model.views(x, edge_index)
-        assert not any(conversions)  # the views mask the cached CSR matrix (not the adjacency)
+        h1, h2 = model.views(csr, edge_index)
+        assert not any(conversions)  # the views mask the CSR matrix (not the adjacency)
+        torch.manual_seed(1)
+        assert all(map(torch.equal, model.views(x, edge_index), (h1, h2)))  # x converted
         torch.manual_seed(1)  # the dense path: mask the dense matrix, the encoder converts it
         augments = (model.augment1, model.augment2)
         dense = [model._augment_and_encode(a, x, edge_index, None) for a in augments]
         assert torch.equal(h1, dense[0]) and torch.equal(h2, dense[1])
-        conversions.clear()  # (the dense path converted its masked matrices)
+        conversions.clear()
     torch.testing.assert_close(model(x, edge_index), model._encode(x, edge_index, None))
-    x.mul_(2.0)  # modified in place: converted again
+    x.mul_(2.0)  # modified in place: what the model feeds follows
     assert torch.equal(model.input_features(x).to_dense(), x)
 
 
-def test_model_copies_and_pickles_without_its_feature_cache():
+def test_the_model_keeps_no_copy_of_the_features():
     import copy
     import pickle
 
     x = _bag_of_words()
     model = GRACEModel(GCNEncoder(40, 8), 8, 8, FeatureMask(0.3), FeatureMask(0.3))
-    empty_size = len(pickle.dumps(model))
-    cached = model.input_features(x)
-    assert len(pickle.dumps(model)) == empty_size  # the CSR matrix is not pickled
+    size = len(pickle.dumps(model))
+    model.views(x, erdos_renyi_graph(50, 0.1))
+    assert len(pickle.dumps(model)) == size
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
-        assert clone.input_features(x) is not cached  # starts empty
-        assert torch.equal(clone.input_features(x).to_dense(), x)
         assert clone(x, erdos_renyi_graph(50, 0.1)).shape == (50, 8)
     plain = GRACEModel(MLPEncoder(40, 8, sparse_features=False), 8, 8)
     assert plain.input_features(x) is x  # an encoder that takes dense features gets them

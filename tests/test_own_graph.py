@@ -253,7 +253,6 @@ def test_bad_model_files_are_clear_errors(tmp_path):
 # ----------------------------------------------------------------------------- Python API
 
 
-@pytest.mark.filterwarnings("ignore::pyg_progcl.MixtureDegeneracyWarning")  # 4 epochs
 def test_train_on_a_graph_without_labels_returns_the_model():
     """Before: training ran, then the probe failed on ``data.y = None``, model lost."""
     data = random_graph(labels=False)
@@ -351,6 +350,20 @@ def test_train_on_a_file_then_embed(capsys, tmp_path, suffix, labels):
     np.testing.assert_allclose(batched.numpy(), z, atol=1e-5)
 
 
+def test_a_graph_with_several_splits_per_mask_trains(capsys, tmp_path):
+    data = random_graph()  # masks [N, S], as PyG's WebKB and WikiCS store their splits
+    g = torch.Generator().manual_seed(1)
+    data.train_mask, data.val_mask, data.test_mask = (torch.rand(120, 3, generator=g) < 0.4
+                                                      for _ in range(3))  # fmt: skip
+    assert read_graph(write_npz(tmp_path / "g.npz", data)).train_mask.shape == (120, 3)
+    torch.save(data, tmp_path / "g.pt")
+    status, _, err = run_main(capsys, "train", "--data", str(tmp_path / "g.pt"), *TINY)
+    assert status == 0, err
+    bad = write_npz(tmp_path / "b.npz", data, train_mask=np.ones((121, 3), bool))
+    with pytest.raises(ValueError, match=r"\[120\] \(one entry per node\) or \[120, S\]"):
+        read_graph(bad)
+
+
 def test_the_summary_line_says_there_was_no_probe(capsys, tmp_path):
     graph = write_npz(tmp_path / "plain.npz", random_graph(labels=False))
     argv = ["train", "--data", str(graph), *[a for a in TINY if a != "--quiet"]]
@@ -426,6 +439,19 @@ def test_train_bad_graph_files_are_one_line_and_write_nothing(capsys, tmp_path, 
     status, _, err = run_main(capsys, "train", "--config", str(config), *TINY)
     _one_line_error(status, err, "pass --data FILE")
     assert listing(out) == ["file"]
+
+
+def test_train_does_not_create_the_folders_of_its_outputs(capsys, tmp_path):
+    """docs/own_graph.md: an output into a missing folder stops at once (exit 2); only the
+    --checkpoint folder is created."""
+    graph = write_npz(tmp_path / "g.npz", random_graph())
+    for flag, name in [("--output", "r.json"), ("--save-model", "m.pt"),
+                       ("--save-embeddings", "z.npy")]:  # fmt: skip
+        target = tmp_path / "missing" / name
+        status, _, err = run_main(capsys, "train", "--data", str(graph), *TINY, flag, str(target))
+        _one_line_error(status, err, "folder")
+        assert "does not exist" in err and flag in err
+    assert listing(tmp_path) == ["g.npz"]
 
 
 def test_embed_bad_inputs_are_one_line_and_write_nothing(capsys, tmp_path):
@@ -538,8 +564,11 @@ def test_the_embed_benchmark_reports_time_and_memory(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.slow  # two processes under torchrun
-def test_distributed_training_on_an_unlabelled_graph_file(tmp_path):
+def test_distributed_training_on_an_unlabelled_weighted_graph_file(tmp_path):
     data = random_graph(n=300, labels=False)
+    data.edge_weight = 0.1 + 2 * torch.rand(
+        data.num_edges, generator=torch.Generator().manual_seed(1)
+    )
     write_npz(tmp_path / "g.npz", data)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -550,6 +579,8 @@ def test_distributed_training_on_an_unlabelled_graph_file(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert listing(tmp_path) == ["ckpt", "g.npz", "m.pt", "r.json", "z.npy"]  # rank 0 alone
     z = np.load(tmp_path / "z.npy")
-    expected = load_model(tmp_path / "m.pt")(data.x, data.edge_index).detach().numpy()
-    np.testing.assert_allclose(z, expected, rtol=1e-5, atol=1e-5)
+    model = load_model(tmp_path / "m.pt")
+    expected = model(data.x, data.edge_index, data.edge_weight).detach().numpy()
+    np.testing.assert_allclose(z, expected, rtol=1e-5, atol=1e-5)  # with the file's weights
+    assert not np.allclose(z, model(data.x, data.edge_index).detach().numpy(), atol=1e-4)
     assert '"accuracy_mean": null' in (tmp_path / "r.json").read_text()

@@ -179,25 +179,12 @@ def test_num_neighbors_has_one_entry_per_layer():
     assert get_preset("ogbn-products", "grace", num_layers=3).num_neighbors is None
 
 
-def test_configs_with_the_former_posterior_floor_load_as_the_single_floor():
-    """Configs and result files written when the floor was a loss option next to the
-    schedule load as the schedule and floor that compute the same."""
-    old = get_preset("synthetic", "progcl-weight").to_dict()
-    del old["floor"]
-    assert TrainConfig.from_dict({**old, "posterior_floor": 0.0}).floor is None  # unchanged
-    online = TrainConfig.from_dict({**old, "schedule": "online", "posterior_floor": 0.5})
-    assert (online.schedule, online.floor) == ("online", 0.5)
-    # 'floored' with a floor from the first fit at least its own 0.5: that floor throughout
-    floored = TrainConfig.from_dict({**old, "schedule": "floored", "posterior_floor": 0.5})
-    assert (floored.schedule, floored.floor) == ("online", 0.5)
-    assert get_preset("synthetic", "progcl-weight", posterior_floor=0.5) == floored
-    assert get_preset("synthetic", "progcl-weight", config=old, posterior_floor=0.5) == floored
-    frozen = TrainConfig.from_dict({**old, "schedule": "frozen", "posterior_floor": 0.2})
-    assert (frozen.schedule, frozen.floor) == ("frozen", 0.2)
-    with pytest.raises(ValueError, match="posterior_floor=0.3.* no single-floor equivalent"):
-        TrainConfig.from_dict({**old, "posterior_floor": 0.3})
-    with pytest.raises(ValueError, match="`posterior_floor` .* and `floor` .* both given"):
-        get_preset("synthetic", "progcl-weight", posterior_floor=0.5, floor=0.5)
+def test_configs_with_a_former_field_are_refused():
+    old = {**get_preset("synthetic", "progcl-weight").to_dict(), "posterior_floor": 0.5}
+    with pytest.raises(ValueError, match=r"unknown config keys: \['posterior_floor'\]"):
+        TrainConfig.from_dict(old)
+    with pytest.raises(ValueError, match=r"unknown config keys: \['posterior_floor'\]"):
+        get_preset("synthetic", "progcl-weight", posterior_floor=0.5)
 
 
 def test_the_floor_is_the_schedule_s_one_setting():
@@ -208,7 +195,7 @@ def test_the_floor_is_the_schedule_s_one_setting():
     assert (floored.name, floored.floor, floored.posterior_floor) == ("floored", 0.5, 0.0)
     higher = build_loss(get_preset("synthetic", "progcl-weight", floor=0.7)).schedule
     assert (higher.name, higher.floor, higher.posterior_floor) == ("floored", 0.7, 0.0)
-    for schedule in ("online", "guarded", "fit-once", "frozen"):
+    for schedule in ("online", "frozen"):
         config = get_preset("synthetic", "progcl-weight", schedule=schedule, floor=0.4)
         made = build_loss(config).schedule
         assert (made.name, made.floor, made.posterior_floor) == (schedule, 0.4, 0.4)

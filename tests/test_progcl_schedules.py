@@ -1,26 +1,20 @@
-"""ProGCLLoss's fit schedules: 'online', 'floored', 'fit-once' and 'frozen' (the reference
-code's); their names; the posterior floor, the schedule's one setting."""
+"""ProGCLLoss's fit schedules: 'online', 'floored' and 'frozen' (the reference code's);
+their names; the posterior floor, the schedule's one setting."""
 
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import reference as ref
 import torch
 from helpers import BLOCKS, assert_matches, class_views, fitted_mixture, params, views
 
-from pyg_progcl import MixtureDegeneracyWarning
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import get_preset
-from pyg_progcl.losses import FitOnce, FlooredFit, FrozenFit, InfoNCELoss, OnlineFit, ProGCLLoss
-from pyg_progcl.losses.schedules import (
-    SCHEDULES,
-    FitSchedule,
-    as_schedule,
-    legacy_floor,
-    schedule_name,
-)
+from pyg_progcl.losses import FlooredFit, FrozenFit, InfoNCELoss, OnlineFit, ProGCLLoss
+from pyg_progcl.losses.schedules import SCHEDULES, FitSchedule, as_schedule, schedule_name
 
 
 def fit_views(seed=5, n=23, d=5):
@@ -223,12 +217,12 @@ def test_frozen_equals_online_at_the_fit():
 
 def test_schedules_decide_what_fit_changes():
     (f1, f2), (g1, g2) = fit_views(n=60), fit_views(seed=6, n=60)
-    online, once, frozen = (ProGCLLoss(0.5, schedule=s) for s in ("online", "fit-once", "frozen"))
-    for loss in (online, once, frozen):
+    online, floored, frozen = (ProGCLLoss(0.5, schedule=s) for s in ("online", "floored", "frozen"))
+    for loss in (online, floored, frozen):
         gen = torch.Generator().manual_seed(0)  # the same samples for each
         loss.fit(f1, f2, gen).fit(g1, g2, gen).fit(g1, g2, gen)
-    assert [int(x.mixture.num_fits) for x in (online, once, frozen)] == [3, 1, 1]
-    torch.testing.assert_close(once.mixture.alpha, frozen.mixture.alpha, rtol=0, atol=0)
+    assert [int(x.mixture.num_fits) for x in (online, floored, frozen)] == [3, 3, 1]
+    torch.testing.assert_close(floored.mixture.alpha, online.mixture.alpha, rtol=0, atol=0)
     torch.testing.assert_close(frozen.schedule.frozen_u, torch.nn.functional.normalize(f1, dim=1))
     torch.testing.assert_close(frozen.schedule.frozen_v, torch.nn.functional.normalize(f2, dim=1))
     assert "FrozenFit()" in repr(frozen) and "OnlineFit()" in repr(online)
@@ -317,8 +311,10 @@ def test_floored_equals_online_while_the_refits_are_healthy():
 
 def test_floored_floors_the_posterior_from_the_first_degenerate_refit_on():
     loss = ProGCLLoss(0.5, num_samples=20_000, schedule="floored")
-    with pytest.warns(MixtureDegeneracyWarning, match="spike at cosine 1"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # handled by the floor: recorded, not warned
         _fits(loss, class_views(spread=1e-3), 3)  # near-duplicate classmates: β < 1
+    assert loss.degenerate_fits == {"spike": 3}
     assert bool(loss.schedule.degenerated) and loss.schedule.posterior_floor == 0.5
     floor = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture), schedule=OnlineFit(floor=0.5))
     online = ProGCLLoss(0.5, mixture=copy.deepcopy(loss.mixture))
@@ -333,9 +329,9 @@ def test_floored_floors_the_posterior_from_the_first_degenerate_refit_on():
     resumed = ProGCLLoss(0.5, schedule="floored")
     resumed.load_state_dict(state)
     assert resumed.schedule.posterior_floor == 0.5
-    del state["schedule.degenerated"]  # a state saved before the schedule recorded it
-    resumed.load_state_dict(state)
-    assert not bool(resumed.schedule.degenerated)
+    del state["schedule.degenerated"]  # a state without the schedule's buffer is refused
+    with pytest.raises(RuntimeError, match=r"Missing key.*schedule\.degenerated"):
+        ProGCLLoss(0.5, schedule="floored").load_state_dict(state)
     loss.reset_parameters()
     assert not loss.fitted and loss.schedule.posterior_floor == 0.0
 
@@ -355,15 +351,13 @@ def test_schedules_are_named_by_their_name_whatever_their_options():
         assert as_schedule(name).name == name and as_schedule(name, floor=0.7).name == name
     named = {
         "floored": FlooredFit(floor=0.7),  # (its repr differs from the registry's)
-        "guarded": OnlineFit(keep_healthy=True, floor=0.3),
         "online": OnlineFit(floor=0.5),
-        "fit-once": FitOnce(floor=0.2),
         "frozen": FrozenFit(cache_mib=1, shared_weights=True),
     }
     for name, schedule in named.items():
         assert schedule_name(schedule) == name
-    config = get_preset("synthetic", "progcl-weight", schedule="guarded", floor=0.3)
-    assert schedule_name(build_loss(config).schedule) == "guarded"
+    config = get_preset("synthetic", "progcl-weight", schedule="online", floor=0.3)
+    assert schedule_name(build_loss(config).schedule) == "online"
     assert build_loss(config).schedule.floor == 0.3
 
     class Weekly(FitSchedule):
@@ -373,34 +367,29 @@ def test_schedules_are_named_by_their_name_whatever_their_options():
     assert "floor=0.7" in repr(FlooredFit(floor=0.7)) and repr(OnlineFit()) == "OnlineFit()"
 
 
-#: Loss, ``Σ ∂/∂h1``, ``Σ |∂/∂h2|`` and ``∂/∂h1[3, 1]`` of :func:`_float64_case` as the
-#: code computed them before the floor was the schedule's one setting (``ProGCLLoss(
-#: schedule=name, posterior_floor=former)``, combined by ``max`` with 'floored''s 0.5 once
-#: ``degenerated``), and the single floor that computes each combination now.
-FORMER_VALUES = [
-    ("weight", "online", 0.5, False, OnlineFit(floor=0.5),
+#: Loss, ``Σ ∂/∂h1``, ``Σ |∂/∂h2|`` and ``∂/∂h1[3, 1]`` of :func:`_float64_case` under
+#: schedules with and without a floor in effect (``degenerated``: as after a degenerate
+#: refit, which engages 'floored''s), pinned to float64 precision.
+FLOOR_VALUES = [
+    ("weight", OnlineFit(floor=0.5), False,
      [2.42475317518999, 0.10460700732708712, 0.9582557498760673, -0.0038804365681591193]),
-    ("weight", "floored", 0.5, False, OnlineFit(floor=0.5),
+    ("weight", FlooredFit(), True,
      [2.42475317518999, 0.10460700732708712, 0.9582557498760673, -0.0038804365681591193]),
-    ("weight", "floored", 0.7, True, OnlineFit(floor=0.7),
+    ("weight", FlooredFit(floor=0.7), True,
      [2.5299203807605353, 0.10344856960186075, 0.9614177364062558, -0.005158234067219084]),
-    ("weight", "floored", 0.0, True, FlooredFit(),
-     [2.42475317518999, 0.10460700732708712, 0.9582557498760673, -0.0038804365681591193]),
-    ("weight", "guarded", 0.3, False, OnlineFit(keep_healthy=True, floor=0.3),
+    ("weight", OnlineFit(floor=0.3), False,
      [2.2694596146022716, 0.10683898553042595, 0.9522084254655604, -0.0011707296003284511]),
-    ("weight", "fit-once", 0.7, False, FitOnce(floor=0.7),
-     [2.5299203807605353, 0.10344856960186075, 0.9614177364062558, -0.005158234067219084]),
-    ("mix", "floored", 0.0, True, FlooredFit(),
+    ("mix", FlooredFit(), True,
      [2.447606673281429, 0.0937187769525691, 0.9683388892341084, -0.003107370209901932]),
-    ("mix", "online", 0.7, False, OnlineFit(floor=0.7),
+    ("mix", OnlineFit(floor=0.7), False,
      [2.5494913195111497, 0.09287921737964105, 0.9846865857692184, -0.005411436811285359]),
-    ("mix", "frozen", 0.5, False, FrozenFit(floor=0.5),
+    ("mix", FrozenFit(floor=0.5), False,
      [2.4039501992346475, 0.10570286563098294, 0.9598355188077845, -0.0038486564862606877]),
 ]  # fmt: skip
 
 
 def _float64_case(mode, schedule, degenerated):
-    """The loss of :data:`FORMER_VALUES` on ``views()`` (a fitted float64 mixture; 'frozen'
+    """The loss of :data:`FLOOR_VALUES` on ``views()`` (a fitted float64 mixture; 'frozen'
     fitted on other views; ``degenerated``: as after a degenerate refit)."""
     loss = ProGCLLoss(0.4, mode=mode, num_mix=5, mixture=fitted_mixture(), schedule=schedule)
     if schedule.name == "frozen":
@@ -412,35 +401,18 @@ def _float64_case(mode, schedule, degenerated):
     return (out, *torch.autograd.grad(out, (h1, h2)))
 
 
-@pytest.mark.parametrize("mode,name,former,degenerated,single,expected", FORMER_VALUES)
-def test_the_single_floor_computes_what_the_two_did(
-    mode, name, former, degenerated, single, expected
-):
-    out, g1, g2 = _float64_case(mode, copy.deepcopy(single), degenerated)
+@pytest.mark.parametrize("mode,schedule,degenerated,expected", FLOOR_VALUES)
+def test_floored_values_are_pinned(mode, schedule, degenerated, expected):
+    out, g1, g2 = _float64_case(mode, copy.deepcopy(schedule), degenerated)
     got = [float(out.detach()), float(g1.sum()), float(g2.abs().sum()), float(g1[3, 1])]
     assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
-    mapped = legacy_floor(name, former)
-    assert mapped == (single.name, single.floor if former else None)
-    with pytest.warns(FutureWarning, match="posterior_floor.*deprecated"):
-        deprecated = ProGCLLoss(0.4, mode=mode, schedule=name, posterior_floor=former)
-    assert schedule_name(deprecated.schedule) == single.name
-    assert deprecated.schedule.floor == single.floor
-    for a, b in zip(_float64_case(mode, deprecated.schedule, degenerated), (out, g1, g2)):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-
-
-def test_a_former_floor_below_floored_s_has_no_single_equivalent():
-    with pytest.raises(ValueError, match=r"posterior_floor=0.3.*no single-floor equivalent"):
-        legacy_floor("floored", 0.3)
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="schedule='online'"):
-        ProGCLLoss(0.5, posterior_floor=0.3)
-    assert legacy_floor("floored", 0.0) == ("floored", None)
-    assert legacy_floor("frozen", 0.2) == ("frozen", 0.2)
 
 
 def test_bad_schedule_is_a_clear_error():
-    with pytest.raises(ValueError, match="schedule"):
-        ProGCLLoss(0.5, schedule="sometimes")
+    assert set(SCHEDULES) == {"online", "floored", "frozen"}
+    for name in ("sometimes", "guarded", "fit-once"):
+        with pytest.raises(ValueError, match=r"`schedule` must be one of .*got '"):
+            ProGCLLoss(0.5, schedule=name)
     with pytest.raises(ValueError, match="schedule"):
         get_preset("synthetic", "progcl-weight", schedule="weekly")
     with pytest.raises(ValueError, match=r"schedule='frozen'.*batch_size"):

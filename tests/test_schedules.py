@@ -20,7 +20,7 @@ def test_only_the_beta_guard_needs_a_loss_factory(schedules):
     from pyg_progcl.experiments.presets import get_preset
 
     config = get_preset("synthetic", "progcl-weight", tau=0.3)
-    for variant in ("online", "fit-once", "frozen", "grace"):
+    for variant in ("online", "floored", "frozen", "floor-0.5", "grace"):
         assert schedules.loss_factory(variant) is None  # the config's loss
     guard = schedules.loss_factory("beta-guard")(config)
     assert guard.tau == 0.3 and guard.mixture.min_beta_high == 1.01
@@ -34,14 +34,15 @@ def test_only_the_beta_guard_needs_a_loss_factory(schedules):
 @pytest.mark.slow  # four training runs of the synthetic preset (800 nodes)
 def test_variants_run_the_library_schedules(schedules, tmp_path):
     argv = ["--dataset", "synthetic", "--epochs", "3", "--warmup-epochs", "1", "--seeds", "0"]
-    argv += ["--variants", "frozen", "frozen-clean", "fit-once", "grace"]
+    argv += ["--variants", "frozen", "frozen-clean", "floor-0.5", "grace"]
     argv += ["--output-dir", str(tmp_path)]
     assert schedules.main(argv) == 0
     results = {p.name.split("_")[2]: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
-    assert set(results) == {"frozen", "frozen-clean", "fit-once", "grace"}
+    assert set(results) == {"frozen", "frozen-clean", "floor-0.5", "grace"}
     assert results["frozen"]["variant"] == schedules.LABELS["frozen"]
     assert results["frozen"]["config"]["schedule"] == "frozen"
-    assert results["fit-once"]["config"]["schedule"] == "fit-once"
+    assert results["floor-0.5"]["config"]["schedule"] == "online"
+    assert results["floor-0.5"]["config"]["floor"] == 0.5
     assert results["frozen-clean"]["config"]["schedule"] == "frozen"
     assert results["grace"]["method"] == "grace" and "variant" not in results["grace"]
 
@@ -68,17 +69,12 @@ def test_frozen_clean_refits_on_the_unaugmented_graph(schedules):
     assert int(loss.mixture.num_fits) == 1  # refitted cold on the clean similarities
 
 
-def test_the_floor_variant_is_labelled_alike_in_former_and_current_result_files():
-    """compare.py reads a former ``posterior_floor`` as the schedule's ``floor``: result
-    files of the ``floor-0.5`` variant from before and after pair as one setting."""
+def test_the_floor_variant_is_labelled_by_its_config(schedules):
+    """``floor-0.5`` writes no ``variant``: compare.py names it from its schedule and floor."""
     from pyg_progcl.experiments.presets import get_preset
 
     compare = load_script("compare")
-    current = get_preset("Cora", "progcl-weight", schedule="online", floor=0.5).to_dict()
-    former = {k: v for k, v in current.items() if k != "floor"}
-    former.update(schedule="online", posterior_floor=0.5)
-    runs = [{"method": "progcl-weight", "config": c} for c in (current, former)]
-    assert [compare._label(r) for r in runs] == [
-        "progcl-weight (schedule 'online', p(TN) ≥ 0.5)"
-    ] * 2
-    assert compare._setting(runs[0]) == compare._setting(runs[1])
+    config = get_preset("Cora", "progcl-weight", schedule="online", floor=0.5).to_dict()
+    run = {"method": "progcl-weight", "config": config}
+    assert schedules.LABELS["floor-0.5"] is None
+    assert compare._label(run) == "progcl-weight (schedule 'online', p(TN) ≥ 0.5)"

@@ -208,14 +208,14 @@ def test_mixture_options_reach_the_mixture_from_config_and_command_line(
     assert build_loss(config).mixture.weight_init == 0.05
     initial = small_config(mixture_weight_init=0.15)
     assert build_loss(initial).mixture.weight.tolist() == pytest.approx([0.85, 0.15])
-    guarded = small_config(
+    bounded = small_config(
         epochs=8, warmup_epochs=2, eval_every=0, probe_epochs=20, min_beta_high=50.0
     )
-    _, loss_fn, _ = train_seed(guarded, small_graph, progress=False)
+    _, loss_fn, _ = train_seed(bounded, small_graph, progress=False)
     mixture = loss_fn.mixture
     assert mixture.min_beta_high == 50.0 and mixture.fitted
     assert float(mixture.beta[1 - mixture.true_negative_index]) >= 50.0  # acted in the fits
-    out = tmp_path / "guarded.json"
+    out = tmp_path / "bounded.json"
     argv = ["--min-beta-high", "1.01", "--mixture-weight-init", "0.15", "--output", str(out)]
     status, _, err = run_main(capsys, "train", *TINY, *argv)
     assert status == 0, err
@@ -267,41 +267,23 @@ def _stopped_at_epoch_5(config, graph, tmp_path):
     return ckpt, torch.load(ckpt / "seed0.pt", weights_only=True)
 
 
-def test_checkpoints_of_older_versions_resume(small_graph, tmp_path):
-    """A config field added since the checkpoint was written takes its default, as it did
-    in the run that wrote it (``shared_weights`` is the first whose default is not None)."""
-    config = small_config(epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=10)
-    _, _, whole = train_seed(config, small_graph, progress=False)
-
-    ckpt, payload = _stopped_at_epoch_5(config, small_graph, tmp_path)
-    assert payload["epoch"] == 4  # past the warm-up: no other config may resume it
-    del payload["config"]["shared_weights"]
-    save_checkpoint(ckpt / "seed0.pt", payload)  # (sealed with a new checksum)
-    _, _, resumed = train_seed(
-        config, small_graph, checkpoint_dir=ckpt, resume=True, progress=False
-    )
-    assert resumed["losses"] == whole["losses"] and "branched" not in resumed
-
-
-@pytest.mark.filterwarnings("ignore::pyg_progcl.mixture.MixtureDegeneracyWarning")
-def test_checkpoints_with_the_former_posterior_floor_resume(small_graph, tmp_path):
-    """A checkpoint whose config has the former ``posterior_floor`` (here ``'floored'``
-    with 0.5: the floor 0.5 from the first fit) resumes under the single floor that
-    computes the same, and only that."""
-    config = small_config(
-        epochs=6, warmup_epochs=2, eval_every=0, probe_epochs=10, schedule="online", floor=0.5
-    )
-    _, _, whole = train_seed(config, small_graph, progress=False)
-    ckpt, payload = _stopped_at_epoch_5(config, small_graph, tmp_path)
-    del payload["config"]["floor"]
-    payload["config"].update(schedule="floored", posterior_floor=0.5)
-    save_checkpoint(ckpt / "seed0.pt", payload)
-    with pytest.raises(ValueError, match=r"another config \(floor: 0.5 -> 0.6\)"):
-        train_seed(config.replace(floor=0.6), small_graph, checkpoint_dir=ckpt, resume=True)
-    _, _, resumed = train_seed(
-        config, small_graph, checkpoint_dir=ckpt, resume=True, progress=False
-    )
-    assert resumed["losses"] == whole["losses"] and "branched" not in resumed
+def test_checkpoints_of_another_version_are_refused_in_one_line(capsys, tmp_path):
+    """A checkpoint whose config lacks a field of this version, or has one this version
+    lacks (e.g. a former ``posterior_floor``), is refused: one line, no resume."""
+    ckpt = tmp_path / "ckpt"
+    status, _, err = run_main(capsys, "train", *TINY, "--checkpoint", str(ckpt))
+    assert status == 0, err
+    payload = torch.load(ckpt / "seed0.pt", weights_only=True)
+    lacking = {**payload, "config": dict(payload["config"])}
+    del lacking["config"]["shared_weights"]
+    former = {**payload, "config": {**payload["config"], "posterior_floor": 0.5}}
+    for changed, words in ((lacking, "no 'shared_weights'"), (former, "unknown 'posterior_floor'")):
+        save_checkpoint(ckpt / "seed0.pt", changed)  # (sealed with a new checksum)
+        argv = [*TINY, "--checkpoint", str(ckpt), "--resume"]
+        status, _, err = run_main(capsys, "train", *argv)
+        (line,) = err.strip().splitlines()
+        assert status == 2 and "written by another version of pyg_progcl" in line, err
+        assert words in line and "drop --resume" in line
 
 
 def test_the_floor_flags_set_the_schedule_s_one_floor():
@@ -315,7 +297,6 @@ def test_the_floor_flags_set_the_schedule_s_one_floor():
 
     online = config("--schedule", "online", "--floor", "0.5")
     assert (online.schedule, online.floor) == ("online", 0.5)
-    assert config("--posterior-floor", "0.5") == online  # the former spelling, same floor
     assert config("--floor", "0.7").floor == 0.7 and config().floor is None
 
 
@@ -485,7 +466,7 @@ def test_runs_extend_and_grace_trained_checkpoints_branch_into_a_longer_warmup(
         (["--tau", "0"], "`tau` must be a finite number > 0"),
         (["--epochs", "5", "--warmup-epochs", "5"], "`warmup_epochs` must be less than"),
         (["--resume"], "--resume needs --checkpoint"),
-        (["--posterior-floor", "0.3"], "with schedule='floored' has no single-floor equivalent"),
+        (["--schedule", "guarded"], "`schedule` must be one of ['floored', 'frozen', 'online']"),
         (
             ["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "bogus"],
             "device",
@@ -641,6 +622,11 @@ def test_progress_bar_shows_the_false_negative_component():
     fn = 1 - loss.mixture.true_negative_index
     assert f"w_FN={loss.mixture.weight[fn].item():.3f}" in text
     assert f"beta_FN={loss.mixture.beta[fn].item():.2f}" in text
+    assert "degenerate" not in text
+    loss.schedule.degenerated.fill_(True)  # as after a degenerate refit: floored at 0.5
+    assert progress_postfix(7.0, loss, degenerate=3).endswith(" degenerate=3 floor=0.5")
+    online = ProGCLLoss(tau=0.5, schedule="online", mixture=loss.mixture)
+    assert progress_postfix(7.0, online, degenerate=3).endswith(" degenerate=3")
 
 
 @pytest.mark.parametrize("method", METHODS)

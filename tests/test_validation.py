@@ -162,7 +162,7 @@ def test_mlp_encoder_checks_its_features_and_ignores_the_graph(case):
         make_model(MLPEncoder(F, 8)).eval()(x, ring())
     # The graph is ignored: a malformed one does not matter.
     assert MLPEncoder(F, 8)(features(), with_entry(ring(), -1)).shape == (N, 8)
-    with pytest.raises(ValueError, match=message):  # (the first call may have cached x)
+    with pytest.raises(ValueError, match=message):
         MLPEncoder(F, 8)(x)
 
 
@@ -254,32 +254,135 @@ def test_a_sparse_adjacency_keeps_working_and_its_size_and_indices_are_checked()
         encoder(x, bad)
 
 
-# ---------------------------------------------------------------------- cost: check once
+# ------------------------------------------------- every call checks, once, what it is given
+
+IN_PLACE_SCRIPT = """
+import torch
+from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel
+
+n = 1000
+arange = torch.arange(n)
+one_way = torch.stack([arange, (arange + 1) % n])
 
 
-def test_a_training_loop_checks_its_graph_once(monkeypatch):
+def outcome(target, write, value):
+    torch.manual_seed(0)
+    edge_index = torch.cat([one_way, one_way.flip(0)], 1)
+    x = torch.randn(n, 32)
+    encoder = GCNEncoder(32, 16)
+    model = GRACEModel(encoder, 16, 16, [EdgeDrop(0.2), FeatureMask(0.2)], EdgeDrop(0.3))
+
+    def step():  # a training step: forward and backward
+        if target == "encoder":
+            loss = encoder(x, edge_index).sum()
+        elif target == "forward":
+            loss = model(x, edge_index).sum()
+        else:
+            loss = sum(h.sum() for h in model.views(x, edge_index))
+        loss.backward()
+
+    step()
+    tensor = x if value != value else edge_index  # NaN goes into x
+    versions = (x._version, edge_index._version)
+    if write == "numpy":
+        tensor.numpy()[0, 17:40] = value
+    else:
+        tensor.data[0, 17:40] = value
+    assert (x._version, edge_index._version) == versions  # writes torch does not count
+    try:
+        step()
+    except ValueError as error:
+        message = str(error)
+        return "refused" if "\\n" not in message and ("edge_index" in message or "NaN" in message) else message
+    return "silent"
+
+
+for target in ("encoder", "forward", "views"):
+    for write in ("numpy", ".data"):
+        for value in (-5, n + 7, float("nan")):
+            print(target, write, value, outcome(target, write, value), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_tensors_modified_in_place_behind_torchs_back_are_refused_in_a_subprocess():
+    # After a first step, a write through a numpy view or ``.data`` (which leaves
+    # ``_version`` as it was) puts a negative or too large node index into edge_index, or a
+    # NaN into x: every later call must refuse it in one line. A check skipped for tensors
+    # seen before let the negative index reach native code, and the backward pass aborted
+    # the interpreter (free(): invalid pointer).
+    done = subprocess.run(
+        [sys.executable, "-c", IN_PLACE_SCRIPT],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 * 2 * 3, done.stdout
+    assert all(line.endswith(" refused") for line in lines), done.stdout
+
+
+@pytest.mark.parametrize("write", ["numpy", ".data"])
+def test_check_graph_sees_writes_that_torch_does_not_count(write):
+    x, edge_index, weight = features(), ring(), torch.ones(2 * N)
+    for bad, tensor, message in [
+        (-3, edge_index, r"`edge_index` has negative node indices \(min -3\)"),
+        (N, edge_index, rf"`edge_index` has node indices >= num_nodes = {N}"),
+        (float("nan"), x, r"`x` has 1 NaN"),
+        (-1.0, weight, r"`edge_weight` has negative weights"),
+    ]:
+        check_graph(x, edge_index, weight)
+        before = tensor.clone()
+        versions = (x._version, edge_index._version, weight._version)
+        if write == "numpy":
+            tensor.numpy()[(0,) * tensor.dim()] = bad
+        else:
+            tensor.data[(0,) * tensor.dim()] = bad
+        assert (x._version, edge_index._version, weight._version) == versions
+        with pytest.raises(ValueError, match=message):
+            check_graph(x, edge_index, weight)
+        tensor.copy_(before)
+
+
+def test_each_call_checks_its_graph_once(monkeypatch):
     calls = []
-    real = checks._check_x
-    monkeypatch.setattr(checks, "_check_x", lambda *a: calls.append(1) or real(*a))
+    real = checks._check_x_form
+    monkeypatch.setattr(checks, "_check_x_form", lambda *a: calls.append(1) or real(*a))
     x, edge_index = features(seed=3), ring()
     model = make_model()
-    for _ in range(3):
-        model.views(x, edge_index)  # augmented views reach the encoder unchecked
+    for step in range(1, 4):
+        model.views(x, edge_index)  # the augmented views reach the encoder unchecked
+        assert len(calls) == 2 * step - 1
         model(x, edge_index)
-    assert len(calls) == 1
-    x.mul_(1.0)  # modified in place: checked again
-    model.views(x, edge_index)
-    assert len(calls) == 2
+        assert len(calls) == 2 * step
     x[0, 0] = float("nan")
     with pytest.raises(ValueError, match="`x` has 1 NaN"):
         model.views(x, edge_index)
 
 
-def test_the_output_of_a_custom_augmenter_is_checked_by_the_encoder():
+def test_check_false_skips_the_check_and_the_default_checks():
+    x, edge_index = features(), ring()
+    bad = with_entry(ring(), N + 1)
+    encoder = GCNEncoder(F, 8)
+    with pytest.raises(ValueError, match="node indices >= num_nodes"):
+        encoder(x, bad)
+    with pytest.raises(ValueError, match="node indices >= num_nodes"):
+        make_model(encoder)(x, bad)
+    torch.testing.assert_close(encoder(x, edge_index, check=False), encoder(x, edge_index))
+    model = make_model(encoder).eval()
+    torch.testing.assert_close(model(x, edge_index, check=False), model(x, edge_index))
+    nan_x = with_entry(x, float("nan"))
+    assert not torch.isfinite(MLPEncoder(F, 8)(nan_x, check=False)).all()
+
+
+@pytest.mark.parametrize("encoder", [GCNEncoder(F, 8), GCN(F, 8, 2)], ids=["ours", "PyG"])
+def test_the_output_of_a_custom_augmenter_is_checked(encoder):
     def shift(x, edge_index, edge_weight):
         return x, (edge_index + 1), edge_weight  # index N: out of range
 
-    model = make_model(augment1=shift)
+    model = make_model(encoder, augment1=shift)
     with pytest.raises(ValueError, match=rf"node indices >= num_nodes = {N}"):
         model.views(features(), ring())
 
@@ -310,13 +413,12 @@ def test_minibatch_training_checks_the_graph_not_every_batch(monkeypatch):
     loader = neighbor_loader(data, [3, 3], batch_size=8, backend="torch")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     calls = []
-    real = checks._check_x
-    monkeypatch.setattr(checks, "_check_x", lambda *a: calls.append(1) or real(*a))
-    data.x = data.x.clone()  # a graph not checked yet
+    real = checks._check_x_form
+    monkeypatch.setattr(checks, "_check_x_form", lambda *a: calls.append(1) or real(*a))
     for _ in range(2):
         assert minibatch_epoch(model, InfoNCELoss(), loader, optimizer) > 0
     embed_minibatch(model, data, batch_size=8, num_neighbors=[2, 2])
-    assert len(calls) == 1  # five batches per epoch, two epochs, one inference: one check
+    assert len(calls) == 3  # five batches per epoch: one check per epoch and per inference
 
 
 # ------------------------------------------------------------ model and loss arguments

@@ -1,7 +1,8 @@
 """GCA's centrality-adaptive augmenters (Zhu et al., "Graph Contrastive Learning with
 Adaptive Augmentation", 2021, https://arxiv.org/abs/2010.14945), used by ProGCL: drop
-probabilities fitted once per graph (:mod:`.centrality`, :mod:`.probabilities`), then
-drawn at every call (docs/algorithms.md §2)."""
+probabilities computed once from the graph by ``prepare`` (:mod:`.centrality`,
+:mod:`.probabilities`) and kept as buffers of the augmenter, then drawn at every call
+(docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,11 @@ from typing import Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.data.data import BaseData
 
-from .._checks import check_choice, check_edge_index, check_features, check_probability
-from .centrality import CENTRALITIES, CENTRALITY_CACHE
-from .functional import mask_feature_weighted, num_nodes_of
-from .modules import Augmenter
+from .._checks import check_choice, check_features, check_probability
+from .centrality import CENTRALITIES, node_centrality
+from .functional import mask_feature_weighted
+from .modules import Augmenter, _prepare_arguments
 from .probabilities import (
     DEFAULT_THRESHOLD,
     check_threshold,
@@ -23,89 +23,89 @@ from .probabilities import (
 )
 
 
-class _FitCache:
-    """One value fitted on one tensor; a hit is the same tensor (not modified in
-    place since) or an equal one, with the same ``extra`` key."""
-
-    def __init__(self):
-        self.clear()
-
-    def clear(self):
-        """Forgets the fitted value."""
-        self.tensor: Optional[Tensor] = None
-        self.version = -1
-        self.extra = None
-        self.value: Optional[Tensor] = None
-
-    def hit(self, tensor: Tensor, extra) -> bool:
-        """Whether the stored value was fitted on ``tensor`` (or an equal one) and ``extra``."""
-        cached = self.tensor
-        if cached is None or extra != self.extra or cached._version != self.version:
-            return False
-        if cached is tensor:
-            return True
-        return (
-            cached.shape == tensor.shape
-            and cached.dtype == tensor.dtype
-            and cached.device == tensor.device
-            and cached.layout == tensor.layout
-            and all(map(torch.equal, _parts(cached), _parts(tensor)))
-        )
-
-    def store(self, tensor: Tensor, extra, value: Tensor) -> Tensor:
-        """Stores ``value`` as fitted on ``tensor`` with ``extra``; returns it."""
-        self.tensor, self.version, self.extra, self.value = tensor, tensor._version, extra, value
-        return value
-
-
-def _parts(x: Tensor) -> tuple[Tensor, ...]:
-    """The strided tensors that make up ``x`` (a CSR matrix's three arrays)."""
-    if x.layout == torch.sparse_csr:
-        return x.crow_indices(), x.col_indices(), x.values()
-    return (x,)
-
-
 class _Adaptive(Augmenter):
-    """Shared arguments, fitting and caching of the GCA augmenters."""
+    """Shared arguments and preparation of the GCA augmenters."""
 
     def __init__(self, p: float, centrality: str, threshold: float):
         super().__init__()
         self.p = check_probability("p", p)
         self.centrality = check_choice("centrality", centrality, CENTRALITIES)
         self.threshold = check_threshold(threshold)
-        self._cache = _FitCache()
+        self.num_nodes: Optional[int] = None  # the prepared graph's
 
-    @property
-    def drop_prob(self) -> Optional[Tensor]:
-        """The fitted drop probabilities (:obj:`None` before the first fit)."""
-        return self._cache.value
+    def prepare(
+        self,
+        x,
+        edge_index: Optional[Tensor] = None,
+        num_nodes: Optional[int] = None,
+        *,
+        centrality: Optional[Tensor] = None,
+    ) -> Augmenter:
+        r"""Computes the node centralities and drop probabilities of a graph and keeps the
+        probabilities as a buffer (``.to()`` moves it; not part of the ``state_dict``).
 
-    def fit(self, x, edge_index: Optional[Tensor] = None, num_nodes: Optional[int] = None):
-        r"""Computes the centralities and drop probabilities of a graph now.
+        The augmenter prepares itself on the first graph it augments; call this to choose
+        when the cost is paid, or to prepare for another graph: nothing is recomputed
+        until it is called again, and a graph with another number of nodes is refused.
+        Accepts ``prepare(data)`` or ``prepare(x, edge_index)``.
 
-        Called lazily on the first augmentation of each graph; call it yourself
-        to choose when the cost is paid. Accepts ``fit(data)`` or
-        ``fit(x, edge_index)`` (``x`` may be :obj:`None` for edge dropping, then
-        ``num_nodes`` defaults to ``edge_index.max() + 1``). Returns ``self``.
+        Args:
+            x (torch.Tensor or torch_geometric.data.Data): Node features ``[N, F]``
+                (may be :obj:`None` for :class:`AdaptiveEdgeDrop`), or a ``Data``
+                holding the graph.
+            edge_index (torch.Tensor, optional): The edges ``[2, E]``.
+            num_nodes (int, optional): ``N``; default: ``x``'s rows, else
+                ``edge_index``'s largest index + 1.
+            centrality (torch.Tensor, optional): This graph's node centralities
+                ``[N]`` of this augmenter's kind (:func:`node_centrality`), computed once
+                for several augmenters; default: computed here.
+
+        Returns:
+            ``self``.
         """
-        if isinstance(x, BaseData):
-            x, edge_index, num_nodes = x.x, x.edge_index, x.num_nodes
-        if edge_index is None:
-            raise ValueError(
-                f"{self.__class__.__name__} needs `edge_index` to compute centralities"
-            )
-        check_edge_index(edge_index)
-        if num_nodes is None:
-            num_nodes = num_nodes_of(x, edge_index)
-        self._fit(x, edge_index, num_nodes)
+        x, edge_index, num_nodes = _prepare_arguments(self, x, edge_index, num_nodes)
+        if not self._can_prepare(x):
+            raise ValueError(f"{type(self).__name__} needs node features `x`")
+        if centrality is None:
+            centrality = node_centrality(edge_index, num_nodes, self.centrality)
+        elif not (isinstance(centrality, Tensor) and centrality.shape == (num_nodes,)):
+            raise ValueError(f"`centrality` must be a tensor of shape [num_nodes] = [{num_nodes}]")
+        self._compute(x, edge_index, num_nodes, centrality)
+        self.num_nodes = num_nodes
         return self
 
-    def _centrality(self, edge_index: Tensor, num_nodes: int) -> Tensor:
-        return CENTRALITY_CACHE.get(edge_index, num_nodes, self.centrality)
+    def is_prepared(self) -> bool:
+        """Whether :meth:`prepare` has computed the drop probabilities."""
+        return self.num_nodes is not None
+
+    def _prepare_with(
+        self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int, shared: dict, force: bool
+    ) -> None:
+        needed = force or (self.p > 0.0 and not self.is_prepared())
+        if not needed or not self._can_prepare(x):
+            return
+        if self.centrality not in shared:
+            shared[self.centrality] = node_centrality(edge_index, num_nodes, self.centrality)
+        self.prepare(x, edge_index, num_nodes, centrality=shared[self.centrality])
+
+    def _can_prepare(self, x: Optional[Tensor]) -> bool:
+        """Whether :meth:`prepare` has what it needs besides the graph's edges."""
+        return True
+
+    def _check_prepared(self, num_nodes: int) -> None:
+        """Refuses a call before :meth:`prepare`, or on a graph with another node count."""
+        name = type(self).__name__
+        if self.num_nodes is None:
+            raise ValueError(f"{name} is not prepared: call .prepare(data) with the graph first")
+        if num_nodes != self.num_nodes:
+            raise ValueError(
+                f"{name} was prepared on a graph of {self.num_nodes} nodes, not {num_nodes}: "
+                "call .prepare(data) with this graph"
+            )
 
     def reset_parameters(self):
-        r"""Forgets the fitted probabilities (recomputed on the next call)."""
-        self._cache.clear()
+        r"""Forgets the prepared probabilities (prepared again on the next graph)."""
+        self.num_nodes = None
 
     def __repr__(self) -> str:
         return (
@@ -124,10 +124,12 @@ class AdaptiveEdgeDrop(_Adaptive):
     r"""GCA's centrality-adaptive edge dropping (Zhu et al., 2021, docs/algorithms.md §2):
     ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``.
 
-    The probabilities are computed once per graph (cached on ``edge_index``: the
-    same tensor, or an equal one) and reused on every later call; each call keeps edge
-    ``e`` with probability ``1 - p_e``, as :func:`drop_edge_weighted`. See
-    :func:`edge_drop_probabilities` and :func:`node_centrality`.
+    The probability of an edge depends only on its target node, so :meth:`prepare`
+    keeps one per node, the buffer ``node_drop_prob`` ``[N]`` (nodes without in-edges:
+    0), computed once by :func:`edge_drop_probabilities` from the prepared graph; each
+    call keeps edge ``e`` with probability ``1 - node_drop_prob[target of e]``, as
+    :func:`drop_edge_weighted`: for the prepared graph's edges and for any subset of them
+    (another augmenter's view). See :func:`node_centrality`.
 
     Args:
         p (float): Mean drop probability in ``[0, 1]``.
@@ -136,35 +138,42 @@ class AdaptiveEdgeDrop(_Adaptive):
         threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
     """
 
+    node_drop_prob: Optional[Tensor]
+
     def __init__(self, p: float, centrality: str = "evc", threshold: float = DEFAULT_THRESHOLD):
         super().__init__(p, centrality, threshold)
+        self.register_buffer("node_drop_prob", None, persistent=False)
 
-    def _fit(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> Tensor:
-        c = self._centrality(edge_index, num_nodes)
-        prob = edge_drop_probabilities(edge_index, c, self.p, self.threshold)
-        return self._cache.store(edge_index, num_nodes, prob)
-
-    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
-        """Fits the drop probabilities on ``edge_index`` unless they are cached."""
-        if self.is_active() and not self._cache.hit(edge_index, num_nodes):
-            self._fit(x, edge_index, num_nodes)
+    def _compute(self, x, edge_index: Tensor, num_nodes: int, centrality: Tensor) -> None:
+        prob = edge_drop_probabilities(edge_index, centrality, self.p, self.threshold)
+        table = prob.new_zeros(num_nodes).scatter_(0, edge_index[1].to(prob.device), prob)
+        self.node_drop_prob = table
 
     def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
         """Keeps edge ``e`` with probability ``1 - p_e``."""
-        self.prepare(None, edge_index, num_nodes)
-        return torch.rand(edge_index.size(1), device=edge_index.device) >= self._cache.value
+        self._check_prepared(num_nodes)
+        prob = self.node_drop_prob.to(edge_index.device)[edge_index[1]]
+        return torch.rand(edge_index.size(1), device=edge_index.device) >= prob
+
+    def reset_parameters(self):
+        r"""Forgets the prepared probabilities (prepared again on the next graph)."""
+        super().reset_parameters()
+        self.node_drop_prob = None
+
+    def _extra_repr_args(self) -> str:
+        prepared = self.node_drop_prob
+        return "" if prepared is None else f", node_drop_prob=[{prepared.numel()}]"
 
 
 class AdaptiveFeatureMask(_Adaptive):
     r"""GCA's centrality-adaptive feature masking (Zhu et al., 2021, docs/algorithms.md §2):
     ``p_j = min((w_max - w_j) / (w_max - w_mean) * p, threshold)``, ``w_j = log(sum_i [x_ij != 0] c_i)``.
 
-    The probabilities are computed once per feature matrix (cached on ``x``: the
-    same tensor, or an equal one) from the graph seen at that first call; inside
-    :class:`Compose` that is the un-augmented graph whatever the order. Call
-    :meth:`fit` or :meth:`reset_parameters` to refit for another graph with the
-    same ``x``. Each call masks as :func:`mask_feature_weighted`. See
-    :func:`feature_drop_probabilities`.
+    :meth:`prepare` computes the column probabilities once, the buffer ``drop_prob``
+    ``[F]`` (:func:`feature_drop_probabilities`), from the features and the graph it is
+    given; inside :class:`Compose` that is the un-augmented graph whatever the order.
+    Each call masks as :func:`mask_feature_weighted`; features with another number of
+    rows or columns are refused.
 
     Args:
         p (float): Mean masking probability in ``[0, 1]``.
@@ -175,6 +184,8 @@ class AdaptiveFeatureMask(_Adaptive):
             (dense real-valued features such as WikiCS); auto-detected when
             :obj:`None`. (default: :obj:`None`)
     """
+
+    drop_prob: Optional[Tensor]
 
     def __init__(
         self,
@@ -187,26 +198,34 @@ class AdaptiveFeatureMask(_Adaptive):
         if dense is not None and not isinstance(dense, bool):
             raise ValueError(f"`dense` must be True, False or None (got {dense!r})")
         self.dense = dense
+        self.register_buffer("drop_prob", None, persistent=False)
 
-    def _fit(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> Tensor:
-        if x is None:
-            raise ValueError("AdaptiveFeatureMask needs node features `x`")
+    def _compute(self, x, edge_index: Tensor, num_nodes: int, centrality: Tensor) -> None:
         check_features(x)
-        c = self._centrality(edge_index, num_nodes)
-        prob = feature_drop_probabilities(x, c, self.p, self.threshold, self.dense)
-        return self._cache.store(x, None, prob)
+        self.drop_prob = feature_drop_probabilities(
+            x, centrality, self.p, self.threshold, self.dense
+        )
 
-    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
-        """Fits the column probabilities on ``x`` (and the graph) unless they are cached."""
-        if self.is_active() and x is not None and not self._cache.hit(x, None):
-            if edge_index is None:
-                raise ValueError("AdaptiveFeatureMask needs `edge_index` to compute centralities")
-            self._fit(x, edge_index, num_nodes)
+    def _can_prepare(self, x: Optional[Tensor]) -> bool:
+        return x is not None
 
     def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
         """Zeroes column ``j`` with probability ``p_j``."""
-        self.prepare(x, edge_index, num_nodes)
-        return mask_feature_weighted(x, self._cache.value)[0]
+        self._check_prepared(num_nodes)
+        if x.size(1) != self.drop_prob.numel():
+            raise ValueError(
+                f"AdaptiveFeatureMask was prepared on {self.drop_prob.numel()} feature "
+                f"columns, not {x.size(1)}: call .prepare(data) with this graph"
+            )
+        return mask_feature_weighted(x, self.drop_prob.to(x.device))[0]
+
+    def reset_parameters(self):
+        r"""Forgets the prepared probabilities (prepared again on the next graph)."""
+        super().reset_parameters()
+        self.drop_prob = None
 
     def _extra_repr_args(self) -> str:
-        return "" if self.dense is None else f", dense={self.dense}"
+        text = "" if self.dense is None else f", dense={self.dense}"
+        if self.drop_prob is not None:
+            text += f", drop_prob=[{self.drop_prob.numel()}], num_nodes={self.num_nodes}"
+        return text

@@ -1,9 +1,7 @@
 """Node centralities of GCA's adaptive augmentation (degree, PageRank, eigenvector;
-docs/algorithms.md §2), computed once per graph and shared by every augmenter on it."""
+docs/algorithms.md §2), computed when an adaptive augmenter is prepared on a graph."""
 
 from __future__ import annotations
-
-import weakref
 
 import torch
 from torch import Tensor
@@ -107,33 +105,3 @@ def _leading_eigenvector(edges, num_nodes: int):
         vector = eigs(adj.T, k=1, which="LR", v0=start)[1].flatten().real
     norm = np.linalg.norm(vector) * (np.sign(vector.sum()) or 1.0)
     return (vector / norm).tolist() if norm else [0.0] * num_nodes
-
-
-class _CentralityCache:
-    """Centralities of the last few graphs, keyed on the ``edge_index`` object
-    (held by weak reference) and its in-place version, so that several
-    augmenters on one graph share one networkx call."""
-
-    def __init__(self, size: int = 8):
-        self.size = size
-        self.entries: dict[tuple, tuple] = {}
-
-    def get(self, edge_index: Tensor, num_nodes: int, kind: str) -> Tensor:
-        """:func:`node_centrality`, computed on the first request for this graph."""
-        key = (id(edge_index), edge_index._version, num_nodes, kind)
-        entry = self.entries.get(key)
-        if entry is not None and entry[0]() is edge_index:
-            return entry[1]
-        value = node_centrality(edge_index, num_nodes, kind)
-        self.entries = {k: v for k, v in self.entries.items() if v[0]() is not None}
-        while len(self.entries) >= self.size:
-            self.entries.pop(next(iter(self.entries)))
-        self.entries[key] = (weakref.ref(edge_index), value)
-        return value
-
-    def clear(self):
-        """Forgets every graph."""
-        self.entries.clear()
-
-
-CENTRALITY_CACHE = _CentralityCache()

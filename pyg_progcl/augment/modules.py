@@ -5,7 +5,6 @@ GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`Compose`
 from __future__ import annotations
 
 import copy
-import warnings
 from typing import Optional
 
 import torch
@@ -21,38 +20,17 @@ from .functional import mask_feature, num_nodes_of
 GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
 
 
-#: The hooks' names before they were public: former name -> public name.
-_RENAMED_HOOKS = {
-    "_augment_features": "augment_features",
-    "_edge_keep_mask": "edge_keep_mask",
-    "_prepare": "prepare",
-}
-
-
-def _connect_renamed_hooks(cls: type) -> None:
-    """Lets a subclass's hooks answer to both names.
-
-    A hook overridden under its former name (``_edge_keep_mask``) becomes the public
-    hook too, with one ``FutureWarning`` per class; one overridden under its public name
-    is also reachable under the former one, so that ``super()._edge_keep_mask(...)`` in
-    an older subclass still reaches it.
-    """
-    legacy = []
-    for old, new in _RENAMED_HOOKS.items():
-        if old in cls.__dict__:
-            legacy.append(f"{old} -> {new}")
-            if new not in cls.__dict__:
-                setattr(cls, new, cls.__dict__[old])
-        elif new in cls.__dict__:
-            setattr(cls, old, cls.__dict__[new])
-    if legacy:
-        warnings.warn(
-            f"{cls.__qualname__} overrides Augmenter hooks under their former names; "
-            f"rename them ({', '.join(legacy)}): the former names will stop working in a "
-            "future release",
-            FutureWarning,
-            stacklevel=4,  # the class statement (after ABCMeta.__new__)
-        )
+def _prepare_arguments(
+    augmenter, x, edge_index: Optional[Tensor], num_nodes: Optional[int]
+) -> tuple[Optional[Tensor], Tensor, int]:
+    """``prepare``'s arguments: ``(x, edge_index, num_nodes)`` or a ``Data`` in place of
+    ``x``; ``num_nodes`` defaults to ``x``'s rows, else ``edge_index``'s largest index + 1."""
+    if isinstance(x, BaseData):
+        x, edge_index, num_nodes = x.x, x.edge_index, x.num_nodes
+    if edge_index is None:
+        raise ValueError(f"{type(augmenter).__name__}.prepare needs the graph's `edge_index`")
+    check_edge_index(edge_index)
+    return x, edge_index, num_nodes_of(x, edge_index) if num_nodes is None else num_nodes
 
 
 class Augmenter(torch.nn.Module, BaseTransform):
@@ -72,8 +50,11 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
     * :meth:`augment_features` returns the new node features;
     * :meth:`edge_keep_mask` returns a boolean mask of the edges to keep;
-    * :meth:`prepare` fits graph-dependent state (such as drop probabilities) on the
-      un-augmented graph.
+    * :meth:`prepare` computes graph-dependent state (such as drop probabilities) from
+      the un-augmented graph, once: an augmenter whose :meth:`is_prepared` is
+      :obj:`False` prepares itself on the first graph it augments (a :class:`Compose`
+      prepares its members on its input graph), and again only when :meth:`prepare` is
+      called.
 
     .. code-block:: python
 
@@ -84,10 +65,6 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
             def augment_features(self, x, edge_index, num_nodes):
                 return x + self.p * torch.randn_like(x)
-
-    The hooks were called ``_augment_features``, ``_edge_keep_mask`` and ``_prepare``
-    before they were public; a subclass that overrides those names still works, with
-    one ``FutureWarning`` when it is defined.
 
     Heterogeneous graphs (:class:`~torch_geometric.data.HeteroData`) are refused with a
     ``ValueError``: augment each type's tensors instead.
@@ -119,7 +96,7 @@ class Augmenter(torch.nn.Module, BaseTransform):
                 f"`edge_weight` must have one entry per edge, shape [num_edges] = "
                 f"[{edge_index.size(1)}] (got {list(edge_weight.shape)})"
             )
-        return self._augment_tensors(x, edge_index, edge_weight)
+        return self._augment_tensors(x, edge_index, edge_weight, num_nodes_of(x, edge_index))
 
     def transform(self, data: Data) -> Data:
         r"""Augments a :class:`~torch_geometric.data.Data`; returns a new object."""
@@ -133,9 +110,10 @@ class Augmenter(torch.nn.Module, BaseTransform):
         return self._augment_data(data) if self.is_active() else data
 
     def _augment_tensors(
-        self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor]
+        self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int
     ) -> GraphTensors:
-        num_nodes = num_nodes_of(x, edge_index)
+        """Augments tensors of a graph of ``num_nodes`` nodes (this augmenter is active)."""
+        self._prepare_with(x, edge_index, num_nodes, {}, force=False)
         if x is not None:
             x = self.augment_features(x, edge_index, num_nodes)
         keep = self.edge_keep_mask(edge_index, num_nodes)
@@ -151,6 +129,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
                 f"{self.__class__.__name__} needs `data.edge_index`, but this graph is stored "
                 "as `adj_t` (T.ToSparseTensor): augment before converting it"
             )
+        if data.edge_index is not None:
+            self._prepare_with(data.x, data.edge_index, data.num_nodes, {}, force=False)
         if data.x is not None:
             data.x = self.augment_features(data.x, data.edge_index, data.num_nodes)
         if data.edge_index is not None:
@@ -189,27 +169,36 @@ class Augmenter(torch.nn.Module, BaseTransform):
         """
         return None
 
-    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
-        r"""Hook: fits graph-dependent state on the un-augmented graph (default: nothing).
+    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> Augmenter:
+        r"""Hook: computes graph-dependent state from the un-augmented graph (default:
+        nothing); returns ``self``.
 
-        :class:`Compose` calls it on every member with its input graph before it applies
-        the first member, so that a member placed after an edge dropper still sees every
-        edge; the adaptive augmenters fit their drop probabilities here.
+        Called by the user, or once by the augmenter itself while :meth:`is_prepared` is
+        :obj:`False` (a subclass with state to prepare overrides both): on the first graph
+        it augments, or, inside a :class:`Compose`, on the :class:`Compose`'s input graph
+        before the first member is applied, so that a member placed after an edge dropper
+        still sees every edge. The adaptive augmenters compute their drop probabilities
+        here.
 
         Args:
             x (torch.Tensor, optional): Node features ``[N, F]``.
             edge_index (torch.Tensor): The edges ``[2, E]``.
             num_nodes (int): The number of nodes ``N``.
         """
+        return self
 
-    # The former names of the hooks, kept for code that calls them.
-    _augment_features = augment_features
-    _edge_keep_mask = edge_keep_mask
-    _prepare = prepare
+    def is_prepared(self) -> bool:
+        """Whether :meth:`prepare` has nothing (more) to do before augmenting (default:
+        :obj:`True`, nothing to prepare)."""
+        return True
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        _connect_renamed_hooks(cls)
+    def _prepare_with(
+        self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int, shared: dict, force: bool
+    ) -> None:
+        """Calls :meth:`prepare` if ``force`` or not :meth:`is_prepared`; ``shared`` holds
+        what the augmenters prepared together on one graph compute once (centralities)."""
+        if force or not self.is_prepared():
+            self.prepare(x, edge_index, num_nodes)
 
     def reset_parameters(self):
         r"""Nothing to reset (no parameters)."""
@@ -279,22 +268,39 @@ class Compose(Augmenter):
         """Whether a call changes its input (some member is active)."""
         return any(aug.is_active() for aug in self.augmenters)
 
-    def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> None:
-        """Prepares every member on the same (input) graph."""
+    def prepare(
+        self, x, edge_index: Optional[Tensor] = None, num_nodes: Optional[int] = None
+    ) -> Augmenter:
+        """Prepares every member on the same graph, computing each kind of node centrality
+        once; accepts ``prepare(data)``. Returns ``self``."""
+        x, edge_index, num_nodes = _prepare_arguments(self, x, edge_index, num_nodes)
+        self._prepare_with(x, edge_index, num_nodes, {}, force=True)
+        return self
+
+    def is_prepared(self) -> bool:
+        """Whether every member is prepared."""
+        return all(aug.is_prepared() for aug in self.augmenters)
+
+    def _prepare_with(
+        self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int, shared: dict, force: bool
+    ) -> None:
         for aug in self.augmenters:
-            aug.prepare(x, edge_index, num_nodes)
+            aug._prepare_with(x, edge_index, num_nodes, shared, force)
 
     def _augment_tensors(
-        self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor]
+        self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int
     ) -> GraphTensors:
-        self.prepare(x, edge_index, num_nodes_of(x, edge_index))
-        for aug in self.augmenters:
-            x, edge_index, edge_weight = aug(x, edge_index, edge_weight)
+        self._prepare_with(x, edge_index, num_nodes, {}, force=False)
+        for aug in self.augmenters:  # (dropping edges keeps the nodes: num_nodes holds)
+            if aug.is_active():
+                x, edge_index, edge_weight = aug._augment_tensors(
+                    x, edge_index, edge_weight, num_nodes
+                )
         return x, edge_index, edge_weight
 
     def _augment_data(self, data: Data) -> Data:
         if data.edge_index is not None:
-            self.prepare(data.x, data.edge_index, data.num_nodes)
+            self._prepare_with(data.x, data.edge_index, data.num_nodes, {}, force=False)
         for aug in self.augmenters:
             data = aug.transform(data)
         return data

@@ -26,8 +26,9 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_matrix
+from .._compat import stacklevel_outside_package
 from ..losses import normalize_views, sample_negative_pairs
-from ..mixture import BetaMixture, MixtureDegeneracyWarning, _stacklevel_outside_package
+from ..mixture import DEGENERACY_KINDS, BetaMixture, MixtureDegeneracyWarning
 
 Source = Union[torch.nn.Module, Tensor, tuple]
 
@@ -218,22 +219,18 @@ def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> B
     """
     cos = sample.cos if isinstance(sample, NegativeSample) else sample
     mixture = BetaMixture(max_iter=max_iter)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MixtureDegeneracyWarning)
-        mixture.fit((cos.double().clamp(-1, 1) + 1) / 2)
-    new = set(mixture.degenerate_fits) - {"not-converged"} - _WARNED_KINDS
+    mixture.fit((cos.double().clamp(-1, 1) + 1) / 2)
+    new = [k for k in mixture.degenerate_fits if k not in _WARNED_KINDS | {"not-converged"}]
     if new:
         _WARNED_KINDS.update(new)
-        problems = [p for p in mixture.problems_ if not p.startswith("EM did not converge")]
+        found = ", ".join(DEGENERACY_KINDS[k] for k in new)
         warnings.warn(
             MixtureDegeneracyWarning(
-                "the Beta mixture fitted to the sampled similarities is degenerate: "
-                + "; ".join(problems)
-                + ". The posterior-based numbers (auc_posterior, flagged_*, "
-                "fn_share_topk_hardness) describe that fit (warned once per kind of "
-                "degeneration; Diagnosis.mixture.problems_ lists each fit's)."
+                f"the Beta mixture fitted to the sampled similarities is degenerate ({found}): "
+                "the posterior-based numbers (auc_posterior, flagged_*, "
+                "fn_share_topk_hardness) describe that fit; its problems_ say what is wrong"
             ),
-            stacklevel=_stacklevel_outside_package(),
+            stacklevel=stacklevel_outside_package(),
         )
     return mixture
 

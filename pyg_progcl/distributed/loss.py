@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import inspect
 import math
 from typing import Optional
 
@@ -14,11 +14,10 @@ from ..losses import (
     ContrastiveLoss,
     FrozenFit,
     ProGCLLoss,
-    contrastive_losses,
     full_precision,
     sample_negative_similarities,
 )
-from .comm import Group, all_gather_with_grad, all_reduce_sum, same_rows, world
+from .comm import Group, all_gather_with_grad, same_rows, world
 from .mixture import fit_mixture
 
 
@@ -28,9 +27,19 @@ class DistributedLoss(torch.nn.Module):
     Every rank passes its own rows ``h1``, ``h2`` (``b`` seeds each, equal on every rank).
     The views of all ``W`` ranks are gathered, gradients flowing back to their owners; a
     rank's anchors are its own ``b`` seeds, and their negatives all ``W·b`` seeds of the
-    global batch in both views, exactly as in one process holding the global batch. The
-    one-pass engine splits its work by rows: each rank computes its rows' blocks, and the
-    column sums (and their gradients) are summed over the ranks.
+    global batch in both views, exactly as in one process holding the global batch.
+
+    Each rank runs the wrapped loss's own computation on the gathered views ``u``, ``v``:
+    ``loss.check_inputs(u, v)``, then ``loss.compute_loss(u, v, anchors=rows)`` with
+    ``rows`` its own ``b`` rows (``[2, b]`` losses, each anchor against all ``W·b``
+    seeds; the built-in losses compute them per direction in row blocks, or with sampled
+    negatives), then ``loss.reduce``. A loss of one's own therefore runs here as it does
+    alone, whether it overrides :meth:`~pyg_progcl.losses.ContrastiveLoss.negative_term`
+    or :meth:`~pyg_progcl.losses.ContrastiveLoss.compute_loss`. An override of
+    ``compute_loss`` without the ``anchors`` argument (its signature is read once, here)
+    is called on all ``W·b`` rows and its losses cut to the rank's: the same result for
+    ``W`` times the work, which accepting ``anchors`` avoids. A loss that overrides
+    ``forward`` is refused: that computation cannot be split by anchors.
 
     Convention (DistributedDataParallel averages gradients over the ranks): the mean over
     the ranks of the returned values is the single-process loss of the global batch, and
@@ -41,7 +50,7 @@ class DistributedLoss(torch.nn.Module):
 
     Args:
         loss: The loss (``ProGCLLoss`` with the frozen schedule needs full-graph views and
-            is refused).
+            is refused; so is a loss that overrides ``forward``).
         group: The process group (default: the default group, which must be initialised).
     """
 
@@ -52,9 +61,16 @@ class DistributedLoss(torch.nn.Module):
         if isinstance(getattr(loss, "schedule", None), FrozenFit):
             raise ValueError(
                 "schedule='frozen' keeps per-node views of one graph and cannot be "
-                "distributed over batches of seeds; use 'online', 'guarded' or 'fit-once'"
+                "distributed over batches of seeds; use 'floored' or 'online'"
+            )
+        if type(loss).forward is not ContrastiveLoss.forward:
+            raise ValueError(
+                f"{type(loss).__name__} overrides `forward`, which DistributedLoss does not "
+                "run (it calls check_inputs, compute_loss(h1, h2, anchors=rows) and reduce "
+                "on the global batch); override `compute_loss` instead"
             )
         self.loss, self.group = loss, group
+        self._takes_anchors = _takes_anchors(loss.compute_loss)
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
         """The loss of this rank's anchors against the global batch (see the class).
@@ -64,13 +80,24 @@ class DistributedLoss(torch.nn.Module):
         u, v, anchors = self._global_batch(h1, h2)
         self.loss.check_inputs(u, v)
         with full_precision(u):
-            losses = contrastive_losses(
-                u, v, self.loss.tau, self.loss.negative_term(), self.loss.block_size,
-                self.loss.num_negatives, self.loss.pool, anchors=anchors,
-                reduce=functools.partial(all_reduce_sum, group=self.group),
-            )  # fmt: skip
-            out = self.loss.reduce(losses)
+            out = self.loss.reduce(self._own_losses(u, v, anchors))
         return out * world(self.group)[1] if self.loss.reduction == "sum" else out
+
+    def _own_losses(self, u: Tensor, v: Tensor, anchors: slice) -> Tensor:
+        """``[2, b]`` losses of this rank's anchors from the wrapped loss's
+        ``compute_loss``: of those rows only if it takes ``anchors``, else of all rows,
+        then cut to this rank's."""
+        if self._takes_anchors:
+            losses = self.loss.compute_loss(u, v, anchors=anchors)
+            rows, call = anchors.stop - anchors.start, "compute_loss(h1, h2, anchors=rows)"
+        else:
+            losses, rows, call = self.loss.compute_loss(u, v), u.size(0), "compute_loss(h1, h2)"
+        if tuple(losses.shape) != (2, rows):
+            raise ValueError(
+                f"{type(self.loss).__name__}.{call} must return [2, {rows}] per-anchor losses "
+                f"(got shape {list(losses.shape)})"
+            )
+        return losses if self._takes_anchors else losses[:, anchors]
 
     def _global_batch(self, h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor, slice]:
         """Every rank's views gathered (gradients flowing back to their owners) and this
@@ -124,3 +151,13 @@ class DistributedLoss(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return "" if self.group is None else f"group={self.group!r}"
+
+
+def _takes_anchors(compute_loss) -> bool:
+    """Whether a (bound) ``compute_loss`` accepts the keyword argument ``anchors``."""
+    params = inspect.signature(compute_loss).parameters.values()
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return any(
+        (p.name == "anchors" and p.kind in keyword) or p.kind == inspect.Parameter.VAR_KEYWORD
+        for p in params
+    )

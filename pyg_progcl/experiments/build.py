@@ -60,7 +60,7 @@ def build_model(
     model = GRACEModel(encoder, config.hidden, config.proj, aug1, aug2)
     entries = num_nodes * in_channels
     if x is not None:
-        x = model.input_features(x)  # (converted once here, cached for the first step)
+        x = model.input_features(x)  # (what the views mask: CSR where the encoder takes it)
         entries = x.values().numel() if x.layout == torch.sparse_csr else x.numel()
     model.recompute_views = entries >= RECOMPUTE_FEATURES
     return model

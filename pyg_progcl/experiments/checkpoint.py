@@ -6,6 +6,7 @@ after the running epoch."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import random
 import signal
@@ -183,9 +184,9 @@ def stop_requests(enabled: bool):
 
 
 def read_checkpoint(path: Path, resuming: bool = True) -> dict[str, Any]:
-    """The checkpoint at ``path``, checked: complete, of this version's format, and
-    unchanged since it was written (its checksum); else a one-line ``ValueError``, with
-    advice on resuming where ``resuming``."""
+    """The checkpoint at ``path``, checked: complete, of this version's format and config
+    fields, and unchanged since it was written (its checksum); else a one-line
+    ``ValueError``, with advice on resuming where ``resuming``."""
 
     def advice(text: str) -> str:
         return f"; {text}" if resuming else ""
@@ -225,18 +226,31 @@ def read_checkpoint(path: Path, resuming: bool = True) -> dict[str, Any]:
             f"{path} is corrupted or was edited: its content does not match its checksum"
             + advice("resume from an intact copy, or drop --resume to start again")
         )
+    _check_config_fields(path, payload["config"], advice)
     return payload
+
+
+def _check_config_fields(path: Path, config: dict[str, Any], advice) -> None:
+    """A one-line ``ValueError`` unless the checkpoint's ``config`` has exactly the fields of
+    this version's :class:`TrainConfig` (a checkpoint of an older or newer layout)."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    unknown = sorted(set(config) - set(names))
+    missing = [name for name in names if name not in config]
+    if unknown or missing:
+        differ = [f"unknown {', '.join(map(repr, unknown))}"] if unknown else []
+        differ += [f"no {', '.join(map(repr, missing))}"] if missing else []
+        raise ValueError(
+            f"{path} was written by another version of pyg_progcl (config fields: "
+            f"{'; '.join(differ)})"
+            + advice("drop --resume to start again, or use another checkpoint folder")
+        )
 
 
 def load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     """The checkpoint at ``path`` (:func:`read_checkpoint`) if ``config`` may resume from
-    it, else a ``ValueError`` that names the config fields that differ.
-
-    Fields that the checkpoint's config lacks (written before they existed) take their
-    defaults, as they did in the run that wrote it.
-    """
+    it, else a ``ValueError`` that names the config fields that differ."""
     payload = read_checkpoint(path)
-    saved = TrainConfig.upgrade({**TrainConfig.defaults(), **payload["config"]})
+    saved = payload["config"]
     current = config.to_dict()
     diff = [k for k in current if k not in _RESUME_FREE and saved.get(k) != current[k]]
     refused = set(diff) - resumable_fields(saved, current, payload["epoch"])

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import shutil
 import stat
@@ -343,6 +344,7 @@ def load_dataset(
     *,
     normalize: Optional[bool] = None,
     seed: int = 0,
+    quiet: bool = False,
 ) -> Data:
     """Loads one graph by name.
 
@@ -358,6 +360,8 @@ def load_dataset(
         normalize: Row-normalise features; default per dataset (all but
             WikiCS and ogbn-arxiv).
         seed: Seed of the synthetic graph (ignored for real datasets).
+        quiet: Silence what PyG's dataset classes print to stderr while they process or
+            download files ("Processing...", "Done!").
 
     Returns:
         A ``Data`` with ``x``, ``edge_index``, ``y`` (``[N]``) and, for
@@ -379,7 +383,8 @@ def load_dataset(
         root = Path(root).expanduser()
         if not root.is_dir():
             raise FileNotFoundError(f"data root {str(root)!r} does not exist or is not a folder")
-        with _lock(info, root):
+        silenced = contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext()
+        with _lock(info, root), silenced:
             data = _load_or_clean_up(info, _locate(info, root))
     if info.normalize if normalize is None else normalize:
         data = T.NormalizeFeatures()(data)

@@ -22,6 +22,7 @@ Writes ``<out>/diagnostics.json`` (summaries, plain floats), ``<out>/similarity.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 from ..diagnostics import diagnose
@@ -170,7 +171,7 @@ def _load_graph(args, config):
         raise ValueError(
             f"the model was trained on a graph file ({config.dataset}): pass it with --data FILE"
         )
-    return load_dataset(config.dataset, args.root)
+    return load_dataset(config.dataset, args.root, quiet=args.quiet)
 
 
 def _from_checkpoint(args, kwargs):
@@ -222,15 +223,22 @@ def _from_preset(args, kwargs):
 
 def run_cli(args: argparse.Namespace) -> int:
     """Runs the ``diagnose`` subcommand; returns the exit status."""
-    from .loop import write_json
+    from .loop import command_line_warnings, write_json
 
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
     if args.data is not None and args.root is not None:
         raise ValueError("--root locates --dataset's files; --data names the graph file itself")
+    if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
+        raise ValueError(
+            "the plots need matplotlib: pip install matplotlib, or pass --no-plot "
+            "(diagnostics.json and the table only)"
+        )
     kwargs = _diagnose_kwargs(args)
     make = _from_checkpoint if args.checkpoint else _from_preset
-    with first_warning_only(MixtureDegeneracyWarning):  # the cold fits' and the runs'
+    # One line per warning, through the progress bars; one about the mixture in all (the
+    # cold fits' and the runs'); none with --quiet.
+    with command_line_warnings(show=not args.quiet), first_warning_only(MixtureDegeneracyWarning):
         config, diags, history, accuracy = make(args, kwargs)
     out = Path(args.out)
     result = {

@@ -3,7 +3,9 @@ embeds every node of a graph file with a model saved by ``train --save-model``
 (docs/own_graph.md).
 
 The graph may be another one than the model was trained on (new nodes, a later snapshot)
-as long as its features have the same width. Full-graph by default; ``--batch-size``
+as long as its features have the same width. Its ``edge_weight``, if any, is used as in
+training (:func:`~pyg_progcl.io.graph_for_model`: one warning line where the model's
+encoder takes no edge weights). Full-graph by default; ``--batch-size``
 computes the embeddings layer by layer over batches of nodes (exact, memory of one
 batch's neighbourhood per layer); ``--num-neighbors`` samples neighbours instead (``-1``:
 all of them, exact). The output is checked first and written atomically: a failed or

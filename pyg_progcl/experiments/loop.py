@@ -7,7 +7,9 @@ import contextlib
 import json
 import os
 import platform
-from collections.abc import Sequence
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -17,6 +19,7 @@ from torch_geometric.data import Data
 
 from .._checks import check_int
 from .._files import atomic_write_text, check_writable
+from ..io import GraphFieldWarning
 from ..losses import ProGCLLoss
 from ..losses.schedules import DEFAULT_SCHEDULE, schedule_name
 from ..model import GRACEModel
@@ -48,8 +51,10 @@ def resolve_device(device: Union[str, torch.device]) -> torch.device:
     return resolved
 
 
-def progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
-    """The progress bar's text: the loss and, for ProGCL, the mixture's fitted state."""
+def progress_postfix(loss_value: float, loss_fn: torch.nn.Module, degenerate: int = 0) -> str:
+    """The progress bar's text: the loss and, for ProGCL, the mixture's fitted state, and
+    the number of ``degenerate`` fits so far with the floor the schedule now puts on
+    ``p(TN | s')``."""
     text = f"loss={loss_value:.4f}"
     if isinstance(loss_fn, ProGCLLoss):
         state = mixture_state(loss_fn)
@@ -64,7 +69,28 @@ def progress_postfix(loss_value: float, loss_fn: torch.nn.Module) -> str:
             f" bmm{kept}: mean TN={means[t]:.2f} FN={means[fn]:.2f} w_FN={state['weight'][fn]:.3f}"
             f" beta_FN={state['beta'][fn]:.2f}"
         )
+        if degenerate:
+            floor = loss_fn.schedule.posterior_floor
+            text += f" degenerate={degenerate}" + (f" floor={floor:g}" if floor else "")
     return text
+
+
+@contextlib.contextmanager
+def command_line_warnings(show: bool = True) -> Iterator[None]:
+    """Within the block, each warning is shown as one line ``warning: <message>`` on
+    stderr, written through tqdm so that it never breaks a progress bar; with ``show``
+    false (a command's ``--quiet``, a rank other than 0) none is shown."""
+    from tqdm.auto import tqdm
+
+    with warnings.catch_warnings():
+        if not show:
+            warnings.simplefilter("ignore")
+
+        def write(message, category, filename, lineno, file=None, line=None):
+            tqdm.write("warning: " + " ".join(str(message).split()), file=sys.stderr)
+
+        warnings.showwarning = write
+        yield
 
 
 def versions() -> dict[str, str]:
@@ -210,7 +236,8 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
         for epoch in range(start + 1, config.epochs + 1):
             value = run.step(epoch)
             bar.update(1)
-            bar.set_postfix_str(progress_postfix(value, run.loss_fn), refresh=False)
+            degenerate = len(run.record.get("degenerate_fits", ()))
+            bar.set_postfix_str(progress_postfix(value, run.loss_fn, degenerate), refresh=False)
             last = epoch == config.epochs
             if last or (config.eval_every and epoch % config.eval_every == 0):
                 accuracy = run.evaluate(epoch, value)
@@ -332,9 +359,12 @@ def train(
             "data=pyg_progcl.read_graph(path)"
         )
     records = []
-    with owned_folder(checkpoint_dir, ranks):  # (from before the data loads to the last seed)
+    # What the model cannot use of the graph (pyg_progcl.io.graph_for_model) is said once
+    # per run, not once per seed.
+    with owned_folder(checkpoint_dir, ranks), warnings.catch_warnings():
+        warnings.simplefilter("default", GraphFieldWarning)
         if data is None:
-            data = load_dataset(config.dataset, root)
+            data = load_dataset(config.dataset, root, quiet=not progress)
         for seed in seed_list:
             model, _, record = train_seed(
                 config,

@@ -49,7 +49,7 @@ from .._checks import (
     check_probability,
 )
 from ..encoders import ACTIVATIONS
-from ..losses.schedules import DEFAULT_SCHEDULE, SCHEDULES, legacy_floor
+from ..losses.schedules import DEFAULT_SCHEDULE, SCHEDULES
 from .datasets import canonical_name
 
 __all__ = [
@@ -92,7 +92,13 @@ def _dataset_name(name: str) -> str:
         if not name[len(FILE_PREFIX) :].strip():
             raise ValueError(f"`dataset` {name!r} names no graph file (expected file:<name>)")
         return name
-    return canonical_name(name)
+    try:
+        return canonical_name(name)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc}; a graph file's preset is {FILE_PREFIX}<name> (e.g. "
+            f"'{FILE_PREFIX}{name}', with the graph from read_graph)"
+        ) from None
 
 
 @dataclass
@@ -126,9 +132,9 @@ class TrainConfig:
         schedule: ProGCL's fit schedule: ``floored`` (the default: refit every epoch;
             from the first degenerate refit on, the posterior in ``b`` floored at
             ``floor``, 0.5 by default),
-            ``online`` (refit every epoch, the spec's), ``guarded``, ``fit-once`` or
-            ``frozen`` (the reference code's: the weights of the first
-            fit's epoch are kept; full-graph training only); see
+            ``online`` (refit every epoch, the spec's) or ``frozen`` (the reference
+            code's: the weights of the first fit's epoch are kept; full-graph training
+            only); see
             :class:`~pyg_progcl.ProGCLLoss`.
         min_beta_high: ProGCL: lower bound of β of the mixture's high-similarity
             component (``None``: none). The reference code clamps it at 1.01 in every EM
@@ -143,9 +149,7 @@ class TrainConfig:
         floor: ProGCL: the schedule's lower bound of ``p(TN | s')`` in the hardness
             ``b``: with ``floored`` from the first degenerate refit on, with the others
             from the first fit (``None``: the schedule's default, 0.5 for ``floored``, 0
-            for the others; :mod:`~pyg_progcl.losses.schedules`). Configs written with
-            the former ``posterior_floor`` load as the equivalent ``schedule`` and
-            ``floor`` (:meth:`upgrade`).
+            for the others; :mod:`~pyg_progcl.losses.schedules`).
         mixture_weight_init: ProGCL: initial weight of the mixture's high-similarity
             component (``None``: the reference code's default, 0.05; its Amazon-Photo
             parameter file says 0.15, a value its script reads only from the command line).
@@ -290,31 +294,8 @@ class TrainConfig:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """Every field's default (what a config written before a field existed had)."""
+        """Every field's default, by name."""
         return {f.name: f.default for f in fields(cls)}
-
-    @classmethod
-    def upgrade(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """``values`` (config fields) with the former keys replaced by today's: a
-        ``posterior_floor`` by the ``schedule`` and ``floor`` that compute the same
-        (:func:`~pyg_progcl.losses.schedules.legacy_floor`; 0 is dropped).
-
-        Raises:
-            ValueError: a non-zero ``posterior_floor`` next to a ``floor``, or one that no
-                single floor equals.
-        """
-        values = dict(values)
-        legacy = values.pop("posterior_floor", None)
-        if not legacy:
-            return values
-        if values.get("floor") is not None:
-            raise ValueError(
-                f"`posterior_floor` ({legacy!r}) and `floor` ({values['floor']!r}) both given: "
-                "`floor` (the schedule's) replaces `posterior_floor`; give it alone"
-            )
-        schedule = values.get("schedule", DEFAULT_SCHEDULE)
-        values["schedule"], values["floor"] = legacy_floor(schedule, legacy)
-        return values
 
     def to_dict(self) -> dict[str, Any]:
         """All fields as a plain (JSON-serialisable) dict."""
@@ -327,7 +308,6 @@ class TrainConfig:
         Raises:
             ValueError: on unknown keys or invalid values.
         """
-        values = cls.upgrade(values)
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown config keys: {sorted(unknown)}")
@@ -449,7 +429,7 @@ def get_preset(
     values.update(METHOD_PRESETS[method])
     config = config.to_dict() if isinstance(config, TrainConfig) else dict(config or {})
     changes = {**config, **overrides}
-    unknown = set(changes) - {f.name for f in fields(TrainConfig)} - {"posterior_floor"}
+    unknown = set(changes) - {f.name for f in fields(TrainConfig)}
     if unknown:
         raise ValueError(f"unknown config keys: {sorted(unknown)}")
     # The layer that sets `epochs` last decides: unless it or a layer above sets the warm-up,
@@ -461,4 +441,4 @@ def get_preset(
         changes["warmup_epochs"] = round(warmup * epochs / base)
     values.update(changes)
     values["dataset"], values["method"] = dataset, method
-    return TrainConfig(**TrainConfig.upgrade(values))
+    return TrainConfig(**values)

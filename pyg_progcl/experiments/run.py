@@ -3,9 +3,9 @@ first after the warm-up), the probe, the diagnostics, the checkpoint."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -15,9 +15,9 @@ from torch_geometric.data import Data
 
 from ..diagnostics import summarize
 from ..distributed import DistributedLoss
-from ..losses import FlooredFit, ProGCLLoss
+from ..io.graphs import graph_for_model
+from ..losses import ProGCLLoss
 from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
-from ..mixture import MixtureDegeneracyWarning, _stacklevel_outside_package
 from ..model import GRACEModel
 from .build import build_loss, build_model, seed_everything
 from .checkpoint import (
@@ -62,7 +62,7 @@ def probe(model, data, config, seed, ranks: Ranks = ONE) -> dict[str, Any]:
     model.eval()
     with torch.no_grad():
         if config.batch_size is None:
-            z = model(data.x, data.edge_index)
+            z = model(data.x, data.edge_index, data.get("edge_weight"))
         else:  # exact, layer by layer over batches of nodes
             gather = ranks.row_gather(data.num_nodes)
             z = embed_minibatch(model, data, config.batch_size, part=ranks.part(), gather=gather)
@@ -83,9 +83,10 @@ def _probe(z, data, config, seed) -> dict[str, Any]:
 
 
 def full_graph_epoch(model, loss_fn, optimizer, data: Data, refit: bool) -> float:
-    """One optimisation step on the whole graph; ProGCL refits first when ``refit``."""
+    """One optimisation step on the whole graph (with its ``edge_weight``, if any); ProGCL
+    refits first when ``refit``."""
     optimizer.zero_grad()
-    h1, h2 = model.views(data.x, data.edge_index)
+    h1, h2 = model.views(data.x, data.edge_index, data.get("edge_weight"))
     if refit:
         loss_fn.fit(h1.detach(), h2.detach())  # online refit, warm-started
     loss = loss_fn(h1, h2)
@@ -149,16 +150,14 @@ class SeedRun:
         refit = isinstance(self.loss_fn, ProGCLLoss) and epoch > self.config.warmup_epochs
         fits = int(self.loss_fn.mixture.num_fits) if refit else 0
         tic = time.perf_counter()
-        with warnings.catch_warnings():  # reported once per run below, recorded every epoch
-            warnings.simplefilter("ignore", MixtureDegeneracyWarning)
-            if self.loader is not None:
-                value = minibatch_epoch(
-                    self.model, self.objective or self.loss_fn, self.loader(epoch),
-                    self.optimizer, device=self.device, fit=refit, data=self.data,
-                    views=self.views,
-                )  # fmt: skip
-            else:
-                value = full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)
+        if self.loader is not None:
+            value = minibatch_epoch(
+                self.model, self.objective or self.loss_fn, self.loader(epoch),
+                self.optimizer, device=self.device, fit=refit, data=self.data,
+                views=self.views,
+            )  # fmt: skip
+        else:
+            value = full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.record["epoch_times"].append(time.perf_counter() - tic)
@@ -170,30 +169,12 @@ class SeedRun:
 
     def note_degeneracy(self, epoch: int, problems: list[str]) -> None:
         """Records a degenerate mixture fit of ``epoch`` (``degenerate_fits`` in the
-        results) and warns about the run's first one."""
-        if not problems:
-            return
-        noted = self.record.setdefault("degenerate_fits", [])
-        noted.append({"epoch": epoch, "problems": list(problems)})
-        if len(noted) == 1:
-            schedule = self.loss_fn.schedule  # 'floored': its floor engages from here on
-            floor = schedule.posterior_floor if isinstance(schedule, FlooredFit) else 0.0
-            action = (
-                f"; from this epoch on the schedule floors p(true neg. | s') in the weights "
-                f"at {floor:g}"
-                if floor
-                else ""
-            )
-            warnings.warn(
-                MixtureDegeneracyWarning(
-                    f"seed {self.seed}, epoch {epoch}: the Beta mixture degenerated: "
-                    + "; ".join(problems)
-                    + action
-                    + " (reported once per run; every such epoch is "
-                    "listed under 'degenerate_fits' in the results; docs/algorithms.md §5.4)"
-                ),
-                stacklevel=_stacklevel_outside_package(),
-            )
+        results, with the floor on ``p(TN | s')`` the schedule applies from then on); the
+        schedule itself warns where no floor bounds it."""
+        if problems:
+            floor = self.loss_fn.schedule.posterior_floor
+            noted = self.record.setdefault("degenerate_fits", [])
+            noted.append({"epoch": epoch, "problems": list(problems), "floor": floor})
 
     def evaluate(self, epoch: int, value: float) -> Optional[float]:
         """Probes the current embeddings; at the last epoch also stores the final result.
@@ -254,15 +235,18 @@ def start_seed(
     :class:`~pyg_progcl.distributed.DistributedLoss`), each rank seeded ``seed + rank``."""
     if ranks.distributed and config.batch_size is None:
         raise ValueError("--distributed trains on mini-batches of seed nodes: set --batch-size")
-    loader = None
     if config.batch_size is None:
-        data = data.to(device)
-    else:  # the graph stays where it is; sampled batches go to the device
-        loader = EpochLoader(data, config, seed, ranks)
+        data = data.to(device)  # (mini-batches: the graph stays, sampled batches move)
     path = None if checkpoint_dir is None else checkpoint_path(Path(checkpoint_dir), seed)
 
     seed_everything(seed + ranks.rank)
     model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
+    # The fields the model uses: a graph's edge weights, unless the encoder takes none.
+    data = graph_for_model(model, data)
+    if config.batch_size is None:  # the features as the model feeds them (CSR where sparse
+        data = copy.copy(data)  # enough), converted once, not at every step
+        data.x = model.input_features(data.x)
+    loader = None if config.batch_size is None else EpochLoader(data, config, seed, ranks)
     loss_fn = (loss_factory or build_loss)(config).to(device)
     objective, views = None, None
     if ranks.distributed:

@@ -19,7 +19,7 @@ from .._files import check_folder, check_writable
 from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
 from .checkpoint import TrainingInterruptedError, checkpoint_path, stored_warmup
 from .datasets import DATASETS, canonical_name, load_dataset
-from .loop import resolve_device, train
+from .loop import command_line_warnings, resolve_device, train
 from .parallel import ONE, join, leave
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
 
@@ -43,8 +43,8 @@ _FIELD_HELP = {
     "beta": "HCL concentration",
     "num_samples": "ProGCL: similarities sampled per mixture fit",
     "schedule": "ProGCL: floored (default: refit every epoch; once a refit degenerates, "
-    "p(true negative | s') floored at --floor, 0.5), online (refit every epoch, no floor), "
-    "guarded (online, degenerate refits rejected), fit-once, or frozen (the papers' code)",
+    "p(true negative | s') floored at --floor, 0.5), online (refit every epoch, no floor: the "
+    "paper's), or frozen (one fit, its epoch's weights kept: the papers' code)",
     "floor": "ProGCL: the schedule's floor of p(true negative | s') in the hardness: with "
     "floored from the first degenerate refit (default 0.5), with the others from the first fit "
     "(default 0: none)",
@@ -189,7 +189,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup-epochs is given",
     )  # fmt: skip
     parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    parser.add_argument(
+        "--quiet", "-q", action="store_true",
+        help="print nothing but errors (no progress bar, summary, notes or warnings)",
+    )  # fmt: skip
     group = parser.add_argument_group("preset overrides (default: the preset's value)")
     add_preset_overrides(group, skip=("dataset", "method", "epochs"))
 
@@ -213,10 +216,6 @@ def add_preset_overrides(group, skip: Sequence[str]) -> None:
             )  # fmt: skip
         except argparse.ArgumentError:
             continue
-    group.add_argument(  # the former spelling of a floor from the first fit (TrainConfig.upgrade)
-        "--posterior-floor", dest="posterior_floor", type=float, default=argparse.SUPPRESS,
-        help="deprecated: a floor from the first fit, as --schedule online --floor X",
-    )  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -247,7 +246,6 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     # Flags left at their default are absent (argparse.SUPPRESS), except `--epochs`, whose
     # default None means "the preset's"; an explicit `none` is a value.
     names = {f.name for f in dataclasses.fields(TrainConfig)} - {"dataset", "method"}
-    names.add("posterior_floor")  # (the former spelling of `floor`: TrainConfig.upgrade)
     flags = {k: v for k, v in vars(args).items() if k in names}
     if flags.get("epochs", 0) is None:
         del flags["epochs"]
@@ -289,7 +287,7 @@ def _check_graph_args(args: argparse.Namespace) -> None:
 def _save_outputs(args, config: TrainConfig, model, data) -> None:
     """Writes ``--save-embeddings`` (every node, exact) and ``--save-model``, atomically."""
     if data is None:
-        data = load_dataset(config.dataset, args.root)
+        data = load_dataset(config.dataset, args.root, quiet=args.quiet)
     if args.save_embeddings:
         z = embed(model, data, batch_size=config.batch_size, progress=not args.quiet)
         save_embeddings(z, args.save_embeddings)
@@ -323,7 +321,7 @@ def _resume_config(args: argparse.Namespace, config: TrainConfig, seeds: list[in
     found = [p for p in (checkpoint_path(Path(args.checkpoint), s) for s in seeds) if p.exists()]
     speaks = not args.distributed or os.environ.get("RANK", "0") == "0"
     if not found:
-        if speaks:
+        if speaks and not args.quiet:
             print(
                 f"pyg_progcl train: note: no checkpoint in {args.checkpoint}; starting from "
                 "epoch 0", file=sys.stderr,
@@ -341,7 +339,15 @@ def _resume_config(args: argparse.Namespace, config: TrainConfig, seeds: list[in
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """Runs the ``train`` subcommand; returns the exit status."""
+    """Runs the ``train`` subcommand; returns the exit status. Warnings are one line each
+    on stderr, through the progress bar (rank 0 only); ``--quiet`` silences them too."""
+    speaks = not args.distributed or os.environ.get("RANK", "0") == "0"
+    with command_line_warnings(show=speaks and not args.quiet):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The ``train`` subcommand within :func:`run_cli`'s handling of warnings."""
     # Ranks join before anything can fail, so that a bad setup fails on all of them alike
     # (else the launcher may stop the others before they report it).
     ranks, device = join(args.device) if args.distributed else (ONE, args.device)

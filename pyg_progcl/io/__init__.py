@@ -3,8 +3,10 @@ any graph with it (docs/own_graph.md).
 
 * :func:`read_graph` reads a ``.pt`` file holding a :class:`torch_geometric.data.Data`
   (``torch.save(data, path)``) or a ``.npz`` file of plain arrays (``edge_index``, ``x``,
-  optionally ``y`` and boolean ``train_mask`` / ``val_mask`` / ``test_mask``), both
-  without running code from the file (``weights_only=True``, ``allow_pickle=False``).
+  optionally ``edge_weight``, ``y`` and boolean ``train_mask`` / ``val_mask`` /
+  ``test_mask``), both without running code from the file (``weights_only=True``,
+  ``allow_pickle=False``); training and :func:`embed` use its ``edge_weight`` where the
+  encoder takes edge weights (:func:`graph_for_model`).
 * :func:`save_model` writes a :class:`~pyg_progcl.GRACEModel` as one self-describing file,
   a dict ``{"format": "pyg_progcl.model", "version": 1, "config": ..., "state_dict": ...,
   "metadata": ...}`` of plain Python values and tensors: :func:`load_model` (or
@@ -29,7 +31,7 @@ from .embedding import EMBEDDING_SUFFIXES as EMBEDDING_SUFFIXES
 from .embedding import check_embedding_path as check_embedding_path
 from .embedding import embed, save_embeddings
 from .graphs import GRAPH_SUFFIXES as GRAPH_SUFFIXES
-from .graphs import read_graph
+from .graphs import GraphFieldWarning, graph_for_model, read_graph, takes_edge_weight
 from .models import MODEL_FORMAT, load_model, model_config, save_model
 from .models import MODEL_VERSION as MODEL_VERSION
 from .models import build_from_config as build_from_config
@@ -37,10 +39,13 @@ from .models import read_model_file as read_model_file
 
 __all__ = [
     "MODEL_FORMAT",
+    "GraphFieldWarning",
     "embed",
+    "graph_for_model",
     "load_model",
     "model_config",
     "read_graph",
     "save_embeddings",
     "save_model",
+    "takes_edge_weight",
 ]

@@ -17,6 +17,7 @@ from torch_geometric.data import Data
 from .._checks import check_int
 from .._files import atomic_write, check_writable
 from ._common import PathLike
+from .graphs import graph_for_model
 
 #: Suffixes :func:`save_embeddings` writes.
 EMBEDDING_SUFFIXES = (".npy", ".pt")
@@ -30,12 +31,19 @@ def embed(
     device: Optional[Union[str, torch.device]] = None,
     progress: bool = False,
 ) -> Tensor:
-    """Every node's embedding ``model(data.x, data.edge_index)``, without gradients.
+    """Every node's embedding ``model(data.x, data.edge_index, data.edge_weight)``,
+    without gradients.
 
     On the whole graph at once by default; with ``batch_size``, layer by layer over
     batches of that many nodes (:func:`~pyg_progcl.minibatch.embed_minibatch`: exact for
     :class:`~pyg_progcl.GCNEncoder` and :class:`~pyg_progcl.MLPEncoder`, memory
     ``O(batch neighbourhood)`` per layer instead of the whole graph's activations).
+
+    The graph's ``edge_weight`` is used where the model takes edge weights, the same way
+    on both paths; where it does not (an :class:`~pyg_progcl.MLPEncoder`, a convolution
+    without an edge-weight argument), and for an ``edge_attr``, a one-line
+    :class:`~pyg_progcl.io.GraphFieldWarning` says so
+    (:func:`~pyg_progcl.io.graph_for_model`).
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel` (e.g. from :func:`load_model`) or an encoder.
@@ -62,6 +70,7 @@ def embed(
             f"the graph's features have width {data.x.size(-1)}, the model expects "
             f"{width} (its in_channels): embed graphs with the features it was trained on"
         )
+    data = graph_for_model(model, data)  # (its edge weights, where the model takes them)
     if device is None:
         device = next(model.parameters()).device
     device = torch.device(device)
@@ -71,8 +80,12 @@ def embed(
         if batch_size is None:
             if num_neighbors is not None:
                 raise ValueError("`num_neighbors` needs `batch_size` (mini-batch inference)")
+            weight = data.get("edge_weight")
             with torch.no_grad():
-                z = model(data.x.to(device), data.edge_index.to(device))
+                if weight is None:
+                    z = model(data.x.to(device), data.edge_index.to(device))
+                else:
+                    z = model(data.x.to(device), data.edge_index.to(device), weight.to(device))
             return z.cpu()
         return _embed_batches(model, data, batch_size, num_neighbors, device, progress).cpu()
     finally:

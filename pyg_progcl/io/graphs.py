@@ -1,11 +1,15 @@
 """Graph files: :func:`~pyg_progcl.io.read_graph` reads a ``.pt`` file holding a
 :class:`torch_geometric.data.Data` (``torch.save(data, path)``) or a ``.npz`` file of plain
-arrays (``edge_index``, ``x``, optionally ``y`` and boolean ``train_mask`` / ``val_mask`` /
-``test_mask``), both without running code from the file (``weights_only=True``,
-``allow_pickle=False``)."""
+arrays (``edge_index``, ``x``, optionally ``edge_weight``, ``y`` and boolean ``train_mask``
+/ ``val_mask`` / ``test_mask``), both without running code from the file
+(``weights_only=True``, ``allow_pickle=False``). :func:`~pyg_progcl.io.graph_for_model`
+gives a model the fields of a graph it uses and says which ones it does not."""
 
 from __future__ import annotations
 
+import copy
+import inspect
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -16,29 +20,35 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._checks import check_graph
-from ._common import PathLike, first_line
+from .._compat import stacklevel_outside_package
+from ..encoders import GCNEncoder, MLPEncoder
+from ._common import PathLike, first_line, load_failure, uncompiled
 
 #: Suffixes :func:`read_graph` reads.
 GRAPH_SUFFIXES = (".pt", ".npz")
-_NPZ_KEYS = ("edge_index", "x", "y", "train_mask", "val_mask", "test_mask")
+_NPZ_KEYS = ("edge_index", "x", "edge_weight", "y", "train_mask", "val_mask", "test_mask")
 _MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 def read_graph(path: PathLike) -> Data:
     """Reads a graph file: ``.pt`` (a :class:`~torch_geometric.data.Data` written by
     ``torch.save``) or ``.npz`` (arrays ``edge_index`` ``[2, E]`` integer, ``x`` ``[N, F]``
-    numeric, optionally ``y`` ``[N]`` integer labels ``>= 0`` and boolean ``[N]`` masks
-    ``train_mask``, ``val_mask``, ``test_mask``).
+    numeric, optionally ``edge_weight`` ``[E]`` numeric, ``y`` ``[N]`` integer labels
+    ``>= 0`` and boolean ``[N]`` or ``[N, S]`` masks ``train_mask``, ``val_mask``,
+    ``test_mask``).
 
-    Nothing in the file is executed. Features become ``float32``, ``edge_index`` and
-    ``y`` ``int64``; edges are kept as given (directed: store both directions of an
-    undirected edge, e.g. with :func:`torch_geometric.utils.to_undirected`).
+    Nothing in the file is executed. Features and edge weights become ``float32``,
+    ``edge_index`` and ``y`` ``int64``; edges are kept as given (directed: store both
+    directions of an undirected edge, e.g. with
+    :func:`torch_geometric.utils.to_undirected`, and both directions' weights). Edge
+    weights are kept for the encoders that take them (:func:`graph_for_model`).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the file and the problem: an unknown suffix, an unreadable
             file, a missing or malformed array (out-of-range or negative node ids, NaN
-            or infinite features, no nodes, labels or masks of the wrong length or type).
+            or infinite features, no nodes, labels or masks of the wrong length or type,
+            edge weights not one finite number ``>= 0`` per edge).
     """
     path = Path(path).expanduser()
     if not path.exists():
@@ -69,7 +79,7 @@ def _read_pt(path: Path) -> dict[str, Any]:
     except Exception as exc:  # a pickle with code, a truncated or corrupt zip, not torch
         raise ValueError(
             f"graph file {str(path)!r} is not a readable torch file holding a "
-            f"torch_geometric Data ({type(exc).__name__}: {first_line(exc)})"
+            f"torch_geometric Data: {load_failure(path, exc)}"
         ) from None
     if not isinstance(data, Data):
         raise ValueError(
@@ -133,12 +143,35 @@ def _graph(fields: dict[str, Any]) -> Data:
     check_graph(x, edge_index)  # shape, integer ids in [0, N), finite features
     n = x.size(0)
     fields = dict(fields, x=x, edge_index=edge_index)
+    if fields.get("edge_weight") is not None:
+        fields["edge_weight"] = _edge_weight(fields["edge_weight"], x, edge_index)
     if fields.get("y") is not None:
         fields["y"] = _labels(fields["y"], n)
     for key in _MASKS:
         if fields.get(key) is not None:
             fields[key] = _mask(key, fields[key], n)
     return Data(**fields)
+
+
+def _edge_weight(weight: Tensor, x: Tensor, edge_index: Tensor) -> Tensor:
+    """``float32`` weights, one finite number ``>= 0`` per edge."""
+    if not isinstance(weight, Tensor):
+        raise ValueError(
+            f"`edge_weight` must be a tensor of one weight per edge (got {type(weight).__name__})"
+        )
+    if weight.layout != torch.strided:
+        weight = weight.to_dense()
+    num_edges = edge_index.size(1)
+    if weight.dim() != 1 or weight.size(0) != num_edges:
+        raise ValueError(
+            f"`edge_weight` must be 1-D, one weight per edge, shape [{num_edges}] (got "
+            f"{list(weight.shape)})"
+        )
+    if weight.is_complex() or weight.dtype == torch.bool:
+        raise ValueError(f"`edge_weight` must hold real numbers (got {weight.dtype})")
+    weight = weight.float()
+    check_graph(x, edge_index, weight)  # finite and >= 0
+    return weight
 
 
 def _labels(y: Tensor, n: int) -> Tensor:
@@ -160,8 +193,74 @@ def _mask(key: str, mask: Tensor, n: int) -> Tensor:
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         kind = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
         raise ValueError(f"`{key}` must be a boolean mask (got {kind})")
-    if mask.shape != (n,):
+    if mask.dim() not in (1, 2) or mask.size(0) != n or mask.numel() == 0:
         raise ValueError(
-            f"`{key}` must have shape [{n}], one entry per node (got {list(mask.shape)})"
+            f"`{key}` must have shape [{n}] (one entry per node) or [{n}, S] (S splits, "
+            f"as PyG's WebKB and WikiCS store them) (got {list(mask.shape)})"
         )
     return mask
+
+
+class GraphFieldWarning(UserWarning):
+    """A field of a graph that the model does not use: ``edge_weight`` for an encoder
+    that takes no edge weights, ``edge_attr`` (edge features) always."""
+
+
+def takes_edge_weight(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (a :class:`~pyg_progcl.GRACEModel` or an encoder, possibly
+    wrapped by ``torch.compile``) uses edge weights: a :class:`~pyg_progcl.GCNEncoder`
+    whose convolution takes ``edge_weight`` (GCNConv, GraphConv, ...) or ``edge_attr``, or
+    another encoder whose ``forward`` has an ``edge_weight`` argument; not an
+    :class:`~pyg_progcl.MLPEncoder`, which uses no graph."""
+    encoder = _encoder_of(model)
+    if isinstance(encoder, MLPEncoder):
+        return False
+    if isinstance(encoder, GCNEncoder):
+        return encoder._edge_weight_arg is not None
+    try:
+        return "edge_weight" in inspect.signature(encoder.forward).parameters
+    except (TypeError, ValueError):  # (no signature to inspect)
+        return False
+
+
+def graph_for_model(model: torch.nn.Module, data: Data) -> Data:
+    """``data`` with the fields ``model`` uses: ``x``, ``edge_index`` and ``edge_weight``
+    where the model takes edge weights (:func:`takes_edge_weight`); without
+    ``edge_weight`` (a shallow copy; ``data`` is left as it is) where it does not.
+
+    What the model does not use is said in one line (Python's warning filters decide
+    how often; by default once per calling line): a :class:`GraphFieldWarning` naming
+    ``edge_weight`` (and the encoder) when it is left out, and ``edge_attr`` if the graph
+    has one (the encoders take one scalar weight per edge, ``edge_weight``, not edge
+    features). Training and :func:`embed` pass their graph through this, so a graph
+    file's weights reach the model wherever it can use them.
+    """
+    unused = []
+    if data.get("edge_attr") is not None:
+        unused.append(
+            "the graph's `edge_attr` is not used: the encoders take no edge features (store "
+            "one weight per edge as `edge_weight`)"
+        )
+    if data.get("edge_weight") is not None and not takes_edge_weight(model):
+        unused.append(
+            f"the graph's `edge_weight` is not used: {_encoder_name(model)} takes no edge weights"
+        )
+        data = copy.copy(data)
+        del data.edge_weight
+    if unused:
+        text = "; ".join(unused)
+        warnings.warn(GraphFieldWarning(text), stacklevel=stacklevel_outside_package())
+    return data
+
+
+def _encoder_of(model: torch.nn.Module) -> torch.nn.Module:
+    """A model's encoder (the model itself if it has none), unwrapped from ``torch.compile``."""
+    model = uncompiled(model)
+    return uncompiled(getattr(model, "encoder", model))
+
+
+def _encoder_name(model: torch.nn.Module) -> str:
+    encoder = _encoder_of(model)
+    conv = getattr(encoder, "conv", None)
+    name = type(encoder).__name__
+    return f"{name} with {conv.__name__}" if isinstance(conv, type) else name

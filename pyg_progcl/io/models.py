@@ -17,7 +17,7 @@ from .._files import atomic_write, check_writable
 from ..augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, Compose, EdgeDrop, FeatureMask
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import GRACEModel
-from ._common import PathLike, first_line
+from ._common import PathLike, first_line, load_failure, uncompiled
 
 #: The ``format`` entry of a model file, and the newest ``version`` this code reads.
 MODEL_FORMAT = "pyg_progcl.model"
@@ -116,7 +116,8 @@ def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
 
 
 def model_config(model: GRACEModel) -> dict[str, Any]:
-    """The plain-value description of ``model`` that :func:`save_model` stores.
+    """The plain-value description of ``model`` that :func:`save_model` stores. A model or
+    encoder wrapped by ``torch.compile`` is described by the module it wraps.
 
     Raises:
         ValueError: for a model this format cannot describe (not a :class:`GRACEModel`, an
@@ -124,6 +125,7 @@ def model_config(model: GRACEModel) -> dict[str, Any]:
             a convolution outside ``torch_geometric.nn``, non-JSON ``conv_kwargs``, an
             activation not given by name).
     """
+    model = uncompiled(model)
     if type(model) is not GRACEModel:
         raise ValueError(
             f"save_model supports a GRACEModel (got {type(model).__name__}); save another "
@@ -134,7 +136,7 @@ def model_config(model: GRACEModel) -> dict[str, Any]:
         "hidden_channels": int(model.hidden_channels),
         "proj_channels": int(model.proj_channels),
         "recompute_views": bool(model.recompute_views),
-        "encoder": _describe_encoder(model.encoder),
+        "encoder": _describe_encoder(uncompiled(model.encoder)),
         "augment1": _describe_augmenter("augment1", model.augment1),
         "augment2": _describe_augmenter("augment2", model.augment2),
     }
@@ -177,12 +179,15 @@ def save_model(
     readable with ``torch.load(path, weights_only=True)``; :func:`load_model` rebuilds
     the model. Augmenters are saved if they are built-in ones (:class:`~pyg_progcl.EdgeDrop`,
     :class:`~pyg_progcl.FeatureMask`, the adaptive ones, a :class:`~pyg_progcl.Compose` of
-    them), else left out with a warning.
+    them), else left out with a warning. A model or encoder wrapped by ``torch.compile``
+    is saved as the module it wraps (the file holds no compiled code; compile the loaded
+    model again if you want it compiled).
 
     Args:
         model: A :class:`GRACEModel` with a :class:`~pyg_progcl.GCNEncoder` (any
             convolution of ``torch_geometric.nn``, JSON ``conv_kwargs``, an activation
-            by name) or an :class:`~pyg_progcl.MLPEncoder`.
+            by name) or an :class:`~pyg_progcl.MLPEncoder`, either of them possibly
+            wrapped by ``torch.compile``.
         path: Where to write (its folder must exist).
         metadata: Plain JSON values stored alongside (e.g. the training config).
 
@@ -204,10 +209,19 @@ def save_model(
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
         "config": config,
-        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "state_dict": _plain_state_dict(uncompiled(model)),
         "metadata": metadata,
     }
     return atomic_write(target, lambda tmp: torch.save(payload, tmp))
+
+
+def _plain_state_dict(model: GRACEModel) -> dict[str, torch.Tensor]:
+    """``model``'s tensors on the CPU, named as in a model without ``torch.compile``
+    wrappers (an ``OptimizedModule`` keeps its module's tensors under ``_orig_mod.``)."""
+    return {
+        key.replace("._orig_mod.", "."): value.detach().cpu().clone()
+        for key, value in model.state_dict().items()
+    }
 
 
 def read_model_file(path: PathLike) -> dict[str, Any]:
@@ -221,8 +235,8 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ValueError(
-            f"model file {str(path)!r} is not a readable pyg_progcl model (corrupt, truncated "
-            f"or another kind of file: {type(exc).__name__}: {first_line(exc)})"
+            f"model file {str(path)!r} is not a readable pyg_progcl model: "
+            f"{load_failure(path, exc)}"
         ) from None
     if not (isinstance(payload, dict) and payload.get("format") == MODEL_FORMAT):
         hint = ""

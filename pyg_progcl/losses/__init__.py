@@ -1,7 +1,7 @@
 """Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL over one small contract.
 
 The public surface is this package's ``__all__`` and :mod:`.schedules`; the modules whose
-names start with ``_`` (the engine, ProGCL's negative terms and compiled passes) are
+names start with ``_`` (the engine, ProGCL's negative terms and selection) are
 internal and may change without notice.
 
 * The losses: :class:`InfoNCELoss`, :class:`DebiasedInfoNCELoss`,
@@ -17,8 +17,6 @@ internal and may change without notice.
   the anchors, as :mod:`pyg_progcl.distributed` computes them), :func:`full_precision`,
   :func:`normalize_views`, :func:`sample_negative_pairs`,
   :func:`sample_negative_similarities` and :class:`BlockPool`.
-* :func:`compiled_status` says whether ProGCL's compiled CPU passes are in use;
-  :class:`CompiledPassWarning` is issued where they cannot be.
 """
 
 from ._engine import (
@@ -34,12 +32,11 @@ from ._engine import (
     sample_negative_pairs,
     sample_negative_similarities,
 )
-from ._kernels import CompiledPassWarning, compiled_status
 from .base import REDUCTIONS, ContrastiveLoss
 from .debiased import DebiasedInfoNCELoss, HardInfoNCELoss
 from .infonce import InfoNCELoss
 from .progcl import ProGCLLoss
-from .schedules import FitOnce, FitSchedule, FlooredFit, FrozenFit, OnlineFit
+from .schedules import FitSchedule, FlooredFit, FrozenFit, OnlineFit
 
 __all__ = [
     # the losses
@@ -53,7 +50,6 @@ __all__ = [
     "FitSchedule",
     "OnlineFit",
     "FlooredFit",
-    "FitOnce",
     "FrozenFit",
     # the contract of a loss
     "NegativeTerm",
@@ -68,7 +64,4 @@ __all__ = [
     "sample_negative_pairs",
     "sample_negative_similarities",
     "BlockPool",
-    # ProGCL's compiled passes
-    "compiled_status",
-    "CompiledPassWarning",
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _kernels
 from ._engine import BlockPool, NegativeBlock, row_chunks, transpose_, underflow_threshold
 from ._engine.ops import EXP_SPAN
 from ._selection import largest
@@ -102,19 +101,17 @@ class MixedSums:
     anchors' in its columns; forward selects both (``π`` drawn for ``u``, then ``v``: the
     per-direction path's order), backward adds the mixed term's gradient at the selected
     entries to the engine's ``∂J/∂(u·vᵀ)``, so the term costs no Gram product of its own.
-    On the CPU both run in one compiled pass over each row where the kernel builds
-    (:mod:`._kernels`), else in torch operations on row chunks that stay in cache. One
-    object serves one forward call.
+    Both run in torch operations on row chunks (cache-sized on the CPU). One object serves
+    one forward call.
     """
 
     def __init__(self, weights: HardnessWeights, num_mix: int, mix_eps: float = MIX_EPS):
         self.weights, self.num_mix, self.mix_eps = weights, num_mix, mix_eps
         self.saved: list[tuple] = []  # per view: π and its gradient factors
-        self.pool = BlockPool(0)
 
     @torch.no_grad()
     def forward(self, logits: Tensor, pool: BlockPool) -> Tensor:
-        n, self.pool = logits.size(0), pool
+        n = logits.size(0)
         k = min(self.num_mix, n - 1)
         perms = [torch.randperm(k, device=logits.device) for _ in range(2)]
         b = self.weights.block_weights(logits, pool.take(n, logits), slice(0, n))
@@ -137,21 +134,8 @@ class MixedSums:
                 f"{self.weights.tau:g}): its unshifted log-sum-exp would underflow; the "
                 "per-direction path serves such temperatures"
             )
-        if k > 0 and _kernels.usable(b, logits):  # the same, in one compiled pass per row
-            n, tau = b.size(0), self.weights.tau
-            ints = torch.empty(k, dtype=torch.int32)  # (its [N, k] matrices: pooled)
-            into = [self.pool.take(n, like) for like in (ints, logits[:k], logits[:k])]
-            factors, out = _kernels.mix_forward(b, logits, perm, k, tau, self.mix_eps, into)
-        else:
-            factors, out = self._mix_chunks(logits, b, perm, k)
-        self.saved.append((perm, factors))
-        return out
-
-    def _mix_chunks(self, logits: Tensor, b: Tensor, perm: Tensor, k: int):
-        """:meth:`_mix` in torch operations on row chunks that stay in cache: ``log X`` and
-        each chunk's gradient factors."""
         tau, lowest = self.weights.tau, -2.0 / self.weights.tau  # (θ = -1)
-        selected = largest(b, k, nonnegative=True)  # (row chunks on parallel threads)
+        selected = largest(b, k)
         out, chunks = logits.new_empty(logits.size(0)), []
         for rows in row_chunks(logits, MIX_CHUNK_ELEMENTS):
             idx = selected[rows]
@@ -167,7 +151,8 @@ class MixedSums:
             if below is not None:
                 soft.masked_fill_(below, 0.0)  # (none below the clamp)
             chunks.append((rows, b_top.mul_(soft), b_pair.mul_(soft), idx.int(), total))
-        return chunks, out
+        self.saved.append((perm, chunks))
+        return out
 
     def backward(self, grad: Tensor, out: Tensor) -> None:
         """``∂J/∂θ_c`` (``θ = u·v``) of the selected ``c``: through ``θ_mix(c)`` with
@@ -175,10 +160,6 @@ class MixedSums:
         softmax of the mixed logits; none below the clamp at -1."""
         tau = self.weights.tau
         for view, (perm, chunks) in enumerate(self.saved):
-            if isinstance(chunks, tuple):  # the compiled pass's factors
-                _kernels.mix_backward(grad[view], chunks, perm, tau, out if view == 0 else out.T)
-                self.pool.give(chunks[:3])
-                continue
             for rows, own, pair, idx, total in chunks:  # e^mixed·b/den, e^mixed·b_π/den
                 scale = grad[view, rows].unsqueeze(1) / total.mul_(tau)
                 g = own.mul_(scale).index_add_(1, perm, pair.mul_(scale))

@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 
 from ..mixture import BetaMixture
-from . import _kernels
 from ._engine import ExpSums, NegativeBlock, NegativeTerm, Pairs, row_chunks, underflow_threshold
 from .schedules import FitSchedule, FrozenFit
 
@@ -52,8 +51,6 @@ class HardnessWeights:
         written to ``out`` if given, in cache-sized row chunks."""
         with torch.no_grad():
             b = torch.empty_like(logits) if out is None else out
-            if logits.stride(-1) == 1 and _kernels.usable(b, logits):  # (one compiled pass)
-                return _kernels.hardness(logits, b, self.tau, self.mixture, self.floor)
             one = logits.new_ones(())
             for rows in row_chunks(logits):
                 s = torch.add(one, logits[rows], alpha=self.tau / 2, out=b[rows])

@@ -21,11 +21,12 @@ class ContrastiveLoss(torch.nn.Module):
         \ell(u_i) = -\log \frac{e^{\theta(u_i, v_i)/\tau}}{e^{\theta(u_i, v_i)/\tau} + Ng_i},
 
     over the anchors of both projected views ``u = h1``, ``v = h2`` (``θ`` the cosine
-    similarity). A subclass supplies only its negative term ``Ng_i``
-    (:meth:`negative_term`); the engine (:func:`~pyg_progcl.losses.contrastive_losses`)
-    computes every anchor's loss on the path that pays, exact and without an ``N×N``
-    matrix when ``N`` is large, and :meth:`reduce` applies the ``reduction``
-    (docs/own_loss.md writes a loss of one's own on this contract).
+    similarity). A subclass supplies its negative term ``Ng_i`` (:meth:`negative_term`);
+    the engine (:func:`~pyg_progcl.losses.contrastive_losses`) computes every anchor's loss
+    on the path that pays, exact and without an ``N×N`` matrix when ``N`` is large, and
+    :meth:`reduce` applies the ``reduction``. A subclass that computes its per-anchor
+    losses otherwise overrides :meth:`compute_loss` instead (docs/own_loss.md writes a
+    loss of one's own on this contract).
 
     Args:
         tau: Temperature :math:`\tau > 0`.
@@ -70,16 +71,34 @@ class ContrastiveLoss(torch.nn.Module):
 
         Computed in float32 (float64 for float64 views) under autocast too: half-precision
         views are upcast and autocast is off inside the loss. Under ``torch.compile`` it
-        runs eagerly (compile the encoder or the model, not the loss)."""
+        runs eagerly (compile the encoder or the model, not the loss). A subclass
+        overrides :meth:`compute_loss`, not this method:
+        :class:`~pyg_progcl.distributed.DistributedLoss` calls ``compute_loss`` and
+        refuses a loss whose ``forward`` is its own."""
         self.check_inputs(h1, h2)
         with full_precision(h1):
             return self.reduce(self.compute_loss(h1, h2))
 
-    def compute_loss(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """``[2, N]`` per-anchor losses ``ℓ(u_i)``, ``ℓ(v_i)`` (inputs checked)."""
+    def compute_loss(self, h1: Tensor, h2: Tensor, anchors: Optional[slice] = None) -> Tensor:
+        """Per-anchor losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of checked views.
+
+        The extension point beside :meth:`negative_term`: a subclass may override it to
+        compute its losses its own way; :meth:`forward` and
+        :class:`~pyg_progcl.distributed.DistributedLoss` both call it.
+
+        Args:
+            h1, h2: The projected views ``[N, d]`` (checked by :meth:`check_inputs`).
+            anchors: The rows whose losses are returned, each against all ``N`` nodes
+                (default: all). ``DistributedLoss`` passes a rank's own rows; an override
+                without this argument is called on all rows there and its losses cut to
+                the rank's, ``W`` times the work.
+
+        Returns:
+            ``[2, M]`` losses of the ``M`` anchors (``[2, N]`` by default).
+        """
         return contrastive_losses(
             h1, h2, self.tau, self.negative_term(), self.block_size, self.num_negatives,
-            pool=self.pool,
+            pool=self.pool, anchors=anchors,
         )  # fmt: skip
 
     def reduce(self, losses: Tensor) -> Tensor:

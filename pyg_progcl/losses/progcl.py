@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 from typing import Optional, Union
 
@@ -22,7 +21,6 @@ from .schedules import (
     FitSchedule,
     FrozenFit,
     as_schedule,
-    with_posterior_floor,
 )
 
 #: The largest ``num_samples``: a fit holds about 136 bytes per sampled similarity
@@ -55,12 +53,13 @@ class ProGCLLoss(ContrastiveLoss):
     (:meth:`BetaMixture.degeneracy <pyg_progcl.BetaMixture.degeneracy>`, e.g. a
     false-negative spike at cosine 1, under which long runs collapse) it floors
     :math:`p(\mathrm{true\ neg.} \mid s')` at 0.5 for the rest of training, so that no
-    negative loses more than half its hardness; ``'fit-once'`` fits once; ``'frozen'``
-    fits once and keeps the weights of that epoch's views, as the reference code does
-    (:meth:`reference_code`). docs/algorithms.md §5.4 has the measurements behind the
-    default. The floor is the schedule's one setting: ``FlooredFit(floor=0.7)`` engages
-    another at the first degenerate refit, ``OnlineFit(floor=0.5)`` (any schedule's
-    ``floor``) floors from the first fit.
+    negative loses more than half its hardness; ``'frozen'`` fits once and keeps the
+    weights of that epoch's views, as the reference code does (:meth:`reference_code`).
+    docs/algorithms.md §5.4 has the measurements behind the default. The floor is the
+    schedule's one setting: ``FlooredFit(floor=0.7)`` engages another at the first
+    degenerate refit, ``OnlineFit(floor=0.5)`` (any schedule's ``floor``) floors from the
+    first fit. A degenerate fit is counted in :attr:`degenerate_fits`; it warns only under
+    a schedule without a floor (``'online'``, ``'frozen'``), once per loss.
 
     .. code-block:: python
 
@@ -83,11 +82,8 @@ class ProGCLLoss(ContrastiveLoss):
             initialisation); one passed in already fitted weights from the first step
             (except with ``'frozen'``, which needs a fit to store its views).
         schedule: ``'floored'``, ``'online'`` (ProGCL's online refit without the floor),
-            ``'guarded'``, ``'fit-once'``, ``'frozen'`` or a
-            :class:`~pyg_progcl.losses.schedules.FitSchedule` (with its ``floor``).
-        posterior_floor: Deprecated (a ``FutureWarning``): the floor is the schedule's
-            ``floor``; this builds the schedule that computes what the former option did
-            (:func:`~pyg_progcl.losses.schedules.with_posterior_floor`).
+            ``'frozen'`` or a :class:`~pyg_progcl.losses.schedules.FitSchedule` (with its
+            ``floor``).
         block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
     """
 
@@ -101,7 +97,6 @@ class ProGCLLoss(ContrastiveLoss):
         mix_eps: float = MIX_EPS,
         mixture: Optional[BetaMixture] = None,
         schedule: Union[str, FitSchedule] = DEFAULT_SCHEDULE,
-        posterior_floor: Optional[float] = None,
         **kwargs,
     ):
         super().__init__(tau, **kwargs)
@@ -117,15 +112,6 @@ class ProGCLLoss(ContrastiveLoss):
         self.mix_eps = check_positive("mix_eps", mix_eps)
         self.mixture = BetaMixture() if mixture is None else mixture
         self.schedule = as_schedule(schedule)
-        if posterior_floor is not None:
-            warnings.warn(
-                "`ProGCLLoss(posterior_floor=...)` is deprecated: the floor is the schedule's, "
-                "e.g. schedule=OnlineFit(floor=0.5) (from the first fit) or "
-                "FlooredFit(floor=0.5) (from the first degenerate refit)",
-                FutureWarning,
-                stacklevel=2,
-            )
-            self.schedule = with_posterior_floor(self.schedule, posterior_floor)
 
     @classmethod
     def reference_code(
@@ -162,8 +148,8 @@ class ProGCLLoss(ContrastiveLoss):
     @property
     def degenerate_fits(self) -> dict[str, int]:
         """How many fits of the mixture degenerated, by kind (``{kind: count}``; see
-        :attr:`.BetaMixture.degenerate_fits`): the first fit of each kind warns, later
-        ones are only counted here."""
+        :attr:`.BetaMixture.degenerate_fits`). Under a schedule without a floor the first
+        one also warns (:class:`~pyg_progcl.losses.schedules.FitSchedule`)."""
         return self.mixture.degenerate_fits
 
     def reset_parameters(self):

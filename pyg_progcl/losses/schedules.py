@@ -4,7 +4,6 @@ similarities the weights come from (docs/algorithms.md §5.4)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import warnings
 from typing import Callable, Optional, Union
 
@@ -12,8 +11,20 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_choice, check_nonnegative, check_probability
-from ..mixture import MixtureDegeneracyWarning
+from .._compat import stacklevel_outside_package
+from ..mixture import DEGENERACY_KINDS, MixtureDegeneracyWarning
 from ._engine import Pairs, normalize_views
+
+__all__ = [
+    "DEFAULT_SCHEDULE",
+    "DEGENERATE_FLOOR",
+    "FROZEN_CACHE_MIB",
+    "SCHEDULES",
+    "FitSchedule",
+    "FlooredFit",
+    "FrozenFit",
+    "OnlineFit",
+]
 
 #: MiB of frozen weights :class:`FrozenFit` holds between steps by default (what does not
 #: fit is recomputed block by block at every step).
@@ -27,7 +38,12 @@ class FitSchedule(torch.nn.Module):
     A refit *degenerates* when :meth:`~pyg_progcl.BetaMixture.degeneracy` finds a problem
     (e.g. a false-negative spike at cosine 1, under which near-duplicate negatives lose
     their repulsion and long runs collapse; docs/algorithms.md §5.4); the buffer
-    ``degenerated`` records whether one has since the last :meth:`reset_parameters`.
+    ``degenerated`` records whether one has since the last :meth:`reset_parameters`, and
+    the loss's ``degenerate_fits`` counts them by kind. A degenerate refit warns (a
+    one-line :class:`~pyg_progcl.MixtureDegeneracyWarning` that names the fix, pointing at
+    the line that called :meth:`.ProGCLLoss.fit`) only where nothing bounds its effect: when
+    the schedule's :attr:`posterior_floor` is 0 after it (``'online'``, ``'frozen'``
+    without a ``floor``); at most once per schedule (the fix is the same for every kind).
 
     Args:
         floor: Lower bound of the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b``
@@ -45,6 +61,7 @@ class FitSchedule(torch.nn.Module):
         super().__init__()
         self.floor = check_probability("floor", floor)
         self.register_buffer("degenerated", torch.zeros((), dtype=torch.bool))
+        self._warned = False  # whether a degenerate refit was warned about
 
     @property
     def posterior_floor(self) -> float:
@@ -56,10 +73,32 @@ class FitSchedule(torch.nn.Module):
         raise NotImplementedError
 
     def refit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
-        """``loss.refit(h1, h2, generator)``, noting in ``degenerated`` if it degenerated."""
+        """``loss.refit(h1, h2, generator)``, noting in ``degenerated`` if it degenerated,
+        and warning if that leaves the weights unbounded (see the class)."""
+        mixture = loss.mixture
+        before = dict(mixture.degenerate_fits)
         loss.refit(h1, h2, generator)
-        if loss.mixture.problems_:
-            self.degenerated.fill_(True)
+        if not mixture.problems_:
+            return
+        self.degenerated.fill_(True)
+        kinds = [k for k, n in mixture.degenerate_fits.items() if n > before.get(k, 0)]
+        kinds = [k for k in kinds if k != "not-converged"]
+        if kinds and not self._warned and not self.posterior_floor:
+            self._warned = True
+            warnings.warn(
+                MixtureDegeneracyWarning(self._risk_message(kinds)),
+                stacklevel=stacklevel_outside_package(),
+            )
+
+    def _risk_message(self, kinds: list[str]) -> str:
+        """The one-line warning about a degenerate refit of these kinds without a floor."""
+        found = ", ".join(DEGENERACY_KINDS.get(k, k) for k in kinds)
+        return (
+            f"ProGCL schedule '{schedule_name(self)}' has no floor and a mixture fit "
+            f"degenerated ({found}): its weights may no longer tell true from false "
+            "negatives; use schedule='floored' (--schedule floored) or a floor, e.g. "
+            f"{type(self).__name__}(floor=0.5) (--floor 0.5)"
+        )
 
     def fitted(self, loss) -> bool:
         """Whether ``loss`` weights its negatives yet (before that it is GRACE's)."""
@@ -79,48 +118,22 @@ class FitSchedule(torch.nn.Module):
         """Forgets what the schedule holds."""
         self.degenerated.fill_(False)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # States saved before the buffer existed: no refit had degenerated as far as known.
-        state_dict.setdefault(prefix + "degenerated", torch.zeros((), dtype=torch.bool))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
 
 class OnlineFit(FitSchedule):
-    r"""Every :meth:`.ProGCLLoss.fit` refits the mixture, warm-started (ProGCL's online
-    refit); ``b`` comes from the current similarities at every step.
+    r"""``'online'``, the paper's schedule: every :meth:`.ProGCLLoss.fit` refits the
+    mixture, warm-started; ``b`` comes from the current similarities at every step.
 
     Args:
-        keep_healthy: Reject a refit that leaves the mixture degenerate: the mixture keeps
-            its last healthy parameters (or stays unfitted, the loss GRACE's), and the
-            rejected fit does not warn (``'guarded'``).
         floor: See :class:`FitSchedule`.
     """
 
-    def __init__(self, keep_healthy: bool = False, floor: float = 0.0):
-        super().__init__(floor)
-        self.keep_healthy = check_bool("keep_healthy", keep_healthy)
-        self.rejected = 0  # refits rejected since construction
-
-    @property
-    def name(self) -> str:
-        return "guarded" if self.keep_healthy else "online"
+    name = "online"
 
     def fit(self, loss, h1, h2, generator=None) -> None:
-        if not self.keep_healthy:
-            self.refit(loss, h1, h2, generator)
-            return
-        mixture = loss.mixture
-        before = {k: t.clone() for k, t in mixture.state_dict().items()}
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always", MixtureDegeneracyWarning)
-            self.refit(loss, h1, h2, generator)
-        if mixture.problems_:
-            mixture.load_state_dict(before)
-            self.rejected += 1
+        self.refit(loss, h1, h2, generator)
 
     def extra_repr(self) -> str:
-        parts = ["keep_healthy=True"] if self.keep_healthy else []
-        return ", ".join(parts + _floor_repr(self.floor, 0.0))
+        return ", ".join(_floor_repr(self.floor, 0.0))
 
 
 #: The ``floor`` of ``schedule='floored'``.
@@ -136,39 +149,19 @@ class FlooredFit(OnlineFit):
 
     Args:
         floor: The floor engaged at the first degenerate refit (0: never, ``'online'``).
-        keep_healthy: See :class:`OnlineFit`.
     """
 
     name = "floored"
 
-    def __init__(self, floor: float = DEGENERATE_FLOOR, keep_healthy: bool = False):
-        super().__init__(keep_healthy, floor)
+    def __init__(self, floor: float = DEGENERATE_FLOOR):
+        super().__init__(floor)
 
     @property
     def posterior_floor(self) -> float:
         return self.floor if bool(self.degenerated) else 0.0
 
     def extra_repr(self) -> str:
-        parts = ["keep_healthy=True"] if self.keep_healthy else []
-        return ", ".join(_floor_repr(self.floor, DEGENERATE_FLOOR) + parts)
-
-
-class FitOnce(FitSchedule):
-    """The first :meth:`.ProGCLLoss.fit` fits the mixture (unless it was passed in fitted),
-    later calls keep it; ``b`` comes from the current similarities.
-
-    Args:
-        floor: See :class:`FitSchedule`.
-    """
-
-    name = "fit-once"
-
-    def extra_repr(self) -> str:
-        return ", ".join(_floor_repr(self.floor, 0.0))
-
-    def fit(self, loss, h1, h2, generator=None) -> None:
-        if not loss.mixture.fitted:
-            self.refit(loss, h1, h2, generator)
+        return ", ".join(_floor_repr(self.floor, DEGENERATE_FLOOR))
 
 
 class FrozenFit(FitSchedule):
@@ -278,8 +271,6 @@ DEFAULT_SCHEDULE = "floored"
 SCHEDULES: dict[str, Callable[..., FitSchedule]] = {
     "online": OnlineFit,
     "floored": FlooredFit,
-    "guarded": functools.partial(OnlineFit, keep_healthy=True),
-    "fit-once": FitOnce,
     "frozen": FrozenFit,
 }
 
@@ -301,39 +292,3 @@ def as_schedule(schedule: Union[str, FitSchedule], floor: Optional[float] = None
 def schedule_name(schedule: FitSchedule) -> str:
     """The schedule's :attr:`~FitSchedule.name` (its class name if it has none)."""
     return schedule.name or type(schedule).__name__
-
-
-def with_posterior_floor(schedule: FitSchedule, posterior_floor: float) -> FitSchedule:
-    """The single-floor schedule that computes what ``schedule`` did with the former
-    ``ProGCLLoss(posterior_floor=...)`` (a floor from the first fit, combined by ``max``
-    with the schedule's own): ``schedule`` with that floor, or for a :class:`FlooredFit`
-    whose floor it reaches, an :class:`OnlineFit` floored from the first fit.
-
-    Raises:
-        ValueError: for a ``posterior_floor`` below a :class:`FlooredFit`'s floor, which
-            no single floor equals (one floor before the first degenerate refit, a higher
-            one after).
-    """
-    posterior_floor = check_probability("posterior_floor", posterior_floor)
-    if not posterior_floor:
-        return schedule
-    if not isinstance(schedule, FlooredFit):
-        schedule.floor = max(schedule.floor, posterior_floor)
-        return schedule
-    if posterior_floor >= schedule.floor:  # max(x, floor) = x from the first fit on
-        return OnlineFit(schedule.keep_healthy, posterior_floor)
-    raise ValueError(
-        f"`posterior_floor={posterior_floor:g}` with schedule='floored' has no single-floor "
-        f"equivalent (p(TN | s') floored at {posterior_floor:g}, then at {schedule.floor:g} "
-        f"from the first degenerate refit): use schedule='online' with floor={posterior_floor:g} "
-        "(from the first fit) or schedule='floored' with a floor (from the first degenerate "
-        "refit)"
-    )
-
-
-def legacy_floor(schedule: str, posterior_floor: float) -> tuple[str, Optional[float]]:
-    """``(schedule, floor)``, the names of :func:`with_posterior_floor` for a config: the
-    schedule's name and its floor (``None``: the schedule's default, where
-    ``posterior_floor`` is 0)."""
-    made = with_posterior_floor(as_schedule(schedule), posterior_floor)
-    return made.name, (made.floor if posterior_floor else None)

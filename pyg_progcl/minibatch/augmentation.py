@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
 from ..augment import (
     AdaptiveEdgeDrop,
     AdaptiveFeatureMask,
+    Augmenter,
     Compose,
     drop_edge_weighted,
     mask_feature_weighted,
@@ -34,7 +34,9 @@ class SubgraphAugmenter:
     graph; on a subgraph they are looked up, not refitted: an edge's drop probability
     depends only on its target node, so a per-node table serves every batch, and the
     feature-column probabilities are global. Uniform augmenters (and any other callable)
-    are applied to the subgraph as they are.
+    are applied to the subgraph as they are. Adaptive augmenters not prepared yet are
+    prepared here, on the full graph (``prepare``); prepared ones must have been prepared
+    on a graph of its number of nodes.
 
     Args:
         augment: A model's ``augment1`` / ``augment2`` (an augmenter, a
@@ -44,24 +46,32 @@ class SubgraphAugmenter:
 
     def __init__(self, augment, data: Data):
         self.members = _members(augment)
+        #: Whether a member is a callable other than the package's augmenters, whose
+        #: output is not known to stay a valid graph.
+        self.has_custom_members = any(not isinstance(m, Augmenter) for m in self.members)
         self.node_drop_prob: dict[int, Tensor] = {}
+        shared: dict = {}  # (each kind of centrality computed once)
         for i, aug in enumerate(self.members):
-            if isinstance(aug, (AdaptiveEdgeDrop, AdaptiveFeatureMask)):
-                aug.prepare(data.x, data.edge_index, data.num_nodes)  # cached per graph
+            if isinstance(aug, (AdaptiveEdgeDrop, AdaptiveFeatureMask)) and aug.is_active():
+                aug._prepare_with(data.x, data.edge_index, data.num_nodes, shared, force=False)
+                aug._check_prepared(data.num_nodes)
             if isinstance(aug, AdaptiveEdgeDrop) and aug.is_active():
-                prob = torch.zeros(data.num_nodes, dtype=aug.drop_prob.dtype)
-                target = data.edge_index[1].to(prob.device)
-                self.node_drop_prob[i] = prob.scatter_(0, target, aug.drop_prob.to(prob.device))
+                self.node_drop_prob[i] = aug.node_drop_prob
 
     def __call__(
-        self, x: Tensor, edge_index: Tensor, n_id: Optional[Tensor] = None
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        n_id: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
-        """Augments a subgraph whose node ``j`` is global node ``n_id[j]``.
+        """Augments a subgraph whose node ``j`` is global node ``n_id[j]``; returns
+        ``(x, edge_index, edge_weight)``, the weights of the edges kept (``None`` without
+        ``edge_weight``).
 
         Without ``n_id`` (a loader that does not record it) adaptive members are fitted
         on the un-augmented subgraph, as :class:`Compose` fits them on its input.
         """
-        edge_weight = None
         if n_id is None:
             for aug in self.members:
                 aug.prepare(x, edge_index, x.size(0))

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_data, trusted_graph
+from .._checks import accepts_check, check_data
 from ..losses import FrozenFit
 from .augmentation import SubgraphAugmenter
 from .sampling import seed_count
@@ -42,14 +42,16 @@ class SeedViews(torch.nn.Module):
         self.augmenters = [SubgraphAugmenter(a, graph) for a in (model.augment1, model.augment2)]
 
     def forward(self, batch: Data) -> tuple[Tensor, Tensor]:
-        """The projected views of ``batch``'s seed nodes (its first rows)."""
+        """The projected views of ``batch``'s seed nodes (its first rows), with the
+        batch's ``edge_weight`` (the sampled edges' weights), if any."""
         seeds = seed_count(batch)
-        n_id = batch.get("n_id")
+        n_id, weight = batch.get("n_id"), batch.get("edge_weight")
         views = []
         for augment in self.augmenters:
-            x, edge_index, edge_weight = augment(batch.x, batch.edge_index, n_id)
-            with trusted_graph():  # a subgraph of the checked graph
-                z = self.model(x, edge_index, edge_weight)
+            x, edge_index, edge_weight = augment(batch.x, batch.edge_index, n_id, weight)
+            # A subgraph of the checked graph: checked again only after a custom callable.
+            kwargs = {"check": augment.has_custom_members} if accepts_check(self.model) else {}
+            z = self.model(x, edge_index, edge_weight, **kwargs)
             views.append(self.model.project(z[:seeds]))
         return views[0], views[1]
 
@@ -82,8 +84,10 @@ def minibatch_epoch(
 
     For every batch (the subgraph around ``batch.batch_size`` seed nodes): two augmented
     views of the subgraph are encoded by ``model`` (a :class:`~pyg_progcl.GRACEModel`),
-    the seed rows projected, and ``loss_fn(h1, h2)`` taken over the seeds, whose
-    negatives are the other seeds of the batch; then one optimiser step. With ``fit``,
+    with the batch's ``edge_weight`` if it has one (:func:`neighbor_loader` carries a
+    graph's weights into its batches; edge drop keeps the surviving edges' weights), the
+    seed rows projected, and ``loss_fn(h1, h2)`` taken over the seeds, whose negatives
+    are the other seeds of the batch; then one optimiser step. With ``fit``,
     ProGCL's mixture (Xia et al., ICML 2022) is refitted once, on the first batch's
     detached projections before its loss, so the rest of the epoch weights negatives
     with a mixture of the current embeddings, as the full-graph trainer refits once per

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_data, check_input_width, check_int, trusted_graph
+from .._checks import accepts_check, check_data, check_input_width, check_int
 from ..encoders import GCNEncoder, MLPEncoder, sparse_features
 from .sampling import InEdges, neighbor_loader, seed_count
 
@@ -45,25 +45,32 @@ def _reach(encoder) -> Optional[int]:
 
 
 def _layer_graph(
-    conv, edge_index: Tensor, num_nodes: int, dtype
+    conv, edge_index: Tensor, num_nodes: int, dtype, edge_weight: Optional[Tensor] = None
 ) -> tuple[Tensor, Optional[Tensor]]:
-    """The edges (and weights) one layer aggregates over: GCN's symmetric normalisation
-    with the full graph's degrees (self-loops included); the raw edges otherwise."""
+    """The edges and weights one layer aggregates over: GCN's symmetric normalisation of
+    the graph's weights (unit weights without them) with the full graph's degrees
+    (self-loops included), as GCNConv computes it; the raw edges and weights otherwise."""
     from torch_geometric.nn import GCNConv
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     if isinstance(conv, GCNConv) and conv.normalize:
         # Explicit unit weights: without them PyG gives added self-loops weight 1 even with
         # ``improved=True`` (2), unlike GCNConv's own sparse path.
-        ones = torch.ones(edge_index.size(1), dtype=dtype)
+        if edge_weight is None:
+            edge_weight = torch.ones(edge_index.size(1), dtype=dtype)
         return gcn_norm(
-            edge_index, ones, num_nodes, conv.improved, conv.add_self_loops, conv.flow, dtype
-        )
-    return edge_index, None
+            edge_index, edge_weight.to(dtype), num_nodes, conv.improved, conv.add_self_loops,
+            conv.flow, dtype,
+        )  # fmt: skip
+    return edge_index, edge_weight
 
 
-def _apply_layer(conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
-    """``conv`` on a batch's edges; GCN with the full graph's normalisation weights."""
+def _apply_layer(
+    conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor], keyword: Optional[str]
+) -> Tensor:
+    """``conv`` on a batch's edges: GCN with the full graph's normalisation weights, other
+    convolutions with the edges' weights as their argument ``keyword`` (as
+    :class:`~pyg_progcl.GCNEncoder` passes them)."""
     from torch_geometric.nn import GCNConv
 
     if isinstance(conv, GCNConv) and conv.normalize:
@@ -72,12 +79,17 @@ def _apply_layer(conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tens
             return conv(x, edge_index, edge_weight)
         finally:
             conv.normalize = True
-    return conv(x, edge_index)
+    if edge_weight is None or keyword is None:
+        return conv(x, edge_index)
+    return conv(x, edge_index, **{keyword: edge_weight})
 
 
-def _layer_on_targets(conv, x: Tensor, graph: InEdges, targets: Tensor, local: Tensor, device):
+def _layer_on_targets(
+    conv, x: Tensor, graph: InEdges, targets: Tensor, local: Tensor, device, keyword
+):
     """One layer's (pre-activation) output at ``targets``, from their in-neighbours' rows of
-    ``x``. ``local`` is an all ``-1`` scratch array of node slots, left so."""
+    ``x`` (and their edges' weights, passed as ``keyword``). ``local`` is an all ``-1``
+    scratch array of node slots, left so."""
     pos, slot = graph.sample(targets, -1)
     source = graph.source[pos]
     local[targets] = torch.arange(targets.numel())
@@ -87,7 +99,7 @@ def _layer_on_targets(conv, x: Tensor, graph: InEdges, targets: Tensor, local: T
     sub_ei = torch.stack([local[source], slot]).to(device)
     weight = None if graph.weight is None else graph.weight[pos].to(device)
     local[nodes] = -1
-    h = _apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei, weight)
+    h = _apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei, weight, keyword)
     return h[: targets.numel()]
 
 
@@ -134,19 +146,29 @@ def node_part(num_nodes: int, part: tuple[int, int]) -> slice:
 
 @torch.no_grad()
 def _layerwise(
-    encoder, x: Tensor, edge_index: Tensor, batch_size: int, device, part, gather
+    encoder,
+    x: Tensor,
+    edge_index: Tensor,
+    edge_weight: Optional[Tensor],
+    batch_size: int,
+    device,
+    part,
+    gather,
 ) -> Tensor:
     """Exact encoder output, one layer at a time over target-node batches: a layer's
-    output at a node needs only its in-neighbours' inputs (and, for GCN, degrees). Each
-    layer computes the ``part``'s nodes and ``gather`` assembles all of them. GCN layers
-    transform every node's row once (``x @ W``) and sum the transformed rows per batch."""
+    output at a node needs only its in-neighbours' inputs and edge weights (and, for GCN,
+    weighted degrees). Each layer computes the ``part``'s nodes and ``gather`` assembles
+    all of them. GCN layers transform every node's row once (``x @ W``) and sum the
+    transformed rows per batch."""
     n = x.size(0)
     own = node_part(n, part)
     local = torch.full((n,), -1, dtype=torch.long)
+    keyword = getattr(encoder, "_edge_weight_arg", None)  # how GCNEncoder passes weights
+    weight = None if edge_weight is None else edge_weight.cpu()
     for i, (conv, act) in enumerate(zip(encoder.layers, encoder.activations)):
         out, graph, xw = None, None, None
         if not isinstance(encoder, MLPEncoder):
-            layer_edges, layer_weight = _layer_graph(conv, edge_index.cpu(), n, x.dtype)
+            layer_edges, layer_weight = _layer_graph(conv, edge_index.cpu(), n, x.dtype, weight)
             graph = InEdges(layer_edges, n, layer_weight)
         if graph is not None and _linear_first(conv):  # x @ W once per layer, not per batch
             sparse = i == 0 and getattr(encoder, "sparse_features", False)
@@ -158,7 +180,7 @@ def _layerwise(
             elif xw is not None:
                 h = act(_aggregate_on_targets(conv, xw, graph, targets, device))
             else:
-                h = act(_layer_on_targets(conv, x, graph, targets, local, device))
+                h = act(_layer_on_targets(conv, x, graph, targets, local, device, keyword))
             if out is None:
                 out = x.new_empty(own.stop - own.start, h.size(1))
             out[start - own.start : start - own.start + targets.numel()] = h.to(out.device)
@@ -175,11 +197,15 @@ def _embed_sampled(
     nodes = torch.arange(own.start, own.stop)
     loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False, input_nodes=nodes)
     out = None
+    unchecked = {"check": False} if accepts_check(model) else {}  # (subgraphs of a checked graph)
     for batch in loader:
         seeds = seed_count(batch)
         batch = batch.to(device)
-        with trusted_graph():  # a subgraph of the checked graph
-            z = model(batch.x, batch.edge_index)[:seeds]
+        weight = batch.get("edge_weight")  # the sampled edges' weights
+        if weight is None:
+            z = model(batch.x, batch.edge_index, **unchecked)[:seeds]
+        else:
+            z = model(batch.x, batch.edge_index, weight, **unchecked)[:seeds]
         if out is None:
             out = data.x.new_empty(own.stop - own.start, z.size(1))
         out[batch.n_id[:seeds].to(out.device) - own.start] = z.to(out.device)
@@ -208,9 +234,10 @@ def embed_minibatch(
     r"""Encoder embeddings ``f(G)`` of every node, computed in batches of nodes.
 
     With ``num_neighbors=None`` the result is exact (equal to ``model(data.x,
-    data.edge_index)`` up to float round-off): for :class:`~pyg_progcl.GCNEncoder` with
-    GCN, SAGE, GAT, GATv2, GIN or GraphConv layers and for :class:`~pyg_progcl.MLPEncoder`
-    it runs layer by layer over batches of target nodes and their in-neighbours (GCN's
+    data.edge_index, data.edge_weight)`` up to float round-off; a graph's ``edge_weight``
+    is applied exactly as the full-graph forward applies it): for
+    :class:`~pyg_progcl.GCNEncoder` with GCN, SAGE, GAT, GATv2, GIN or GraphConv layers
+    and for :class:`~pyg_progcl.MLPEncoder` it runs layer by layer over batches of target nodes and their in-neighbours (GCN's
     normalisation uses the full graph's degrees), one pass per layer; other encoders are
     run on full ``L + 1``-hop neighbourhoods (``-1`` per hop; the extra hop gives the
     outermost nodes their true degrees), with ``L`` the hops the layers reach (a layer's
@@ -243,11 +270,18 @@ def embed_minibatch(
         if not isinstance(data.get("x"), Tensor):
             raise ValueError("`data` needs node features `x` to embed")
         check_input_width(data.x, encoder)
-        check_data(data)
+        weight = data.get("edge_weight")
+        if weight is not None and isinstance(encoder, GCNEncoder) and not encoder._edge_weight_arg:
+            raise ValueError(  # (as GCNEncoder.forward refuses them)
+                f"`edge_weight` was given but {encoder.conv.__name__} does not accept edge weights"
+            )
         if part[1] > 1 and gather is None:
             raise ValueError("computing one `part` of the nodes needs `gather` to assemble them")
         if num_neighbors is None and _layerwise_supported(encoder):
-            return _layerwise(encoder, data.x, data.edge_index, batch_size, device, part, gather)
+            check_data(data)  # (the sampled path's loader checks it)
+            return _layerwise(
+                encoder, data.x, data.edge_index, weight, batch_size, device, part, gather
+            )
         if num_neighbors is None:
             num_neighbors = _full_neighbourhoods(encoder)
         return _embed_sampled(model, data, num_neighbors, batch_size, device, part, gather)

@@ -6,8 +6,7 @@ path up front and returns per-anchor losses. Modules, one way down: :mod:`.dispa
 :mod:`.onepass` (both directions from one pass over row blocks) and
 :mod:`.per_direction` (dense, row blocks, sampled negatives) → :mod:`.blocks` (the
 anchor blocks a negative term reads) → :mod:`.ops`; :mod:`.pool` (reused CPU matrices)
-and :mod:`.sampling` (negative pairs for the mixture's fit) beside them, and
-:mod:`.threads`, the worker threads that the package's CPU passes share. Why the package
+and :mod:`.sampling` (negative pairs for the mixture's fit) beside them. Why the package
 has its own engine instead of a dense ``N×N`` matrix: docs/design.md.
 """
 
@@ -17,7 +16,6 @@ from .onepass import ExpSums, ExtraTerm
 from .ops import full_precision, normalize_views, row_chunks, transpose_, underflow_threshold
 from .pool import BlockPool
 from .sampling import sample_negative_pairs, sample_negative_similarities
-from .threads import thread_pool
 
 __all__ = [
     "BlockPool",
@@ -35,7 +33,6 @@ __all__ = [
     "row_chunks",
     "sample_negative_pairs",
     "sample_negative_similarities",
-    "thread_pool",
     "transpose_",
     "underflow_threshold",
 ]

@@ -4,11 +4,12 @@
 path            when                                                                memory
 ==============  ==================================================================  ==============
 ``sampled``     ``num_negatives=k``: ``k`` uniform negatives per anchor and view    ``O(B·k)``
-``one-pass``    the loss's ``log Ng`` follows from exponential sums                 ``O(B·N)``
-                (:class:`~.onepass.ExpSums`) that stay normal floats at this ``τ``
-                (with an extra term, ProGCL-mix: one block of all anchors, O(N²))
+``one-pass``    all anchors, and the loss's ``log Ng`` follows from exponential     ``O(B·N)``
+                sums (:class:`~.onepass.ExpSums`) that stay normal floats at this
+                ``τ`` (with an extra term, ProGCL-mix: one block of them, O(N²))
 ``dense``       otherwise, one block of all ``N`` anchors per direction             ``O(N²)``
-``row-blocks``  otherwise, ``B`` anchors per block, recomputed in backward          ``O(B·N)``
+``row-blocks``  otherwise (and for a part of the anchors), ``B`` anchors per        ``O(B·N)``
+                block, recomputed in backward
 ==============  ==================================================================  ==============
 
 ``B`` is ``block_size``, or chosen: all ``N`` anchors up to :data:`DENSE_MAX_NODES` nodes
@@ -20,7 +21,7 @@ whose ProGCL weights underflow there are recomputed on the row-block path in log
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -98,24 +99,24 @@ def choose_path(
     num_anchors: Optional[int] = None,
 ) -> Path:
     """The path of a loss with these options on ``num_nodes`` nodes (see the module's
-    table), for ``num_anchors`` of them as anchors (default: all; a part of them is never
-    ``dense``)."""
-    part = num_anchors is not None and num_anchors < num_nodes
+    table), for ``num_anchors`` of them as anchors (default: all). A part of them takes
+    row blocks (or sampled negatives): the one-pass engine's column sums need every row,
+    and a dense block holds all anchors."""
     if num_negatives is not None:
         return Path("sampled", block_size or auto_block_size(num_nodes, num_negatives + 1))
+    if num_anchors is not None and num_anchors < num_nodes:
+        rows = block_size or auto_block_size(num_anchors, num_nodes)
+        return Path("row-blocks", min(rows, num_anchors))
     sums = term.sums if term.sums is not None and term.sums.fits(tau) else None
     whole = sums is not None and sums.extra is not None  # one-pass only as one block
-    if block_size is None and part:
-        block_size = BLOCK_ELEMENTS // num_nodes
-    elif block_size is None:
+    if block_size is None:
         dense_max = WHOLE_MATRIX_MAX_NODES if whole else DENSE_MAX_NODES
         block_size = auto_block_size(num_nodes, dense_max=dense_max)
-    rows = num_anchors if part else num_nodes
-    blocked = block_size is not None and block_size < rows
-    if sums is not None and not (whole and (blocked or part)):
+    blocked = block_size is not None and block_size < num_nodes
+    if sums is not None and not (whole and blocked):
         return Path("one-pass", block_size if blocked else None)
-    if blocked or part:
-        return Path("row-blocks", min(block_size or rows, rows))
+    if blocked:
+        return Path("row-blocks", block_size)
     return Path("dense")
 
 
@@ -129,7 +130,6 @@ def contrastive_losses(
     pool: Optional[BlockPool] = None,
     generator: Optional[torch.Generator] = None,
     anchors: Optional[slice] = None,
-    reduce: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> Tensor:
     """``[2, M]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the anchors ``i`` in
     ``anchors`` (default: all ``N`` nodes), each against all nodes, on the path that the
@@ -144,10 +144,8 @@ def contrastive_losses(
             (:class:`~pyg_progcl.losses.ContrastiveLoss`).
         pool: The loss's :class:`BlockPool` for the one-pass engine's matrices.
         generator: Random generator of the negative sampling.
-        anchors: A range of rows: the anchors whose losses are returned.
-        reduce: For ``anchors`` a part of the rows on the one-pass path: sums a tensor
-            over the processes that hold the other parts (an all-reduce,
-            :mod:`pyg_progcl.distributed`).
+        anchors: A range of rows: the anchors whose losses are returned (a part of the
+            rows is computed per direction, in row blocks or with sampled negatives).
     """
     u, v = normalize_views(h1, h2)
     n = u.size(0)
@@ -159,22 +157,20 @@ def contrastive_losses(
             u, v, tau, term.log_negatives, path.block_size, num_negatives, generator, rows
         )
     if path.name == "one-pass":
-        return _one_pass(u, v, tau, term, path.block_size or hi - lo, pool, rows, reduce)
+        return _one_pass(u, v, tau, term, path.block_size or n, pool)
     if path.name == "dense":
         return dense_losses(u, v, tau, term.log_negatives)
     return row_block_losses(u, v, tau, term.log_negatives, path.block_size, rows)
 
 
 def _one_pass(
-    u: Tensor, v: Tensor, tau: float, term: NegativeTerm, block_size: int, pool, rows, reduce
+    u: Tensor, v: Tensor, tau: float, term: NegativeTerm, block_size: int, pool
 ) -> Tensor:
-    """The one-pass losses, with the anchors it reports as underflowed recomputed in log
-    space (their linear-space entries get no gradient)."""
-    losses, underflow = one_pass_losses(u, v, tau, term.sums, block_size, pool, rows, reduce)
+    """The one-pass losses of all anchors, with the anchors it reports as underflowed
+    recomputed in log space (their linear-space entries get no gradient)."""
+    losses, underflow = one_pass_losses(u, v, tau, term.sums, block_size, pool)
     if not bool(underflow.any()):
         return losses
-    exact = chosen_anchor_losses(
-        u, v, tau, term.log_negatives, underflow, block_size, first=rows.start
-    )
+    exact = chosen_anchor_losses(u, v, tau, term.log_negatives, underflow, block_size)
     replaced = losses.detach().index_put(tuple(underflow.nonzero().T), exact)
     return torch.where(underflow, replaced, losses)

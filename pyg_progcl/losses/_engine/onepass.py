@@ -105,18 +105,12 @@ def one_pass_losses(
     spec: ExpSums,
     block_size: int,
     pool: Optional[BlockPool] = None,
-    anchors: Optional[slice] = None,
-    reduce: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> tuple[Tensor, Tensor]:
-    """``[2, M]`` losses of the anchors ``u_i`` (row 0) and ``v_i`` (row 1), ``i`` in
-    ``anchors`` (default: all ``N``), of unit rows ``u``, ``v``, from one pass over their
-    row blocks of ``block_size`` anchors.
+    """``[2, N]`` losses of the anchors ``u_i`` (row 0) and ``v_i`` (row 1) of unit rows
+    ``u``, ``v``, from one pass over their row blocks of ``block_size`` anchors (the
+    column sums need every row: a part of the anchors is computed per direction).
 
-    ``pool`` supplies the CPU block matrices and takes them back after backward. With
-    ``anchors`` a part of the rows, the pass yields the column sums of those rows only:
-    ``reduce`` must sum them with the other parts' (an all-reduce over the processes that
-    hold the other rows, :mod:`pyg_progcl.distributed`), and it sums the column sums'
-    gradients in backward.
+    ``pool`` supplies the CPU block matrices and takes them back after backward.
 
     Returns:
         ``(losses, underflow)``: ``underflow`` (``[2, N]`` bool, no gradient) marks the
@@ -124,11 +118,7 @@ def one_pass_losses(
         ``losses`` are finite but meaningless, and no gradient reaches them through
         entries the caller replaces.
     """
-    n = u.size(0)
-    lo, hi, _ = (anchors or slice(0, n)).indices(n)
-    if (lo, hi) != (0, n) and reduce is None:
-        raise ValueError("`reduce` is needed to complete the column sums of a part of the rows")
-    return _Blockwise.apply(u, v, tau, spec, block_size, pool or BlockPool(0), lo, hi, reduce)
+    return _Blockwise.apply(u, v, tau, spec, block_size, pool or BlockPool(0))
 
 
 class _Workspace:
@@ -252,34 +242,33 @@ class _Blocks:
 
 class _Blockwise(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, v, tau, spec, block_size, pool, lo, hi, reduce):
-        n, m = u.size(0), hi - lo
-        num = len(spec.scales)
-        su, sv = u.new_zeros(num, m), u.new_zeros(num, n)  # rows of the anchors, all columns
-        wu, wv = u.new_zeros(m), u.new_zeros(n)
+    def forward(ctx, u, v, tau, spec, block_size, pool):
+        n = u.size(0)
+        su, sv = u.new_zeros(len(spec.scales), n), u.new_zeros(len(spec.scales), n)
+        wu, wv = u.new_zeros(n), u.new_zeros(n)
         kept, weights, uv_exps = [], [], []
         weighted = (spec.weight is not None) + (spec.column_weight is not None)
-        blocked = block_size < m
-        if spec.extra is not None and (blocked or m != n):
+        blocked = block_size < n
+        if spec.extra is not None and blocked:
             raise ValueError("an extra term needs one block of all anchors")
         extra = None
-        keep_weights = blocked and weighted and weighted * m * n <= KEEP_ELEMENTS
+        keep_weights = blocked and weighted and weighted * n * n <= KEEP_ELEMENTS
         single = len(spec.scales) == 1 and spec.column_weight is None  # kept: w·e^{uv}
-        keep_uv = blocked and single and (1 + weighted) * m * n <= KEEP_ELEMENTS
+        keep_uv = blocked and single and (1 + weighted) * n * n <= KEEP_ELEMENTS
         work = _Workspace(u, pool)
-        for start in range(lo, hi, block_size):
-            stop = min(start + block_size, hi)
+        for start in range(0, n, block_size):
+            stop = min(start + block_size, n)
             blocks = _Blocks(
                 u, v, start, stop, tau, spec, work, fresh_uv=keep_uv, fresh_w=keep_weights
             )
             if spec.extra is not None:  # (before the exponentials overwrite the logits)
                 extra = spec.extra.forward(blocks.uv, pool)
             if blocks.w is not None:
-                wu[start - lo : stop - lo] = blocks.w.sum(1)
+                wu[start:stop] = blocks.w.sum(1)
                 wv += (blocks.w if blocks.w2 is None else blocks.w2).sum(0)
                 if keep_weights:
                     weights.append(blocks.weights)
-            exps, su[:, start - lo : stop - lo], block_sv = blocks.exps(spec.scales, sums=True)
+            exps, su[:, start:stop], block_sv = blocks.exps(spec.scales, sums=True)
             sv += block_sv
             if keep_uv:
                 uv_exps.append(exps[0][0])
@@ -291,16 +280,11 @@ class _Blockwise(torch.autograd.Function):
             work.release("w")
         elif not kept:
             work.release()
-        if reduce is not None:  # the other rows' parts of the column sums
-            sv, wv = reduce(torch.cat([sv.flatten(), wv])).split([num * n, n])
-            sv = sv.view(num, n)
-        sv, wv = sv[:, lo:hi], wv[lo:hi]
         underflow, (su, sv, wu, wv) = _underflow(su, sv, wu, wv, spec.weight is not None)
-        pos = ((u[lo:hi] * v[lo:hi]).sum(1) - 1.0) / tau
+        pos = ((u * v).sum(1) - 1.0) / tau
         ctx.save_for_backward(u, v, pos, su, sv, wu, wv, extra)
         ctx.tau, ctx.spec, ctx.block_size, ctx.work = tau, spec, block_size, work
         ctx.kept, ctx.weights, ctx.uv_exps = kept, weights, uv_exps
-        ctx.lo, ctx.hi, ctx.reduce = lo, hi, reduce
         ctx.mark_non_differentiable(underflow)
         return _objective(pos, su, sv, wu, wv, spec, n, extra), underflow
 
@@ -308,16 +292,16 @@ class _Blockwise(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad, _):
         u, v, pos, su, sv, wu, wv, extra = ctx.saved_tensors
-        tau, spec, n, lo, hi = ctx.tau, ctx.spec, u.size(0), ctx.lo, ctx.hi
+        tau, spec, n = ctx.tau, ctx.spec, u.size(0)
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_() for t in (pos, su, sv, extra) if t is not None]
             losses = _objective(*leaves[:3], wu, wv, spec, n, *leaves[3:])
             g_pos, g_su, g_sv, *g_extra = torch.autograd.grad(losses, leaves, grad)
-        g_su, g_sv = g_su / tau, _all_columns(g_sv / tau, n, lo, ctx.reduce)  # ∂logit/∂(x·y) = 1/τ
-        du, dv = _positive_grads(u, v, g_pos / tau, lo, hi)
+        g_pos, g_su, g_sv = g_pos / tau, g_su / tau, g_sv / tau  # ∂logit/∂(x·y) = 1/τ
+        du, dv = v * g_pos.unsqueeze(1), u * g_pos.unsqueeze(1)  # through u_i·v_i
         work = _Workspace(u, ctx.work.pool)
-        for index, start in enumerate(range(lo, hi, ctx.block_size)):
-            stop = min(start + ctx.block_size, hi)
+        for index, start in enumerate(range(0, n, ctx.block_size)):
+            stop = min(start + ctx.block_size, n)
             w = ctx.weights[index] if ctx.weights else None  # (w, w2)
             uv_exp = ctx.uv_exps[index] if ctx.uv_exps else None
             for held in (ctx.weights, ctx.uv_exps):  # release the kept matrices block by block
@@ -329,7 +313,7 @@ class _Blockwise(torch.autograd.Function):
             if spec.column_weight is not None:
                 uv_weights = w if ctx.kept else blocks.weights
             g_uv, g_uu, g_vv = _logit_grads(
-                exps, spec.scales, g_su[:, start - lo : stop - lo], g_sv, uv_weights
+                exps, spec.scales, g_su[:, start:stop], g_sv, uv_weights
             )
             if g_extra:  # (one block of all anchors)
                 spec.extra.backward(g_extra[0], g_uv)
@@ -347,27 +331,7 @@ class _Blockwise(torch.autograd.Function):
         work.release()
         ctx.work.release()  # (one block: the forward's matrices)
         ctx.kept, ctx.weights, ctx.uv_exps = [], [], []
-        return du, dv, None, None, None, None, None, None, None
-
-
-def _all_columns(g: Tensor, n: int, lo: int, reduce) -> Tensor:
-    """The gradients of all ``N`` column sums from those of the anchors ``lo:`` (the other
-    anchors' come from the processes that hold them, through ``reduce``)."""
-    if reduce is None and g.size(1) == n:
-        return g
-    full = g.new_zeros(g.size(0), n)
-    full[:, lo : lo + g.size(1)] = g
-    return full if reduce is None else reduce(full)
-
-
-def _positive_grads(u: Tensor, v: Tensor, g_pos: Tensor, lo: int, hi: int):
-    """``∂J/∂u``, ``∂J/∂v`` through the positive logits ``u_i·v_i``, ``i`` in ``lo:hi``."""
-    if hi - lo == u.size(0):
-        return v * g_pos.unsqueeze(1), u * g_pos.unsqueeze(1)
-    du, dv = torch.zeros_like(u), torch.zeros_like(v)
-    du[lo:hi] = v[lo:hi] * g_pos.unsqueeze(1)
-    dv[lo:hi] = u[lo:hi] * g_pos.unsqueeze(1)
-    return du, dv
+        return du, dv, None, None, None, None
 
 
 def _logit_grads(
