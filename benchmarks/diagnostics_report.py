@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,7 +55,7 @@ DIAGNOSE = dict(num_samples=50_000, top_k=10, num_anchors=4096, seed=0)
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", default=str(HERE.parent.parent / "shared" / "data"))
+    parser.add_argument("--root", default=os.environ.get("PYG_PROGCL_DATA"))
     parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_EPOCHS))
     parser.add_argument("--epochs", nargs="*", default=[], help="NAME=N, e.g. Cora=200")
     parser.add_argument("--every", nargs="*", default=[], help="NAME=N: track every N epochs")

@@ -460,9 +460,7 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument(
-        "--root", default=os.environ.get("PYG_PROGCL_DATA", str(REPO.parent / "shared" / "data"))
-    )
+    parser.add_argument("--root", default=os.environ.get("PYG_PROGCL_DATA"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--num-negatives", type=int, default=2048)

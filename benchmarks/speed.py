@@ -213,7 +213,7 @@ def run_one(args) -> dict:
 
 def _worker(args, dataset: str, block_size: str, *extra: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--dataset", dataset, *extra]
-    cmd += ["--device", args.device, "--root", str(args.root)]
+    cmd += ["--device", args.device] + ([] if args.root is None else ["--root", str(args.root)])
     cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     cmd += ["--hidden", str(args.hidden), "--threads", str(args.threads)]
     cmd += ["--pretrain", str(args.pretrain), "--cache", str(args.cache)]
@@ -290,7 +290,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--root",
         type=Path,
-        default=Path(os.environ.get("PYG_PROGCL_DATA", REPO.parent / "shared" / "data")),
+        default=os.environ.get("PYG_PROGCL_DATA"),
+        help="the data root (default: $PYG_PROGCL_DATA)",
     )
     p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=int, default=10)
