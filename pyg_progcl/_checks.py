@@ -63,10 +63,21 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
+def short_repr(value, limit: int = 80) -> str:
+    """``repr(value)`` for a message of one line: the type's name where the repr spans
+    several lines or more than ``limit`` characters (a module, a large tensor)."""
+    text = repr(value)
+    return text if "\n" not in text and len(text) <= limit else f"a {type(value).__name__}"
+
+
 def check_choice(name: str, value: str, choices) -> str:
-    """Checks ``value`` is one of ``choices``."""
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {sorted(choices)} (got {value!r})")
+    """Checks ``value`` is one of ``choices`` (an unhashable ``value`` is not)."""
+    try:
+        known = value in choices
+    except TypeError:  # (a list or dict looked up in a set or dict of choices)
+        known = False
+    if not known:
+        raise ValueError(f"`{name}` must be one of {sorted(choices)} (got {short_repr(value)})")
     return value
 
 
@@ -75,6 +86,10 @@ def check_matrix(name: str, x: Tensor, min_rows: int = 2) -> Tensor:
     if not isinstance(x, Tensor):
         raise ValueError(
             f"`{name}` must be a torch.Tensor of shape [N, d] (got {type(x).__name__})"
+        )
+    if x.layout != torch.strided:
+        raise ValueError(
+            f"`{name}` must be a dense tensor (got a {x.layout} tensor); pass {name}.to_dense()"
         )
     if x.dim() != 2:
         raise ValueError(f"`{name}` must have shape [N, d] (got shape {list(x.shape)})")
@@ -100,9 +115,20 @@ def check_views(h1: Tensor, h2: Tensor) -> None:
         )
 
 
+#: The integer types of node indices that torch's indexing and PyG take; a narrower
+#: type (``uint8`` holds ids up to 255, ``int16`` up to 32767) is refused, not cast.
+INDEX_DTYPES = (torch.int64, torch.int32)
+_INDEX_HINTS = {
+    torch.uint8: ", which holds node ids up to 255 only); cast it with edge_index.long()",
+    torch.int8: ", which holds node ids up to 127 only); cast it with edge_index.long()",
+    torch.int16: ", which holds node ids up to 32767 only); cast it with edge_index.long()",
+    torch.bool: ": a mask, not node indices)",
+}
+
+
 def check_edge_index(edge_index: Tensor) -> Tensor:
-    """Checks ``edge_index`` is an integer ``[2, num_edges]`` tensor (an ``[num_edges, 2]``
-    one is reported as transposed)."""
+    """Checks ``edge_index`` is an int64 or int32 ``[2, num_edges]`` tensor (an
+    ``[num_edges, 2]`` one is reported as transposed)."""
     if not isinstance(edge_index, Tensor):
         raise ValueError(
             f"`edge_index` must be a tensor of shape [2, num_edges] (got {type(edge_index)})"
@@ -119,6 +145,11 @@ def check_edge_index(edge_index: Tensor) -> Tensor:
         raise ValueError(
             f"`edge_index` must be an integer tensor (got {edge_index.dtype}); node indices "
             "are integers, e.g. edge_index.long()"
+        )
+    if edge_index.dtype not in INDEX_DTYPES:
+        raise ValueError(
+            f"`edge_index` must be an int64 or int32 tensor (got {edge_index.dtype}"
+            + _INDEX_HINTS.get(edge_index.dtype, "); cast it with edge_index.long()")
         )
     return edge_index
 
@@ -137,9 +168,10 @@ def check_input_width(x: Tensor, encoder) -> None:
     width = getattr(encoder, "in_channels", None)
     known = isinstance(x, Tensor) and isinstance(width, int) and width > 0
     if known and (x.dim() != 2 or x.size(1) != width):
+        got = f"{x.size(1)} features per node" if x.dim() == 2 else f"shape {list(x.shape)}"
         raise ValueError(
-            f"`x` must have shape [num_nodes, {width}] (the encoder's in_channels) "
-            f"(got {list(x.shape)})"
+            f"`x` must have shape [num_nodes, {width}] (the encoder's in_channels = {width}) "
+            f"(got {got})"
         )
 
 
@@ -282,8 +314,6 @@ def _check_edge_index_form(edge_index) -> None:
             f"(got {type(edge_index).__name__})"
         )
     check_edge_index(edge_index)
-    if edge_index.dtype == torch.bool:
-        raise ValueError("`edge_index` must be an integer tensor (got torch.bool)")
 
 
 def _report_range(name: str, extremes: Optional[tuple[float, float]], size: int) -> None:

@@ -7,22 +7,35 @@ half-written file and never replaces a good file with a broken one. Where an out
 go is checked first (:func:`check_writable`, :func:`check_folder`), so that a bad path
 fails before hours of training, not after. A folder that a run keeps writing to (its
 checkpoints) is locked for the run (:func:`lock_folder`), and the temporary files that a
-killed run left there are removed when the next run takes it.
+killed run left there are removed when the next run takes it. Elsewhere, a temporary file
+names the process that writes it, and a later write to its folder removes it once that
+process is gone (:func:`remove_stale_temporaries`). File contents are sealed with
+:func:`payload_checksum`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
+import socket
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Union
+from typing import Any, Callable, Optional, Union
 
 PathLike = Union[str, os.PathLike]
 
-#: Prefix of the temporary files :func:`atomic_write` creates (and cleans up).
+#: Prefix of the temporary files :func:`atomic_write` creates (and cleans up); the full
+#: name is ``TEMP_PREFIX + "<host tag>-<process id>-<random>.tmp"`` (:func:`remove_stale_temporaries`).
 TEMP_PREFIX = ".pyg_progcl-"
+#: Seconds after which a temporary file whose writer cannot be checked (another machine's,
+#: or an older naming without a process id) counts as left behind: a live write changes
+#: its file until the rename, which follows at once.
+STALE_AFTER_S = 24 * 3600
+_TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9a-f]{8})-(\d+)-.*\.tmp")
 #: The lock file :func:`lock_folder` keeps in a folder (it holds the owner's process id).
 LOCK_NAME = ".pyg_progcl.lock"
 
@@ -61,6 +74,48 @@ def check_folder(folder: PathLike, what: str = "output folder") -> Path:
     return folder
 
 
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """Whether ``a`` and ``b`` name one file: one path once ``~``, ``..`` and symbolic links
+    are resolved, or, where both exist, one file under two names (a hard link, a
+    case-insensitive file system)."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # (one of them does not exist yet)
+        return False
+
+
+def check_distinct(
+    outputs: Sequence[tuple[str, Optional[PathLike]]],
+    inputs: Sequence[tuple[str, Optional[PathLike]]] = (),
+) -> None:
+    """Checks, before any work, that the files a command writes are distinct and none is a
+    file it reads: ``outputs`` and ``inputs`` are ``(what, path)`` pairs (a ``None`` path
+    is skipped), compared with :func:`same_file`.
+
+    Raises:
+        ValueError: one line naming both, e.g. ``--save-model 'c.pt' is also
+            --save-embeddings`` (writing one would lose the other) or ``--output 'g.npz'
+            is the --data graph file`` (writing it would replace the input).
+    """
+    named = [(what, path) for what, path in outputs if path is not None]
+    for i, (what, path) in enumerate(named):
+        for other, earlier in named[:i]:
+            if same_file(path, earlier):
+                raise ValueError(
+                    f"{what} {str(path)!r} is also {other}: one file cannot hold both "
+                    "(the second would replace the first); give each output its own file"
+                )
+        for source, given in inputs:
+            if given is not None and same_file(path, given):
+                raise ValueError(
+                    f"{what} {str(path)!r} is {source}: writing it would replace that input; "
+                    "write it to another file"
+                )
+
+
 def _writable_folder(folder: Path, label: str, create: bool) -> None:
     """Checks (by creating and removing a file: as root, ``os.access`` answers yes even
     on a read-only mount) that files can be created in ``folder``."""
@@ -78,8 +133,9 @@ def _writable_folder(folder: Path, label: str, create: bool) -> None:
             ) from None
     if not folder.is_dir():
         raise ValueError(f"{label}: {str(folder)!r} is a file, not a folder")
+    remove_stale_temporaries(folder)
     try:
-        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=folder)
+        fd, name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tmp", dir=folder)
     except OSError as exc:
         raise ValueError(
             f"{label}: folder {str(folder)!r} is not writable ({_reason(exc)})"
@@ -96,11 +152,14 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     """Calls ``write(tmp)`` on a new temporary file beside ``path``, flushes it to disk and
     renames it to ``path`` (atomic on POSIX). If ``write`` fails, the temporary file is
     removed and ``path`` is left as it was; if the process is killed, ``path`` is left as
-    it was too (a temporary file may remain: see :func:`remove_temporaries`). Returns
-    ``path``."""
+    it was too (its temporary file may remain, and is removed by the next write to that
+    folder: :func:`remove_stale_temporaries`). An exception raised after the rename (a
+    signal handler's) leaves ``path`` written, complete. Returns ``path``."""
     path = Path(path).expanduser()
-    fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=path.parent)
+    remove_stale_temporaries(path.parent)
+    fd, name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tmp", dir=path.parent)
     tmp = Path(name)
+    replaced = False
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it (mkstemp: 0600)
         os.close(fd)
@@ -108,9 +167,11 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        replaced = True
     except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if not replaced:  # (after the rename, the name is free: not ours to remove)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         raise
     _sync_folder(path.parent)
     return path
@@ -119,6 +180,69 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
 def atomic_write_text(path: PathLike, text: str) -> Path:
     """:func:`atomic_write` of a text file."""
     return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def _temp_prefix() -> str:
+    """The start of this process's temporary file names: :data:`TEMP_PREFIX`, the host tag
+    and the process id (read at each call: a forked child writes under its own)."""
+    return f"{TEMP_PREFIX}{_host_tag()}-{os.getpid()}-"
+
+
+_tag: list[str] = []  # (computed once per process)
+
+
+def _host_tag() -> str:
+    """8 hex digits naming this machine, boot and process-id namespace: process ids are
+    only compared within one of them (a folder may be shared over the network or between
+    containers, and a rebooted machine reuses ids)."""
+    if not _tag:
+        parts = [socket.gethostname()]
+        for source in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+            with contextlib.suppress(OSError):
+                parts.append(
+                    os.readlink(source) if source.endswith("/pid") else Path(source).read_text()
+                )
+        _tag.append(hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8])
+    return _tag[0]
+
+
+def _writer_is_gone(path: Path) -> bool:
+    """Whether the process that created temporary file ``path`` has ended: checked by its
+    process id where the name says it ran here (never on Windows, where ``os.kill``
+    would end the process); otherwise, by the file being unchanged for
+    :data:`STALE_AFTER_S`. The file of a live process here, and this process's own, are
+    never stale."""
+    found = _TEMP_NAME.fullmatch(path.name)
+    if found and found.group(1) == _host_tag() and os.name != "nt":
+        pid = int(found.group(2))
+        if pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)  # (signal 0: only asks whether the process exists)
+        except ProcessLookupError:
+            return True
+        except (OSError, OverflowError):  # alive under another user, or not a valid id
+            return False
+        return False
+    try:
+        return time.time() - path.lstat().st_mtime > STALE_AFTER_S
+    except OSError:
+        return False
+
+
+def remove_stale_temporaries(folder: PathLike) -> list[Path]:
+    """Removes from ``folder`` the temporary files of :func:`atomic_write` whose writing
+    process has ended (:func:`_writer_is_gone`: killed outright, e.g. by SIGKILL, in the
+    middle of a write); returns them. Safe while other runs write there: their files
+    are left alone. Called before every write and every check of an output folder."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for tmp in Path(folder).glob(TEMP_PREFIX + "*.tmp"):
+            if _writer_is_gone(tmp):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                    removed.append(tmp)
+    return removed
 
 
 def remove_temporaries(folder: PathLike, also: tuple[str, ...] = ()) -> list[Path]:
@@ -243,3 +367,38 @@ def _sync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def payload_checksum(payload: dict[str, Any]) -> str:
+    """SHA-256 of everything in ``payload`` but its ``checksum`` entry: every tensor's
+    dtype, shape and bytes, every other value's type and value, every key, in order (what
+    seals checkpoints and model files)."""
+    digest = hashlib.sha256()
+    _feed(digest, {k: v for k, v in payload.items() if k != "checksum"})
+    return digest.hexdigest()
+
+
+def _feed(digest, value: Any) -> None:
+    import torch  # (here: this module is also loaded alone, without torch)
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        t = (t.to_dense() if t.layout != torch.strided else t).contiguous().reshape(-1)
+        digest.update(f"T{t.dtype}{tuple(value.shape)};".encode())
+        digest.update(t.view(torch.uint8).numpy())
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)};".encode())
+        for key, item in value.items():
+            _feed(digest, key)
+            _feed(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"L{len(value)};".encode())
+        for item in value:
+            _feed(digest, item)
+    elif isinstance(value, float):
+        digest.update(f"F{value.hex()};".encode())
+    elif isinstance(value, bytes):
+        digest.update(f"Y{len(value)};".encode() + value)
+    else:  # str, int, bool, None, ...
+        text = repr(value)
+        digest.update(f"{type(value).__name__}{len(text)};{text}".encode())

@@ -25,7 +25,13 @@ from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
-from ._checks import check_choice, check_graph, check_int, check_node_features
+from ._checks import (
+    check_choice,
+    check_graph,
+    check_input_width,
+    check_int,
+    check_node_features,
+)
 from ._compat import autocast_enabled, is_compiling, stacklevel_outside_package
 
 
@@ -46,6 +52,34 @@ def _csr_adjacency_t(
         warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)")
         adj = to_torch_csr_tensor(edge_index.flip(0), edge_weight, size=(x.size(0), x.size(0)))
     return adj if adj.values().numel() == edge_index.size(1) else None
+
+
+def parameter_dtype(module: torch.nn.Module) -> Optional[torch.dtype]:
+    """The floating-point type of ``module``'s first floating-point parameter (``None``
+    without one, e.g. a lazy module not yet initialised)."""
+    for parameter in module.parameters():
+        if parameter.is_floating_point() and not isinstance(
+            parameter, torch.nn.parameter.UninitializedParameter
+        ):
+            return parameter.dtype
+    return None
+
+
+def as_parameter_dtype(t: Optional[Tensor], module: torch.nn.Module) -> Optional[Tensor]:
+    """``t`` (features or edge weights) cast to :func:`parameter_dtype` of ``module``, so
+    that float64 features reach a float32 encoder (and float32 features a ``.double()``
+    one) instead of failing in the first matrix product; the result has the parameters'
+    precision. Under autocast, half-precision ``t`` is left to autocast. ``None``,
+    integer ``t`` and a module without floating-point parameters are left as they are.
+    """
+    if t is None or not t.is_floating_point():
+        return t
+    dtype = parameter_dtype(module)
+    if dtype is None or t.dtype == dtype:
+        return t
+    if t.dtype in (torch.float16, torch.bfloat16) and autocast_enabled(t.device.type):
+        return t
+    return t.to(dtype)
 
 
 def _edge_list_only(x: Tensor) -> bool:
@@ -294,14 +328,18 @@ class GCNEncoder(_StackEncoder):
         r"""Returns node embeddings of shape ``[num_nodes, hidden_channels]``.
 
         Args:
-            x (torch.Tensor): Node features ``[num_nodes, in_channels]``, dense or sparse.
-            edge_index (torch.Tensor): Graph connectivity ``[2, num_edges]``, or a sparse
+            x (torch.Tensor): Node features ``[num_nodes, in_channels]``, dense or sparse,
+                of any floating-point type: cast to the layers' parameter type
+                (``as_parameter_dtype``; float64 features give a float32 encoder's
+                float32 embeddings; under autocast half precision is autocast's).
+            edge_index (torch.Tensor): Graph connectivity ``[2, num_edges]`` (int64 or
+                int32), or a sparse
                 adjacency ``[num_nodes, num_nodes]`` (torch.sparse or ``torch_sparse``'s
                 ``SparseTensor``; under autocast the layers then run in float32, since
                 torch's CPU sparse products have no half-precision kernels).
             edge_weight (torch.Tensor, optional): Edge weights ``[num_edges]``,
                 passed to convolutions that accept ``edge_weight`` (or
-                ``edge_attr``).
+                ``edge_attr``); cast as ``x`` is.
             check (bool, optional): Check the graph first (``check_graph``, on every
                 call). :obj:`False` is for a graph derived from a checked one (the
                 model's augmented views): an index out of range would read and write
@@ -310,11 +348,13 @@ class GCNEncoder(_StackEncoder):
         Raises:
             ValueError: If the graph is malformed: ``edge_index`` not an integer ``[2,
                 num_edges]`` tensor of node indices in ``[0, num_nodes)``, ``x`` not a
-                finite floating-point matrix, ``edge_weight`` not ``num_edges`` finite
-                values ``>= 0``.
+                finite floating-point matrix of ``in_channels`` columns, ``edge_weight``
+                not ``num_edges`` finite values ``>= 0``.
         """
+        check_input_width(x, self)
         if check:
             check_graph(x, edge_index, edge_weight)
+        x, edge_weight = as_parameter_dtype(x, self), as_parameter_dtype(edge_weight, self)
         kwargs = {}
         if edge_weight is not None and self._edge_weight_arg is None:
             raise ValueError(
@@ -416,13 +456,18 @@ class MLPEncoder(_StackEncoder):
         check: bool = True,
     ) -> Tensor:
         r"""Returns node embeddings ``[num_nodes, hidden_channels]``; the graph is ignored.
-        ``check=False`` skips the check of ``x`` (see :meth:`GCNEncoder.forward`).
+        ``check=False`` skips the check of ``x`` (see :meth:`GCNEncoder.forward`); ``x``
+        of another floating-point type than the layers is cast to theirs
+        (``as_parameter_dtype``).
 
         Raises:
-            ValueError: If ``x`` is not a 2-D floating-point tensor of finite values.
+            ValueError: If ``x`` is not a 2-D floating-point tensor of finite values with
+                ``in_channels`` columns.
         """
+        check_input_width(x, self)
         if check:
             check_node_features(x)
+        x = as_parameter_dtype(x, self)
         if edge_weight is not None:
             warnings.warn(
                 "MLPEncoder ignores `edge_weight`: it uses no graph",

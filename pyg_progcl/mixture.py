@@ -358,6 +358,13 @@ class BetaMixture(torch.nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 1 or x.numel() < 2:
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"`x` must be a 1-D tensor of at least 2 values (got {shape})")
+        if x.is_complex():
+            raise ValueError(
+                f"`x` must hold real values in [0, 1] (got {x.dtype}); pass x.real if the "
+                "imaginary parts are zero"
+            )
+        if x.layout != torch.strided:
+            raise ValueError(f"`x` must be a dense tensor (got {x.layout}); pass x.to_dense()")
         if not bool(((x >= 0) & (x <= 1)).all()):
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
         return x

@@ -17,7 +17,7 @@ from torch_geometric.nn.inits import reset
 from ._checks import accepts_check, check_graph, check_input_width, check_int
 from ._compat import is_compiling
 from .augment import Augmenter, Compose
-from .encoders import _to_csr, sparse_features
+from .encoders import _to_csr, as_parameter_dtype, sparse_features
 
 AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
@@ -240,9 +240,16 @@ class GRACEModel(torch.nn.Module):
         masks then drop entries (``O(nnz)``) instead of copying a dense matrix. A sparse
         ``x`` of another layout (COO) becomes CSR, which the masks take.
 
+        Features of another floating-point type than the encoder's parameters (float64
+        features, a float32 encoder) are cast to the parameters' type
+        (``pyg_progcl.encoders.as_parameter_dtype``: the embeddings have the
+        encoder's precision); under autocast, half-precision features are left to
+        autocast.
+
         A dense ``x`` is converted on every call, which costs a pass over it: to convert
         it once, pass ``model.input_features(x)`` (a CSR ``x`` is used as it is)."""
         check_input_width(x, self.encoder)
+        x = as_parameter_dtype(x, self.encoder)
         if is_compiling():  # (the encoder keeps features dense there)
             return x
         if x.layout == torch.sparse_csr:

@@ -19,6 +19,7 @@ from helpers import REPO, run_main
 from torch_geometric.data import Data
 
 from pyg_progcl import GCNEncoder, GRACEModel, embed, load_model, read_graph, save_model
+from pyg_progcl._files import payload_checksum
 from pyg_progcl.experiments import get_preset, train
 from pyg_progcl.experiments.build import build_model
 
@@ -230,6 +231,10 @@ def _bad_model_files(tmp_path):
     newer["version"] = 99
     broken = torch.load(good, weights_only=True)
     broken["state_dict"].popitem()
+    edited = dict(broken)  # (not sealed again: its checksum no longer fits)
+    broken["checksum"] = payload_checksum(broken)
+    unsealed = torch.load(good, weights_only=True)
+    del unsealed["checksum"]
     return {
         "missing": (tmp_path / "nope.pt", "does not exist"),
         "corrupt": (_bytes(tmp_path / "c.pt", b"\x00garbage" * 10), "not a readable"),
@@ -239,6 +244,8 @@ def _bad_model_files(tmp_path):
         "checkpoint": (_saved(tmp_path / "k.pt", {"model": {}, "config": {}}), "checkpoint"),
         "newer": (_saved(tmp_path / "n.pt", newer), "version 99"),
         "weights": (_saved(tmp_path / "w.pt", broken), "do not make a model"),
+        "edited": (_saved(tmp_path / "e.pt", edited), "does not match its checksum"),
+        "unsealed": (_saved(tmp_path / "u.pt", unsealed), "has no checksum"),
     }
 
 

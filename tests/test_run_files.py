@@ -198,7 +198,7 @@ def test_checkpoints_carry_their_format_and_checksum(checkpoint):
 
     path, _ = checkpoint
     payload = read_checkpoint(path)
-    assert payload["format"] == CHECKPOINT_FORMAT == 2
+    assert payload["format"] == CHECKPOINT_FORMAT == 3
     assert payload["checksum"] == payload_checksum(payload) and len(payload["checksum"]) == 64
     assert payload["record"]["wall_time_s"] > 0
 
@@ -466,9 +466,10 @@ def test_a_kill_inside_any_write_resumes_to_the_uninterrupted_result(tmp_path):
         folder = tmp_path / f"k{k}"
         runs.append({"argv": _argv(folder), "kill_at_save": k})
         runs.append({"argv": _argv(folder, "--resume")})
-    # the result file: a run killed while writing it leaves the previous one
+    # the result file: a run killed while writing it (resuming the finished run, which
+    # writes nothing else) leaves the previous one
     runs.append({"argv": _argv(tmp_path / "json", "--seed", "1")})
-    runs.append({"argv": _argv(tmp_path / "json", "--seed", "1"), "kill_at_write": 1})
+    runs.append({"argv": _argv(tmp_path / "json", "--seed", "1", "--resume"), "kill_at_write": 1})
     report, _ = _run_driver(tmp_path, {"runs": runs})
     log = (tmp_path / "saves.log").read_text().split()
     assert log[1::2] == ["2", "3", "3", "4", "6", "8"]

@@ -28,7 +28,7 @@ from helpers import (
 
 from pyg_progcl.experiments import build_loss, evaluate, train, train_seed
 from pyg_progcl.experiments import machine as pyg_machine
-from pyg_progcl.experiments.checkpoint import save_checkpoint
+from pyg_progcl.experiments.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from pyg_progcl.experiments.presets import METHODS, get_preset
 
 
@@ -283,7 +283,7 @@ def test_checkpoints_of_another_version_are_refused_in_one_line(capsys, tmp_path
         status, _, err = run_main(capsys, "train", *argv)
         (line,) = err.strip().splitlines()
         assert status == 2 and "written by another version of pyg_progcl" in line, err
-        assert words in line and "drop --resume" in line
+        assert words in line and "another checkpoint folder" in line
 
 
 def test_the_floor_flags_set_the_schedule_s_one_floor():
@@ -305,7 +305,7 @@ def test_unreadable_checkpoints_are_one_line_errors(capsys, tmp_path):
         "garbage": (lambda p: p.write_bytes(b"\x00not a checkpoint" * 10), "not a readable"),
         "tensor": (lambda p: torch.save(torch.ones(2), p), "a Tensor"),
         "format_1": (lambda p: torch.save({"format": 1}, p), "format 1, written by an older"),
-        "no_config": (lambda p: torch.save({"format": 2}, p), "incomplete checkpoint"),
+        "no_config": (lambda p: torch.save({"format": CHECKPOINT_FORMAT}, p), "incomplete"),
     }
     for name, (write, words) in cases.items():
         (tmp_path / name).mkdir()

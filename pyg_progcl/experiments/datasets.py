@@ -329,6 +329,65 @@ def _load_or_clean_up(info: DatasetInfo, folder: Path) -> Data:
         raise
 
 
+def _damaged(info: DatasetInfo, root: Path, folder: Path, exc: Exception) -> ValueError:
+    """The one-line error of a dataset that PyG / OGB could not load from ``folder``
+    (truncated or garbage files): the file it was reading (:func:`_file_being_read`) and
+    what to delete, or, where ``folder`` is a writable copy of a read-only root's folder,
+    which file of that root to replace."""
+    text = str(exc).strip().splitlines()
+    first = text[0].split(". ")[0][:120] if text else ""
+    reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    if not folder.exists():  # (a first download, removed again by _load_or_clean_up)
+        return ValueError(
+            f"could not load {info.name} into {str(folder)!r} ({reason}); what the download "
+            "left was removed: run again to download it anew, or pass --root with an intact copy"
+        )
+    folder = folder.resolve()
+    file = _file_being_read(exc, folder)
+    if file is not None and "processed" in file.relative_to(folder).parts:
+        processed = folder / "processed"
+        return ValueError(
+            f"dataset file {str(file)!r} is damaged ({reason}): delete {str(processed)!r} "
+            f"(rm -r '{processed}') and run again; it is rebuilt from the raw files"
+        )
+    source = next(
+        (c for c in (root / info.group / info.folder, root / info.folder) if c.is_dir()), None
+    )
+    if source is not None and source.resolve() != folder:  # (a copy of a read-only folder)
+        shown = source / file.relative_to(folder) if file is not None else source
+        what = "file" if file is not None else "folder (a file in it?)"
+        return ValueError(
+            f"dataset {what} {str(shown)!r} is damaged ({reason}); it is read-only here: "
+            f"replace it with an intact copy, or pass --root with an intact copy of {info.name}"
+        )
+    what = f"file {str(file)!r}" if file is not None else f"folder {str(folder)!r} (a file in it?)"
+    return ValueError(
+        f"dataset {what} is damaged ({reason}): delete {str(folder)!r} (rm -r '{folder}') and "
+        "run again to download it anew, or pass --root with an intact copy"
+    )
+
+
+def _file_being_read(exc: BaseException, folder: Path) -> Optional[Path]:
+    """The file under ``folder`` that a loader was reading when it raised ``exc``: named by
+    the innermost frame of the traceback that holds one (a local variable of its path, or
+    an open file of it; PyG's readers and ``torch.load`` hold theirs), else ``None``."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in list(frame.f_locals.values()):
+            try:
+                name = value if isinstance(value, (str, os.PathLike)) else value.name
+                path = Path(name).resolve()
+            except Exception:  # (not a path, nor a file object)
+                continue
+            if folder in path.parents and path.is_file():
+                return path
+    return None
+
+
 _LOADERS = {
     "planetoid": _load_planetoid,
     "amazon": _load_amazon,
@@ -369,7 +428,8 @@ def load_dataset(
         ``test_mask``.
 
     Raises:
-        ValueError: unknown name.
+        ValueError: unknown name; a damaged dataset file (truncated, garbage), naming it
+            and what to delete.
         FileNotFoundError: the root does not exist.
     """
     info = DATASETS[canonical_name(name)]
@@ -385,7 +445,13 @@ def load_dataset(
             raise FileNotFoundError(f"data root {str(root)!r} does not exist or is not a folder")
         silenced = contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext()
         with _lock(info, root), silenced:
-            data = _load_or_clean_up(info, _locate(info, root))
+            folder = _locate(info, root)
+            try:
+                data = _load_or_clean_up(info, folder)
+            except OSError:  # (a download's, the file system's: one line as they are)
+                raise
+            except Exception as exc:  # what PyG / OGB raise on damaged files
+                raise _damaged(info, root, folder, exc) from None
     if info.normalize if normalize is None else normalize:
         data = T.NormalizeFeatures()(data)
     return data

@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+from .._files import check_distinct
 from ..diagnostics import diagnose
 from ..io import read_graph
 from ..mixture import MixtureDegeneracyWarning, first_warning_only
@@ -176,18 +177,19 @@ def _load_graph(args, config):
 
 def _from_checkpoint(args, kwargs):
     from .build import build_loss, build_model
-    from .checkpoint import load_state, read_checkpoint
+    from .checkpoint import check_same_graph, graph_fingerprint, load_state, read_checkpoint
     from .presets import TrainConfig
 
-    path = Path(args.checkpoint)
-    if path.is_dir():
-        path = path / f"seed{args.seed}.pt"
+    path = _checkpoint_file(args)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     payload = read_checkpoint(path, resuming=False)
     config = TrainConfig.from_dict(payload["config"])
     _check_no_overrides(args, config)
     data = _load_graph(args, config)
+    whose = f"--data {args.data}'s" if args.data is not None else f"the {config.dataset} here"
+    advice = "diagnose it with the graph it was trained on"
+    check_same_graph(path, payload["graph"], graph_fingerprint(data), whose, advice)
     model = build_model(config, data.num_features, data.num_nodes, data.x)
     load_state(path, "model", model, payload["model"])
     loss = build_loss(config)
@@ -195,6 +197,25 @@ def _from_checkpoint(args, kwargs):
     model, data = model.to(args.device), data.to(args.device)
     name = f"{config.encoder.upper()}, epoch {payload.get('epoch')}"
     return config, {name: diagnose(model, data, loss=loss, **kwargs)}, {}, {}
+
+
+def _checkpoint_file(args) -> Path:
+    """The checkpoint file ``--checkpoint`` names: the file, or a folder's ``--seed``'s."""
+    path = Path(args.checkpoint)
+    return path / f"seed{args.seed}.pt" if path.is_dir() else path
+
+
+#: The files ``diagnose`` writes into ``--out``.
+OUTPUT_FILES = ("diagnostics.json", "similarity.png", "tracking.png")
+
+
+def _check_inputs_kept(args) -> None:
+    """Refuses (one line) a file that ``--out`` would receive which is also an input: the
+    ``--data`` graph, the ``--config`` file or the checkpoint."""
+    outputs = [(f"--out's {name}", Path(args.out) / name) for name in OUTPUT_FILES]
+    inputs = [("the --data graph file", args.data), ("the --config file", args.config)]
+    inputs += [("the --checkpoint file", _checkpoint_file(args))] if args.checkpoint else []
+    check_distinct(outputs, inputs)
 
 
 def _from_preset(args, kwargs):
@@ -229,6 +250,7 @@ def run_cli(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
     if args.data is not None and args.root is not None:
         raise ValueError("--root locates --dataset's files; --data names the graph file itself")
+    _check_inputs_kept(args)
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         raise ValueError(
             "the plots need matplotlib: pip install matplotlib, or pass --no-plot "

@@ -9,19 +9,25 @@ encoder takes no edge weights). Full-graph by default; ``--batch-size``
 computes the embeddings layer by layer over batches of nodes (exact, memory of one
 batch's neighbourhood per layer); ``--num-neighbors`` samples neighbours instead (``-1``:
 all of them, exact). The output is checked first and written atomically: a failed or
-interrupted command (SIGTERM, Ctrl-C) leaves no output file and an existing one as it was.
+interrupted command (SIGTERM, Ctrl-C) leaves no output file and an existing one as it was,
+unless the signal came after the output's rename, when the output is complete and the
+message says it was written. A temporary file that a killed run (SIGKILL) left beside the
+output is removed by the next run that writes to that folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
+from .._files import check_distinct
 from ..io import check_embedding_path, embed, load_model, read_graph, save_embeddings
 from .loop import resolve_device
 from .train_cli import int_at_least
@@ -62,26 +68,69 @@ class _Terminated(BaseException):
     """Raised by the SIGTERM handler, so that a half-written output is removed."""
 
 
-def _terminate(signum, frame):
-    raise _Terminated
+class _OnSigterm:
+    """The SIGTERM handler of a run: raises :class:`_Terminated` at the first signal while
+    ``armed`` and disarms itself, so that the cleanup and the report that follow are
+    never cut by a second exception; a signal while disarmed is ignored (the run is
+    ending anyway)."""
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def __call__(self, signum, frame) -> None:
+        if self.armed:
+            self.armed = False
+            raise _Terminated
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    """Runs the ``embed`` subcommand; returns the exit status."""
+    """Runs the ``embed`` subcommand; returns the exit status.
+
+    On SIGTERM it stops, removes its temporary file and says whether the output was
+    written: ``terminated; nothing written`` (an existing output as it was) or, where
+    the signal came after the output's rename, ``terminated after writing ...`` (the
+    output is complete); exit status 143 either way.
+    """
     if args.num_neighbors is not None and args.batch_size is None:
         raise ValueError("--num-neighbors needs --batch-size (mini-batch inference)")
     output = check_embedding_path(args.output, "--output")
+    inputs = [("the --model file", args.model), ("the --data graph file", args.data)]
+    check_distinct([("--output", output)], inputs)  # (writing it would replace an input)
     device = resolve_device(args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    before = _identity(output)
+    handler = _OnSigterm()
+    previous = signal.getsignal(signal.SIGTERM)
     try:
-        return _embed(args, output, device)
+        try:
+            signal.signal(signal.SIGTERM, handler)  # (inside: its exception is caught below)
+            return _embed(args, output, device)
+        finally:
+            handler.armed = False  # a SIGTERM from here on is ignored: the run is ending
     except _Terminated:
-        print("pyg_progcl embed: terminated; nothing written", file=sys.stderr)
+        # The output's file is the truth: a rename that happened before the signal was
+        # handled has written it, complete (atomic_write), whatever ran after it.
+        if _identity(output) == before:
+            print("pyg_progcl embed: terminated; nothing written", file=sys.stderr)
+        else:
+            print(
+                f"pyg_progcl embed: terminated after writing {args.output} (complete)",
+                file=sys.stderr,
+            )
         return 128 + signal.SIGTERM
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _identity(path: Path) -> Optional[tuple[int, ...]]:
+    """What tells one file at ``path`` from another written there later (an atomic write
+    renames a new file into place), or ``None`` where there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _embed(args: argparse.Namespace, output: Path, device: torch.device) -> int:

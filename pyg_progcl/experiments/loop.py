@@ -18,12 +18,18 @@ import torch
 from torch_geometric.data import Data
 
 from .._checks import check_int
-from .._files import atomic_write_text, check_writable
+from .._files import atomic_write_text, check_distinct, check_writable
 from ..io import GraphFieldWarning
 from ..losses import ProGCLLoss
 from ..losses.schedules import DEFAULT_SCHEDULE, schedule_name
 from ..model import GRACEModel
-from .checkpoint import TrainingInterruptedError, checkpoint_folder, stop_requests
+from .checkpoint import (
+    TrainingInterruptedError,
+    check_fresh,
+    checkpoint_files,
+    checkpoint_folder,
+    stop_requests,
+)
 from .datasets import load_dataset
 from .evaluation import mean_std
 from .parallel import ONE, Ranks
@@ -78,16 +84,22 @@ def progress_postfix(loss_value: float, loss_fn: torch.nn.Module, degenerate: in
 @contextlib.contextmanager
 def command_line_warnings(show: bool = True) -> Iterator[None]:
     """Within the block, each warning is shown as one line ``warning: <message>`` on
-    stderr, written through tqdm so that it never breaks a progress bar; with ``show``
-    false (a command's ``--quiet``, a rank other than 0) none is shown."""
+    stderr, written through tqdm so that it never breaks a progress bar, and a line
+    already shown in the block is not shown again (a command's seeds and its embedding
+    meet the same graph); with ``show`` false (a command's ``--quiet``, a rank other than
+    0) none is shown."""
     from tqdm.auto import tqdm
 
+    shown: set[str] = set()
     with warnings.catch_warnings():
         if not show:
             warnings.simplefilter("ignore")
 
         def write(message, category, filename, lineno, file=None, line=None):
-            tqdm.write("warning: " + " ".join(str(message).split()), file=sys.stderr)
+            text = "warning: " + " ".join(str(message).split())
+            if text not in shown:
+                shown.add(text)
+                tqdm.write(text, file=sys.stderr)
 
         warnings.showwarning = write
         yield
@@ -151,21 +163,23 @@ def train_seed(
         device: Torch device (``"auto"``: CUDA if available).
         checkpoint_dir: Folder for ``seed{seed}.pt``, written every
             ``checkpoint_every`` epochs and at the end (model, optimiser, loss
-            with its mixture, epoch, RNG states, history); a ProGCL run also keeps
-            ``seed{seed}_warmup.pt``, its state at the end of the warm-up, to branch
-            variants from (``resume``). The folder is created if missing and held by
-            this run (a second run on it fails at once, naming this one's process id);
-            checkpoints are sealed with a checksum and written atomically, so that a run
-            killed at any moment resumes. With a folder, a SIGTERM
-            (in the main thread) stops training after the current epoch, which is
-            checkpointed, and raises :class:`TrainingInterruptedError`.
+            with its mixture, epoch, RNG states, history, a record of the graph); a
+            ProGCL run also keeps ``seed{seed}_warmup.pt``, its state at the end of the
+            warm-up, to branch variants from (``resume``). The folder is created if
+            missing and held by this run (a second run on it fails at once, naming this
+            one's process id); without ``resume``, a folder that already holds this
+            seed's checkpoint is refused (the run would replace it). Checkpoints are
+            sealed with a checksum and written atomically, so that a run killed at any
+            moment resumes. With a folder, a SIGTERM (in the main thread) stops training
+            after the current epoch, which is checkpointed, and raises
+            :class:`TrainingInterruptedError`.
         checkpoint_every: Checkpoint interval in epochs.
         resume: Continue from ``checkpoint_dir``'s checkpoint of this seed if
-            there is one (it must have the same config, except ``epochs``, not below the
-            checkpoint's epoch, so that a run is extended; and while both configs
-            train with GRACE's loss up to it (GRACE, GCA, ProGCL in its warm-up), the
-            method among those, ``warmup_epochs`` and the fields that act only after
-            the warm-up: schedule, mixture options, ``num_samples``,
+            there is one (it must be of the same graph, and have the same config, except
+            ``epochs``, not below the checkpoint's epoch, so that a run is extended; and
+            while both configs train with GRACE's loss up to it (GRACE, GCA, ProGCL in
+            its warm-up), the method among those, ``warmup_epochs`` and the fields that
+            act only after the warm-up: schedule, mixture options, ``num_samples``,
             ``shared_weights``; to branch, copy ``seed{seed}_warmup.pt`` or a GCA
             checkpoint into a new folder as ``seed{seed}.pt``). The result equals an
             uninterrupted run's.
@@ -192,7 +206,8 @@ def train_seed(
         raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
     if config.diagnose_every and not has_labels(data):
         raise ValueError("`diagnose_every` counts false negatives by label; the graph has none")
-    with owned_folder(checkpoint_dir, ranks):
+    fresh = None if resume else (lambda folder: check_fresh(folder, [seed]))
+    with owned_folder(checkpoint_dir, ranks, check=fresh):
         run, start = start_seed(
             config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks
         )
@@ -202,15 +217,24 @@ def train_seed(
 
 
 @contextlib.contextmanager
-def owned_folder(checkpoint_dir: Optional[Union[str, os.PathLike]], ranks: Ranks = ONE):
+def owned_folder(
+    checkpoint_dir: Optional[Union[str, os.PathLike]],
+    ranks: Ranks = ONE,
+    check: Optional[Callable[[Path], None]] = None,
+):
     """Rank 0 holds ``checkpoint_dir`` while the ``with`` block runs
     (:func:`~pyg_progcl.experiments.checkpoint.checkpoint_folder`: created if missing,
-    locked, stale temporary files removed); if it cannot, every rank fails alike."""
+    locked, stale temporary files removed) and then calls ``check(folder)``, which may
+    refuse it with a ``ValueError`` (e.g.
+    :func:`~pyg_progcl.experiments.checkpoint.check_fresh`); if it cannot take it, or
+    ``check`` refuses, every rank fails alike."""
     with contextlib.ExitStack() as stack:
         error = None
         if checkpoint_dir is not None and ranks.main:
             try:
-                stack.enter_context(checkpoint_folder(Path(checkpoint_dir)))
+                folder = stack.enter_context(checkpoint_folder(Path(checkpoint_dir)))
+                if check is not None:
+                    check(folder)
             except ValueError as exc:
                 error = exc
         if ranks.any(error is not None):
@@ -322,8 +346,12 @@ def train(
         root: Data root for :func:`~pyg_progcl.experiments.datasets.load_dataset`.
         device: Torch device.
         checkpoint_dir, checkpoint_every, resume, progress, callback, loss_factory:
-            See :func:`train_seed` (one checkpoint file per seed).
-        output: Also write the result as JSON to this file (rank 0 only).
+            See :func:`train_seed` (one checkpoint file per seed). The run holds the
+            folder from before the graph loads until the JSON is written; without
+            ``resume``, a folder that holds a checkpoint of one of ``seeds`` is refused
+            before anything loads.
+        output: Also write the result as JSON to this file (rank 0 only; not a file of
+            the checkpoint folder).
         ranks: See :func:`train_seed`; every rank returns rank 0's result.
         return_model: Return ``(result, model)``: also the trained
             :class:`~pyg_progcl.GRACEModel` of the first seed, in eval mode, for
@@ -350,9 +378,14 @@ def train(
     seed_list = list(range(check_int("seeds", seeds))) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise ValueError("`seeds` must name at least one seed")
+    repeated = sorted({s for s in seed_list if seed_list.count(s) > 1})
+    if repeated:
+        raise ValueError(f"`seeds` names seed {repeated[0]} more than once")
     device = resolve_device(device)
     if output is not None and ranks.main:
         check_writable(output, "output", create=True)  # before hours of training, not after
+        if checkpoint_dir is not None:
+            check_distinct([("output", output)], checkpoint_files(checkpoint_dir, seed_list))
     if data is None and is_graph_file(config.dataset):
         raise ValueError(
             f"dataset {config.dataset!r} is a graph file: pass its graph, "
@@ -361,7 +394,9 @@ def train(
     records = []
     # What the model cannot use of the graph (pyg_progcl.io.graph_for_model) is said once
     # per run, not once per seed.
-    with owned_folder(checkpoint_dir, ranks), warnings.catch_warnings():
+    fresh = None if resume else (lambda folder: check_fresh(folder, seed_list))
+    # The folder is held from before the graph loads until the result file is written.
+    with owned_folder(checkpoint_dir, ranks, check=fresh), warnings.catch_warnings():
         warnings.simplefilter("default", GraphFieldWarning)
         if data is None:
             data = load_dataset(config.dataset, root, quiet=not progress)
@@ -382,11 +417,11 @@ def train(
             records.append(record)
             if return_model and len(records) == 1:
                 first_model = model.eval()
-    wall_time = sum(r.get("wall_time_s", 0.0) for r in records)  # earlier parts included
-    result = _summarize(config, data, device, records, wall_time)
-    result["world_size"] = ranks.world_size
-    if output is not None and ranks.main:
-        write_json(result, output)
+        wall_time = sum(r.get("wall_time_s", 0.0) for r in records)  # earlier parts included
+        result = _summarize(config, data, device, records, wall_time)
+        result["world_size"] = ranks.world_size
+        if output is not None and ranks.main:
+            write_json(result, output)
     return (result, first_model) if return_model else result
 
 

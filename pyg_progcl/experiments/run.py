@@ -15,6 +15,7 @@ from torch_geometric.data import Data
 
 from ..diagnostics import summarize
 from ..distributed import DistributedLoss
+from ..evaluation import check_labels
 from ..io.graphs import graph_for_model
 from ..losses import ProGCLLoss
 from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
@@ -23,6 +24,7 @@ from .build import build_loss, build_model, seed_everything
 from .checkpoint import (
     checkpoint_path,
     checkpoint_payload,
+    graph_fingerprint,
     restore_checkpoint,
     rng_state,
     save_checkpoint,
@@ -136,6 +138,7 @@ class SeedRun:
     ranks: Ranks = ONE
     objective: Optional[torch.nn.Module] = None  # what trains: loss_fn, or its DistributedLoss
     views: Optional[torch.nn.Module] = None  # the seeds' views, DDP-wrapped with several ranks
+    graph: Optional[dict[str, Any]] = None  # what a checkpoint records of the graph
     clock: float = dataclasses.field(default_factory=time.perf_counter)  # see tick()
 
     def tick(self) -> None:
@@ -217,8 +220,9 @@ class SeedRun:
         rng = self.ranks.gather(rng_state())  # every rank's generators, for rank 0 to save
         if self.ranks.main:
             payload = checkpoint_payload(
-                epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record, rng
-            )
+                epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record, rng,
+                graph=self.graph,
+            )  # fmt: skip
             if self.ends_warmup(epoch):
                 save_checkpoint(warmup_checkpoint_path(self.path), payload)
             if not warmup_only:
@@ -235,9 +239,13 @@ def start_seed(
     :class:`~pyg_progcl.distributed.DistributedLoss`), each rank seeded ``seed + rank``."""
     if ranks.distributed and config.batch_size is None:
         raise ValueError("--distributed trains on mini-batches of seed nodes: set --batch-size")
+    if has_labels(data):  # before the training, not at its end's probe
+        check_labels(data.y, data.num_nodes)
+    path = None if checkpoint_dir is None else checkpoint_path(Path(checkpoint_dir), seed)
+    # What a checkpoint records of its graph, which a resumed run's graph must match.
+    graph = None if path is None else graph_fingerprint(data)
     if config.batch_size is None:
         data = data.to(device)  # (mini-batches: the graph stays, sampled batches move)
-    path = None if checkpoint_dir is None else checkpoint_path(Path(checkpoint_dir), seed)
 
     seed_everything(seed + ranks.rank)
     model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
@@ -257,10 +265,12 @@ def start_seed(
     record: dict[str, Any] = {"seed": seed, "history": [], "losses": [], "epoch_times": []}
     start = 0
     if resume and path is not None and ranks.any(path.exists()):
-        start, record = restore_checkpoint(path, config, model, optimizer, loss_fn, ranks)
+        start, record = restore_checkpoint(
+            path, config, model, optimizer, loss_fn, ranks, graph=graph
+        )
     run = SeedRun(
         config, data, seed, device, model, loss_fn, optimizer, loader, path, record, ranks,
-        objective, views,
+        objective, views, graph,
     )  # fmt: skip
     if start and run.ends_warmup(start) and ranks.any(not warmup_checkpoint_path(path).exists()):
         run.checkpoint(start, warmup_only=True)  # (restores a lost warm-up checkpoint)

@@ -15,11 +15,18 @@ from typing import Any
 
 import torch
 
-from .._files import check_folder, check_writable
+from .._files import check_distinct, check_folder, check_writable
 from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
-from .checkpoint import TrainingInterruptedError, checkpoint_path, stored_warmup
+from .checkpoint import (
+    TrainingInterruptedError,
+    check_fresh,
+    checkpoint_files,
+    checkpoint_path,
+    read_checkpoint,
+    stored_warmup,
+)
 from .datasets import DATASETS, canonical_name, load_dataset
-from .loop import command_line_warnings, resolve_device, train
+from .loop import command_line_warnings, owned_folder, resolve_device, train
 from .parallel import ONE, join, leave
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
 
@@ -160,7 +167,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--output", help="write the result as JSON to this file (in an existing folder; every "
-        "output is checked before training starts)",
+        "output is checked before training starts: each its own file, none an input)",
     )  # fmt: skip
     parser.add_argument(
         "--save-embeddings", metavar="FILE",
@@ -174,8 +181,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--checkpoint", metavar="DIR",
-        help="checkpoint folder (one file per seed; created if missing); one run at a time: "
-        "a second run on it ends at once",
+        help="checkpoint folder (one file per seed; created if missing), held by the run from "
+        "its start to its exit: a second run on it ends at once; without --resume, a folder "
+        "that holds a checkpoint of one of the run's seeds is refused (--resume continues it; "
+        "another folder starts again)",
     )  # fmt: skip
     parser.add_argument(
         "--checkpoint-every", type=int_at_least(1), default=50, metavar="N",
@@ -186,7 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", action="store_true",
         help="continue from --checkpoint (a seed without a checkpoint there starts from epoch "
         "0; a note says so when no seed has one); keeps the checkpoint's warm-up unless "
-        "--warmup-epochs is given",
+        "--warmup-epochs is given; refuses a checkpoint of another graph or config",
     )  # fmt: skip
     parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
     parser.add_argument(
@@ -253,14 +262,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
-    """The run's config and seeds from the command line (and torch's thread count)."""
+    """The run's config and seeds from the command line (and torch's thread count), once
+    every output is checked."""
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
     resolve_device(args.device.split(":")[0] if args.distributed else args.device)
     _check_graph_args(args)
-    _check_outputs(args)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    _check_outputs(args, seeds)
     config = config_from_args(args)
     if is_graph_file(config.dataset) and not getattr(args, "data", None):
         raise ValueError(f"the config names a graph file ({config.dataset}): pass --data FILE")
@@ -271,8 +282,7 @@ def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
         threads = 1
     if threads is not None:
         torch.set_num_threads(threads)
-    seeds = list(range(args.seed, args.seed + args.seeds))
-    return _resume_config(args, config, seeds), seeds
+    return config, seeds
 
 
 def _check_graph_args(args: argparse.Namespace) -> None:
@@ -300,16 +310,26 @@ def _save_outputs(args, config: TrainConfig, model, data) -> None:
             print(f"wrote {args.save_model} (the model; pyg_progcl.load_model reads it)")
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
+def _check_outputs(args: argparse.Namespace, seeds: list[int]) -> None:
     """Checks, before anything is loaded or trained, that every output the command line
-    names can be written (in an existing folder; the checkpoint folder is created), so
-    that a bad path fails at once."""
+    names can be written (in an existing folder; the checkpoint folder is created), that
+    each is a file of its own, and that none is a file the run reads (the ``--data``
+    graph, the ``--config`` file, a file of the checkpoint folder), so that a bad path
+    fails at once and no result or input is lost to another output."""
+    outputs = []
     for flag in ("output", "save_embeddings", "save_model"):
         path = getattr(args, flag, None)
         if path is not None:
             check_writable(path, "--" + flag.replace("_", "-"))
+            outputs.append(("--" + flag.replace("_", "-"), path))
+    inputs = [
+        ("the --data graph file", getattr(args, "data", None)),
+        ("the --config file", getattr(args, "config", None)),
+    ]
     if getattr(args, "checkpoint", None):
-        check_folder(args.checkpoint, "--checkpoint")
+        folder = check_folder(args.checkpoint, "--checkpoint")
+        inputs += checkpoint_files(folder, seeds)
+    check_distinct(outputs, inputs)
 
 
 def _resume_config(args: argparse.Namespace, config: TrainConfig, seeds: list[int]) -> TrainConfig:
@@ -330,6 +350,7 @@ def _resume_config(args: argparse.Namespace, config: TrainConfig, seeds: list[in
     warmup = None if "warmup_epochs" in vars(args) else stored_warmup(found[0], config)
     if warmup is None:
         return config
+    read_checkpoint(found[0])  # (a damaged checkpoint: its one line, not a note before it)
     if speaks and not args.quiet:
         print(
             f"pyg_progcl train: note: keeping the checkpoint's warm-up of {warmup} epochs "
@@ -353,7 +374,36 @@ def _run(args: argparse.Namespace) -> int:
     ranks, device = join(args.device) if args.distributed else (ONE, args.device)
     try:
         config, seeds = _setup(args)  # (outputs checked before the graph is read)
-        data = read_graph(args.data) if getattr(args, "data", None) else None
+        fresh = None if args.resume else (lambda folder: check_fresh(folder, seeds))
+        # The run holds its checkpoint folder from before the graph loads until its last
+        # output is written: no second run on it starts meanwhile.
+        with owned_folder(args.checkpoint, ranks, check=fresh):
+            config = _resume_config(args, config, seeds)
+            result, model, data = _train(args, config, seeds, ranks, device)
+            if not args.quiet and ranks.main:
+                print(_summary_line(result, config, seeds))
+                if args.output:
+                    print(f"wrote {args.output}")
+            if model is not None and ranks.main:
+                _save_outputs(args, config, model, data)
+    except TrainingInterruptedError as exc:
+        if ranks.main:
+            print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        leave()
+    return 0
+
+
+def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], ranks, device):
+    """Loads the graph and trains; returns ``(result, model, graph)`` (the model of the
+    first seed where ``--save-*`` asks for it, else ``None``). The ranks leave their group
+    when training ends: what follows is rank 0's."""
+    try:
+        if getattr(args, "data", None):
+            data = read_graph(args.data)
+        else:
+            data = load_dataset(config.dataset, args.root, quiet=args.quiet)
         saving = bool(getattr(args, "save_embeddings", None) or getattr(args, "save_model", None))
         result = train(
             config,
@@ -369,21 +419,9 @@ def _run(args: argparse.Namespace) -> int:
             ranks=ranks,
             return_model=saving,
         )
-        if saving:
-            result, model = result
-    except TrainingInterruptedError as exc:
-        if ranks.main:
-            print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)
-        return 128 + signal.SIGTERM
     finally:
         leave()
-    if not args.quiet and ranks.main:
-        print(_summary_line(result, config, seeds))
-        if args.output:
-            print(f"wrote {args.output}")
-    if saving and ranks.main:
-        _save_outputs(args, config, model, data)
-    return 0
+    return (*result, data) if saving else (result, None, data)
 
 
 def _summary_line(result: dict[str, Any], config: TrainConfig, seeds: list[int]) -> str:

@@ -9,8 +9,9 @@ any graph with it (docs/own_graph.md).
   encoder takes edge weights (:func:`graph_for_model`).
 * :func:`save_model` writes a :class:`~pyg_progcl.GRACEModel` as one self-describing file,
   a dict ``{"format": "pyg_progcl.model", "version": 1, "config": ..., "state_dict": ...,
-  "metadata": ...}`` of plain Python values and tensors: :func:`load_model` (or
-  ``torch.load(path, weights_only=True)``) reads it back without the code that built it.
+  "metadata": ..., "checksum": ...}`` of plain Python values and tensors: :func:`load_model`
+  (or ``torch.load(path, weights_only=True)``) reads it back without the code that built
+  it, and refuses a file whose checksum does not match or whose weights are not finite.
 * :func:`embed` computes every node's embedding, on the whole graph or layer by layer
   over batches of nodes (:func:`~pyg_progcl.minibatch.embed_minibatch`).
 

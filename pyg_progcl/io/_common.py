@@ -26,7 +26,7 @@ def uncompiled(module):
     return inner if isinstance(inner, torch.nn.Module) else module
 
 
-_NPY_MAGIC = b"\x93NUMPY"
+NPY_MAGIC = b"\x93NUMPY"
 _PICKLED_CLASS = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
@@ -36,15 +36,15 @@ def load_failure(path: Path, exc: BaseException) -> str:
     file): the kind of file it is where that is recognisable, else the error's first line."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(len(_NPY_MAGIC))
-        if head == _NPY_MAGIC:
+            head = fh.read(len(NPY_MAGIC))
+        if head == NPY_MAGIC:
             return "it is a NumPy .npy file, not a torch file"
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
             if names and all(name.endswith(".npy") for name in names):
                 return "it is a NumPy .npz file, not a torch file"
-    except OSError:
+    except Exception:  # (a damaged zip directory: its kind is not recognisable)
         pass
     text = str(exc)
     found = _PICKLED_CLASS.search(text)

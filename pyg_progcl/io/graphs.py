@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import warnings
 import zipfile
 from pathlib import Path
@@ -22,7 +23,7 @@ from torch_geometric.data import Data
 from .._checks import check_graph
 from .._compat import stacklevel_outside_package
 from ..encoders import GCNEncoder, MLPEncoder
-from ._common import PathLike, first_line, load_failure, uncompiled
+from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled
 
 #: Suffixes :func:`read_graph` reads.
 GRAPH_SUFFIXES = (".pt", ".npz")
@@ -46,7 +47,10 @@ def read_graph(path: PathLike) -> Data:
     Raises:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the file and the problem: an unknown suffix, an unreadable
-            file, a missing or malformed array (out-of-range or negative node ids, NaN
+            file (for ``.npz``, checked from each member's header before it is read: a
+            member that is not a numeric NumPy array, one of Python objects, a header
+            declaring more data than the member holds, an ``.npy`` file renamed ``.npz``),
+            a missing or malformed array (out-of-range or negative node ids, NaN
             or infinite features, no nodes, labels or masks of the wrong length or type,
             edge weights not one finite number ``>= 0`` per edge).
     """
@@ -90,34 +94,149 @@ def _read_pt(path: Path) -> dict[str, Any]:
 
 
 def _read_npz(path: Path) -> dict[str, Any]:
-    """The arrays of ``path``, checked for names (``edge_index`` and ``x`` required)."""
+    """The arrays of ``path``, checked for names (``edge_index`` and ``x`` required), then
+    for what each member's ``.npy`` header declares (numeric, no more data than the member
+    holds), before any array is read."""
+    label = f"graph file {str(path)!r}"
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{label} is not a readable .npz file: {_not_a_zip(path)}")
     try:
-        with np.load(path, allow_pickle=False) as arrays:
-            fields = {key: arrays[key] for key in arrays.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        with zipfile.ZipFile(path) as archive:
+            members = _npz_members(archive, label)
+            for key, info in members.items():
+                _check_npy_header(archive, info, f"{label}: array {key!r}", path.stat().st_size)
+            fields = {}
+            for key, info in members.items():
+                with archive.open(info) as fh:
+                    fields[key] = np.lib.format.read_array(fh, allow_pickle=False)
+    except _NpzError as exc:
+        raise ValueError(str(exc)) from None
+    except Exception as exc:  # a corrupt zip or member: zlib, CRC, EOF, encryption errors
         raise ValueError(
-            f"graph file {str(path)!r} is not a readable .npz file ({type(exc).__name__}: "
-            f"{first_line(exc)})"
+            f"{label} is not a readable .npz file ({type(exc).__name__}: {first_line(exc)})"
         ) from None
-    missing = [key for key in ("edge_index", "x") if key not in fields]
-    if missing:
-        raise ValueError(
-            f"graph file {str(path)!r} has no array {' or '.join(map(repr, missing))} "
-            f"(it has {sorted(fields) or 'none'}); a .npz graph needs edge_index [2, E] and x [N, F]"
-        )
-    unknown = sorted(set(fields) - set(_NPZ_KEYS))
-    if unknown:
-        raise ValueError(
-            f"graph file {str(path)!r}: unknown arrays {unknown}; a .npz graph holds "
-            f"{', '.join(_NPZ_KEYS)}"
-        )
     for key, value in fields.items():
-        if value.dtype.kind not in "biuf":
-            raise ValueError(
-                f"graph file {str(path)!r}: array {key!r} must be numeric (got {value.dtype})"
-            )
+        if not value.dtype.isnative:  # (torch takes arrays in this machine's byte order)
+            value = value.astype(value.dtype.newbyteorder("="))
         fields[key] = torch.from_numpy(value)
     return fields
+
+
+class _NpzError(ValueError):
+    """A ``.npz`` file's content that :func:`_read_npz` refuses (its message names why)."""
+
+
+def _not_a_zip(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(NPY_MAGIC))
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or type(exc).__name__})"
+    if head == NPY_MAGIC:
+        return (
+            "it is a NumPy .npy file (one array), not a .npz archive of named arrays; write "
+            "the graph with np.savez(path, edge_index=..., x=...)"
+        )
+    return "it is not a zip archive (corrupt, truncated or another kind of file)"
+
+
+def _npz_members(archive: zipfile.ZipFile, label: str) -> dict[str, zipfile.ZipInfo]:
+    """The archive's members by array name (``x.npy`` is ``x``), checked: ``edge_index``
+    and ``x`` present, no other names than a graph's, no name twice."""
+    members: dict[str, zipfile.ZipInfo] = {}
+    for info in archive.infolist():
+        key = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
+        if key in members:
+            raise _NpzError(f"{label} holds two members named {key!r}")
+        members[key] = info
+    missing = [key for key in ("edge_index", "x") if key not in members]
+    if missing:
+        raise _NpzError(
+            f"{label} has no array {' or '.join(map(repr, missing))} "
+            f"(it has {_some(members) or 'none'}); a .npz graph needs edge_index [2, E] and x [N, F]"
+        )
+    unknown = sorted(set(members) - set(_NPZ_KEYS))
+    if unknown:
+        raise _NpzError(
+            f"{label}: unknown arrays {_some(unknown)}; a .npz graph holds {', '.join(_NPZ_KEYS)}"
+        )
+    return members
+
+
+def _some(names, shown: int = 10) -> str:
+    """The first ``shown`` of ``names``, sorted, and how many more (a forged archive may
+    hold millions of members: the message stays one short line)."""
+    names = sorted(names)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{names[:shown]}{more}" if names else ""
+
+
+_DEFLATE_MAX_RATIO = 1032  # the most deflate expands: 258 bytes from 2 bits
+
+
+def _check_npy_header(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, what: str, archive_size: int
+) -> None:
+    """Checks member ``info``'s ``.npy`` header without reading its data: a numeric dtype
+    (nothing that needs pickle) and no more data declared than the member holds (its size
+    in the zip directory, itself within what its compressed size, at most the archive's
+    ``archive_size``, can expand to), so that a forged header cannot make the reader
+    allocate terabytes. ``what`` names the array."""
+    if info.compress_size > archive_size:
+        raise _NpzError(
+            f"{what}: its member claims {info.compress_size} compressed bytes, more than the "
+            f"whole file's {archive_size} (a corrupt or forged file)"
+        )
+    if info.compress_type == zipfile.ZIP_STORED:
+        bound = info.compress_size
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        bound = _DEFLATE_MAX_RATIO * info.compress_size + 1024
+    else:
+        raise _NpzError(
+            f"{what} is compressed with zip method {info.compress_type}; np.savez and "
+            "np.savez_compressed write stored or deflated members"
+        )
+    if info.file_size > bound:
+        raise _NpzError(
+            f"{what}: its member claims {info.file_size} bytes from {info.compress_size} "
+            "compressed ones, more than its compression can produce (a corrupt or forged file)"
+        )
+    with archive.open(info) as fh:
+        if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
+            raise _NpzError(
+                f"{what}: member {info.filename!r} is not a NumPy array (np.savez writes "
+                "each array as a .npy member)"
+            )
+        fh.seek(0)
+        try:
+            version = np.lib.format.read_magic(fh)
+            read_header = {
+                (1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0,
+            }.get(version)
+            if version == (3, 0):  # (utf-8 field names: only a structured array has them)
+                raise _NpzError(f"{what} must be numeric (a structured array, .npy format 3.0)")
+            if read_header is None:
+                raise _NpzError(f"{what} has an unknown .npy format version {version}")
+            shape, _, dtype = read_header(fh)
+        except _NpzError:
+            raise
+        except ValueError as exc:
+            raise _NpzError(f"{what} has a malformed .npy header ({first_line(exc)})") from None
+        available = info.file_size - fh.tell()
+    if dtype.hasobject:
+        raise _NpzError(
+            f"{what} holds Python objects ({dtype}), which only pickle can read (not done: "
+            "no code from a file is run); a graph's arrays are numeric"
+        )
+    if dtype.kind not in "biuf":
+        raise _NpzError(f"{what} must be numeric (got {dtype})")
+    size = math.prod(shape) * dtype.itemsize
+    if min(shape, default=0) < 0 or size > available:
+        raise _NpzError(
+            f"{what} declares shape {list(shape)} of {dtype} ({size} bytes), but its member "
+            f"holds {max(available, 0)} bytes (a truncated or forged file)"
+        )
 
 
 def _graph(fields: dict[str, Any]) -> Data:

@@ -1,8 +1,9 @@
 """Model files: :func:`~pyg_progcl.io.save_model` writes a
 :class:`~pyg_progcl.GRACEModel` as one self-describing file, a dict ``{"format":
-"pyg_progcl.model", "version": 1, "config": ..., "state_dict": ..., "metadata": ...}`` of
-plain Python values and tensors; :func:`~pyg_progcl.io.load_model` (or ``torch.load(path,
-weights_only=True)``) reads it back without the code that built it."""
+"pyg_progcl.model", "version": 1, "config": ..., "state_dict": ..., "metadata": ...,
+"checksum": ...}`` of plain Python values and tensors; :func:`~pyg_progcl.io.load_model`
+(or ``torch.load(path, weights_only=True)``) reads it back without the code that built it,
+after checking its checksum and that its weights are finite."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .._files import atomic_write, check_writable
+from .._files import atomic_write, check_writable, payload_checksum
 from ..augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, Compose, EdgeDrop, FeatureMask
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import GRACEModel
@@ -93,14 +94,24 @@ def _describe_encoder(encoder) -> dict[str, Any]:
     return config
 
 
-def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
+def _conv_class(name: Any) -> Optional[type]:
+    """The convolution class ``torch_geometric.nn.<name>`` if that is one (a subclass of
+    ``MessagePassing``, as :class:`GCNEncoder` builds them), else ``None``: not a
+    ``Sequential``, a ``DataParallel``, a model or a function of that namespace."""
     import torch_geometric.nn as pyg_nn
+    from torch_geometric.nn.conv import MessagePassing
 
+    conv = getattr(pyg_nn, name, None) if isinstance(name, str) else None
+    ok = isinstance(conv, type) and issubclass(conv, MessagePassing) and conv is not MessagePassing
+    return conv if ok else None
+
+
+def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
     name = encoder.conv.__name__
-    if getattr(pyg_nn, name, None) is not encoder.conv:
+    if _conv_class(name) is not encoder.conv:
         raise ValueError(
-            f"save_model supports convolutions of torch_geometric.nn, saved by name (got "
-            f"{encoder.conv.__module__}.{name})"
+            f"save_model supports the convolutions of torch_geometric.nn (MessagePassing "
+            f"classes), saved by name (got {encoder.conv.__module__}.{name})"
         )
     try:
         kwargs = json.loads(json.dumps(encoder.conv_kwargs))
@@ -144,15 +155,14 @@ def model_config(model: GRACEModel) -> dict[str, Any]:
 
 def build_from_config(config: dict[str, Any]) -> GRACEModel:
     """A freshly initialised :class:`GRACEModel` from :func:`model_config`'s description."""
-    import torch_geometric.nn as pyg_nn
-
     enc = dict(config["encoder"])
     kind = enc.pop("type")
     if kind == "GCNEncoder":
-        conv = getattr(pyg_nn, enc.pop("conv"), None)
+        conv = _conv_class(enc.pop("conv", None))
         if conv is None:
             raise ValueError(
-                f"unknown convolution {config['encoder']['conv']!r} in torch_geometric.nn"
+                f"{config['encoder'].get('conv')!r} is not a convolution of torch_geometric.nn "
+                "(a MessagePassing class such as GCNConv)"
             )
         encoder = GCNEncoder(conv=conv, **enc)
     elif kind == "MLPEncoder":
@@ -175,7 +185,8 @@ def save_model(
     """Writes ``model`` (its configuration and weights) to one file, atomically.
 
     The file is ``torch.save`` of ``{"format": "pyg_progcl.model", "version": 1,
-    "config": model_config(model), "state_dict": {name: CPU tensor}, "metadata": metadata}``,
+    "config": model_config(model), "state_dict": {name: CPU tensor}, "metadata": metadata,
+    "checksum": ...}`` (the SHA-256 of the rest: a changed byte is refused on loading),
     readable with ``torch.load(path, weights_only=True)``; :func:`load_model` rebuilds
     the model. Augmenters are saved if they are built-in ones (:class:`~pyg_progcl.EdgeDrop`,
     :class:`~pyg_progcl.FeatureMask`, the adaptive ones, a :class:`~pyg_progcl.Compose` of
@@ -212,6 +223,7 @@ def save_model(
         "state_dict": _plain_state_dict(uncompiled(model)),
         "metadata": metadata,
     }
+    payload["checksum"] = payload_checksum(payload)
     return atomic_write(target, lambda tmp: torch.save(payload, tmp))
 
 
@@ -225,7 +237,13 @@ def _plain_state_dict(model: GRACEModel) -> dict[str, torch.Tensor]:
 
 
 def read_model_file(path: PathLike) -> dict[str, Any]:
-    """The checked contents of a model file written by :func:`save_model` (CPU tensors)."""
+    """The checked contents of a model file written by :func:`save_model` (CPU tensors):
+    its format, version and entries, its checksum, and finite weights.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the file and the problem.
+    """
     path = Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"model file {str(path)!r} does not exist")
@@ -256,7 +274,56 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
         payload.get("state_dict"), dict
     ):
         raise ValueError(f"model file {str(path)!r} lacks its 'config' or 'state_dict' entry")
+    if "checksum" not in payload:
+        raise ValueError(
+            f"model file {str(path)!r} has no checksum (written by a development version "
+            "of pyg_progcl before model files were sealed): save the model again"
+        )
+    if payload_checksum(payload) != payload["checksum"]:
+        raise ValueError(
+            f"model file {str(path)!r} is corrupted or was edited: its content does not "
+            "match its checksum"
+        )
+    for key, value in payload["state_dict"].items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(
+                f"model file {str(path)!r}: state_dict entry {key!r} is a "
+                f"{type(value).__name__}, not a tensor"
+            )
+        if (value.is_floating_point() or value.is_complex()) and not bool(
+            torch.isfinite(value).all()
+        ):
+            raise ValueError(
+                f"model file {str(path)!r}: weight {key!r} holds NaN or infinite values (the "
+                "training diverged?); such a model cannot embed"
+            )
     return payload
+
+
+def _check_fits(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
+    """Checks that the model ``config`` describes has tensors of exactly the names and
+    shapes of ``state_dict``, on the ``meta`` device (no memory allocated: a configuration
+    of huge widths is refused before it is built for real; every convolution of
+    ``torch_geometric.nn`` builds there exactly when it builds on the CPU).
+
+    Raises:
+        ValueError: naming the first mismatch; whatever building the model raises.
+    """
+    with torch.device("meta"):
+        expected = build_from_config(config).state_dict()
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    if missing or unexpected:  # (the first few: a forged file may name thousands)
+        raise ValueError(
+            f"{len(missing)} weights missing {missing[:5]}, {len(unexpected)} unexpected "
+            f"{unexpected[:5]}"
+        )
+    for key, tensor in expected.items():
+        if tensor.shape != state_dict[key].shape:
+            raise ValueError(
+                f"weight {key!r} has shape {list(state_dict[key].shape)}, the configuration "
+                f"makes {list(tensor.shape)}"
+            )
 
 
 def load_model(
@@ -273,14 +340,17 @@ def load_model(
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: if it is not a pyg_progcl model file (another file, corrupt or
-            truncated, a newer format, weights that do not fit the configuration).
+        ValueError: if it is not a pyg_progcl model file (another file, corrupt,
+            truncated or edited (its checksum), a newer format, no checksum, NaN or
+            infinite weights, a configuration pyg_progcl does not build, weights that do
+            not fit the configuration).
     """
     payload = read_model_file(path)
     try:
+        _check_fits(payload["config"], payload["state_dict"])
         model = build_from_config(payload["config"])
         model.load_state_dict(payload["state_dict"], strict=True)
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+    except Exception as exc:  # whatever a configuration the code does not build raises
         raise ValueError(
             f"model file {str(path)!r}: its configuration and weights do not make a model "
             f"({type(exc).__name__}: {first_line(exc)})"

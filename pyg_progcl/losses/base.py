@@ -12,6 +12,17 @@ from ._engine import BlockPool, NegativeTerm, contrastive_losses, full_precision
 
 REDUCTIONS = ("mean", "sum", "none")
 
+#: The temperatures a loss accepts. The losses compute in float32 (at least), whose
+#: finite range is about 1.2e-38 .. 3.4e38. Below: a loss is up to ``2/τ + log 2N`` per
+#: anchor and its gradients of order ``1/τ`` per entry; with ``τ >= 1e-20`` the ``2N``
+#: anchors' sum (``reduction='sum'``) stays below 4e20·N, finite for any ``N`` below
+#: 10^17 with room for the ``1/‖h‖`` of the normalisation in backward (``τ = 1e-38``
+#: gives an infinite loss, ``τ < 3e-39`` a ``1/τ`` beyond float32). Above: logits ``(θ-1)/τ``
+#: keep float32's resolution of ``θ`` (2^-24) in normal numbers up to ``τ ≈ 5e30``, and
+#: ProGCL's ``τ/2`` (``s' = 1 + τ·logit/2``) overflows above 6.8e38; ``τ <= 1e20``
+#: leaves ten decades of margin. Every temperature in use (0.05 .. 2) is far inside.
+TAU_RANGE = (1e-20, 1e20)
+
 
 class ContrastiveLoss(torch.nn.Module):
     r"""Base of every loss: the symmetric objective of GRACE (docs/algorithms.md §1),
@@ -29,7 +40,8 @@ class ContrastiveLoss(torch.nn.Module):
     loss of one's own on this contract).
 
     Args:
-        tau: Temperature :math:`\tau > 0`.
+        tau: Temperature :math:`\tau` in ``[1e-20, 1e20]`` (``TAU_RANGE``: float32
+            logits :math:`\theta/\tau` and their gradients stay finite and exact).
         block_size: Anchors per row block (exact, ``O(B·N)`` memory). ``None`` computes all
             anchors at once up to 4096 nodes (ProGCL-mix: 8192) and in blocks of
             ``2^23 / N`` anchors above; ``block_size >= N`` forces one block.
@@ -48,6 +60,12 @@ class ContrastiveLoss(torch.nn.Module):
     ):
         super().__init__()
         self.tau = check_positive("tau", tau)
+        if not TAU_RANGE[0] <= self.tau <= TAU_RANGE[1]:
+            raise ValueError(
+                f"`tau` must lie in [{TAU_RANGE[0]:g}, {TAU_RANGE[1]:g}], where float32 "
+                f"logits θ/τ and their gradients stay finite and exact (got {self.tau:g}); "
+                "temperatures in use lie in 0.05 .. 2"
+            )
         self.block_size = None if block_size is None else check_int("block_size", block_size, 1)
         self.num_negatives = (
             None if num_negatives is None else check_int("num_negatives", num_negatives, 1)

@@ -11,6 +11,11 @@ from .._checks import check_nonnegative, check_probability
 from ._engine import ExpSums, NegativeTerm
 from .base import ContrastiveLoss
 
+#: The largest scale ``(1 + β)/τ`` of HCL's weighted logits: the sums over ``2N`` anchors
+#: of losses and gradients of this order stay finite in float32 (3.4e38) for any graph;
+#: measured, NaN gradients appear from about 1e38 (``β = 1e19``, ``τ = 1e-20``).
+HCL_MAX_SCALE = 1e30
+
 
 def debiased_log_negatives(
     pos: Tensor, log_neg: Tensor, count: int, tau: float, tau_plus: float
@@ -74,12 +79,20 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
         tau: Temperature.
         tau_plus: Class prior :math:`\tau^+ \in [0, 1)`.
         beta: Concentration :math:`\beta \ge 0` on hard negatives; ``0`` gives DCL exactly.
+            At most ``1e30·tau - 1`` (``HCL_MAX_SCALE``), where the logits
+            :math:`(1+\beta)\theta/\tau` and their gradients stay finite in float32.
         block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0, **kwargs):
         super().__init__(tau, tau_plus, **kwargs)
         self.beta = check_nonnegative("beta", beta)
+        if (1.0 + self.beta) / self.tau > HCL_MAX_SCALE:
+            raise ValueError(
+                f"`beta` must be at most {HCL_MAX_SCALE:g}·tau - 1 = "
+                f"{HCL_MAX_SCALE * self.tau - 1:g} (got {self.beta:g}): beyond, the logits "
+                "(1 + beta)·θ/tau of the weighted negatives overflow float32"
+            )
 
     def negative_term(self) -> NegativeTerm:
         if self.beta == 0:

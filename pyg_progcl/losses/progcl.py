@@ -8,7 +8,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive, check_views
+from .._checks import check_choice, check_int, check_positive, check_views, short_repr
 from ..mixture import BetaMixture
 from ._engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
 from ._mixing import MIX_EPS, MixedNegatives, MixedSums
@@ -23,8 +23,17 @@ from .schedules import (
     as_schedule,
 )
 
-#: The largest ``num_samples``: a fit holds about 136 bytes per sampled similarity
-#: (float32 views, measured), so 10⁸ samples take some 14 GB.
+#: The accepted ``mix_eps``: a normal float32 (the 0/0 of two underflowed hardnesses
+#: stays finite) that does not outweigh the hardnesses ``b <= 1`` it guards.
+MIX_EPS_RANGE = (1e-30, 1.0)
+
+#: Peak host memory of a fit per sampled similarity, in bytes: the mixture's float64 EM
+#: statistics (the sample itself holds some 30 bytes per pair, whatever the views' width
+#: ``d``). Measured as the peak RSS of :meth:`ProGCLLoss.refit` (``/proc`` VmHWM) with
+#: float32 views: 105-120 bytes at 10⁶ to 5·10⁷ samples on a Cora-sized graph
+#: (2708 × 128) and an ogbn-arxiv-sized one (169343 × 256); rounded up.
+FIT_BYTES_PER_SAMPLE = 120
+#: The largest ``num_samples``: a fit of 10⁸ samples peaks at some 12 GB.
 MAX_NUM_SAMPLES = 10**8
 
 
@@ -74,10 +83,13 @@ class ProGCLLoss(ContrastiveLoss):
         tau: Temperature.
         mode: ``'weight'`` or ``'mix'``.
         num_samples: Inter-view negative similarities ``M`` sampled per fit, at most
-            ``MAX_NUM_SAMPLES`` = ``10**8`` (a fit holds about 136 bytes per sample).
+            ``MAX_NUM_SAMPLES`` = ``10**8``. A fit's memory grows with ``M`` alone (not
+            with ``N`` or the views' width): about 120 bytes per sample at its peak
+            (``FIT_BYTES_PER_SAMPLE``, measured), 6 MB for the default ``M``.
         num_mix: Negatives mixed per anchor (``K``; capped at the negatives available).
         fit_iters: EM iterations per fit (the paper's ``I = 10``), warm-started.
-        mix_eps: The :math:`\epsilon` of the mixing formula.
+        mix_eps: The :math:`\epsilon` of the mixing formula, in ``[1e-30, 1]``
+            (``MIX_EPS_RANGE``).
         mixture: The :class:`~pyg_progcl.BetaMixture` to use (default: the reference
             initialisation); one passed in already fitted weights from the first step
             (except with ``'frozen'``, which needs a fit to store its views).
@@ -105,11 +117,21 @@ class ProGCLLoss(ContrastiveLoss):
         if self.num_samples > MAX_NUM_SAMPLES:
             raise ValueError(
                 f"`num_samples` must be at most {MAX_NUM_SAMPLES:_} (got {self.num_samples:_}): "
-                "a fit holds about 136 bytes per sample"
+                f"a fit peaks at about {FIT_BYTES_PER_SAMPLE} bytes per sample"
             )
         self.num_mix = check_int("num_mix", num_mix, 1)
         self.fit_iters = check_int("fit_iters", fit_iters, 1)
         self.mix_eps = check_positive("mix_eps", mix_eps)
+        if not MIX_EPS_RANGE[0] <= self.mix_eps <= MIX_EPS_RANGE[1]:
+            raise ValueError(
+                f"`mix_eps` must lie in [{MIX_EPS_RANGE[0]:g}, {MIX_EPS_RANGE[1]:g}] (got "
+                f"{self.mix_eps:g}): it guards the 0/0 of two vanishing hardnesses b <= 1 "
+                "and must stay a normal float32"
+            )
+        if mixture is not None and not isinstance(mixture, BetaMixture):
+            raise ValueError(
+                f"`mixture` must be a pyg_progcl.BetaMixture or None (got {short_repr(mixture)})"
+            )
         self.mixture = BetaMixture() if mixture is None else mixture
         self.schedule = as_schedule(schedule)
 

@@ -10,7 +10,13 @@ from typing import Callable, Optional, Union
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_choice, check_nonnegative, check_probability
+from .._checks import (
+    check_bool,
+    check_choice,
+    check_nonnegative,
+    check_probability,
+    short_repr,
+)
 from .._compat import stacklevel_outside_package
 from ..mixture import DEGENERACY_KINDS, MixtureDegeneracyWarning
 from ._engine import Pairs, normalize_views
@@ -285,6 +291,12 @@ def as_schedule(schedule: Union[str, FitSchedule], floor: Optional[float] = None
     schedule's default), or the schedule itself."""
     if isinstance(schedule, FitSchedule):
         return schedule
+    if not isinstance(schedule, str):
+        hint = f"; pass {schedule.__name__}()" if isinstance(schedule, type) else ""
+        raise ValueError(
+            f"`schedule` must be one of {sorted(SCHEDULES)} or a FitSchedule instance (got "
+            f"{short_repr(schedule)}{hint})"
+        )
     make = SCHEDULES[check_choice("schedule", schedule, SCHEDULES)]
     return make() if floor is None else make(floor=floor)
 

@@ -9,6 +9,9 @@ from .ops import full_precision, normalize_views
 
 #: Columns of the grid sample of :func:`sample_negative_similarities`.
 SAMPLE_COLUMNS = 64
+#: Elements of the ``[pairs, d]`` rows that the independent-pairs sample gathers at once
+#: (16 MiB of float32 per view): its memory grows with ``M``, not with ``M·d``.
+GATHER_ELEMENTS = 1 << 22
 
 
 def sample_negative_pairs(
@@ -23,7 +26,7 @@ def sample_negative_pairs(
     lo, hi, _ = (anchors or slice(0, num_nodes)).indices(num_nodes)
     i = torch.randint(hi - lo, (num_samples,), generator=generator) + lo
     k = torch.randint(num_nodes - 1, (num_samples,), generator=generator)
-    k = k + (k >= i).long()
+    k.add_(k >= i)  # (in place: the pairs hold 16 bytes each, no more)
     return i.to(device), k.to(device)
 
 
@@ -44,7 +47,9 @@ def sample_negative_similarities(
     product, positives dropped, the first ``M`` kept (the anchors are in random order).
     Unlike it, ``M`` does not grow with ``N``. Graphs too small for such a grid get ``M``
     independent uniform pairs instead (gathering ``M`` independent pairs costs far more
-    than one small product, docs/design.md).
+    than one small product, docs/design.md), gathered in chunks of
+    ``GATHER_ELEMENTS``: either way the sample holds some 30 bytes per pair besides
+    the views, whatever their width ``d``.
     """
     with full_precision(h1):  # (fits the mixture on float32 cosines under autocast too)
         return _similarities(h1, h2, num_samples, generator, anchors)
@@ -57,9 +62,20 @@ def _similarities(h1, h2, num_samples, generator, anchors) -> Tensor:
     rows = -(-num_samples // (SAMPLE_COLUMNS - 1))
     if n < SAMPLE_COLUMNS or rows > hi - lo:
         i, k = sample_negative_pairs(n, num_samples, u.device, generator, slice(lo, hi))
-        return (u[i] * v[k]).sum(1).clamp_(-1.0, 1.0)
+        return _pair_similarities(u, v, i, k).clamp_(-1.0, 1.0)
     picked = (torch.randperm(hi - lo, generator=generator)[:rows] + lo).to(u.device)
     nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(u.device)
     theta = u[picked] @ v[nodes].T
     negative = picked.unsqueeze(1) != nodes.unsqueeze(0)
     return theta[negative][:num_samples].clamp_(-1.0, 1.0)
+
+
+def _pair_similarities(u: Tensor, v: Tensor, i: Tensor, k: Tensor) -> Tensor:
+    """``u[i]·v[k]`` row by row, gathering ``GATHER_ELEMENTS`` at a time (``M`` gathered
+    rows of both views at once would take ``8·M·d`` bytes)."""
+    out = u.new_empty(i.numel())
+    step = max(1, GATHER_ELEMENTS // max(u.size(1), 1))
+    for start in range(0, i.numel(), step):
+        stop = start + step
+        torch.sum(u[i[start:stop]].mul_(v[k[start:stop]]), 1, out=out[start:stop])
+    return out

@@ -1,0 +1,392 @@
+"""Graph files, model files and ``embed`` against hostile input: forged or damaged files
+are refused in one line, features of any float dtype embed, and signals leave true
+messages and no stray temporary files (docs/own_graph.md)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from helpers import REPO, run_main
+from torch_geometric.data import Data
+
+from pyg_progcl import GCNEncoder, GRACEModel, embed, load_model, read_graph, save_model
+
+TESTS = REPO / "tests"
+
+
+def graph(n=120, f=10, seed=0) -> Data:
+    g = torch.Generator().manual_seed(seed)
+    return Data(
+        x=torch.randn(n, f, generator=g), edge_index=torch.randint(0, n, (2, 4 * n), generator=g)
+    )
+
+
+def npy_bytes(array, allow_pickle=False) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+def write_zip(path, members: dict[str, bytes], method=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compression=method) as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    return path
+
+
+def one_line_error(status, err, message):
+    assert status == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert message in err, err
+
+
+def listing(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+# ----------------------------------------------------------------------------- .npz graph files
+
+
+def _forged_npz(tmp_path) -> dict[str, tuple]:
+    """``name -> (path, message)`` of ``.npz`` files that are not plain arrays."""
+    data = graph(n=20)
+    x, edge_index = npy_bytes(data.x.numpy()), npy_bytes(data.edge_index.numpy())
+    huge = io.BytesIO()  # a header declaring 10^12 x 1000 float32 (4 PB), then 64 bytes
+    np.lib.format.write_array_header_1_0(
+        huge, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 1000)}
+    )
+    huge.write(bytes(64))
+    renamed = tmp_path / "renamed.npz"
+    renamed.write_bytes(x)
+    cases = {
+        "pickled-objects": (
+            write_zip(tmp_path / "o.npz", {"x.npy": npy_bytes(np.array([1, "a"], dtype=object), True),
+                                           "edge_index.npy": edge_index}),  # fmt: skip
+            "array 'x' holds Python objects",
+        ),
+        "text-member": (
+            write_zip(tmp_path / "t.npz", {"x.npy": x, "edge_index.npy": edge_index, "y": b"0 1 2"}),
+            "member 'y' is not a NumPy array",
+        ),
+        "npy-renamed": (renamed, "it is a NumPy .npy file (one array), not a .npz archive"),
+        "forged-header": (
+            write_zip(tmp_path / "h.npz", {"x.npy": huge.getvalue(), "edge_index.npy": edge_index}),
+            "array 'x' declares shape [1000000000000, 1000] of float32",
+        ),
+        "forged-directory": (_forged_directory(tmp_path / "d.npz", edge_index), "more than its compression"),
+    }  # fmt: skip
+    return cases
+
+
+def _forged_directory(path, edge_index: bytes):
+    """A stored member whose header declares 10^9 float32 (4 GB) and whose zip entries
+    claim that many bytes, while it holds 64."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": (10**9,)}
+    )
+    content = header.getvalue() + bytes(64)
+    write_zip(path, {"x.npy": content, "edge_index.npy": edge_index})
+    raw = bytearray(path.read_bytes())
+    claimed = struct.pack("<I", len(header.getvalue()) + 4 * 10**9)
+    for signature, offset in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):  # local, central
+        at = raw.index(signature)  # (x.npy is the first member)
+        raw[at + offset : at + offset + 4] = claimed
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def test_npz_files_that_are_not_plain_arrays_are_one_line(tmp_path, capsys):
+    """Before: a text member and an .npy renamed to .npz raised AttributeError / TypeError,
+    a header declaring 10^12 x 1000 floats tried to allocate 3.55 PiB (MemoryError)."""
+    model = save_model(GRACEModel(GCNEncoder(10, 8), 8, 8), tmp_path / "m.pt")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, (path, message) in _forged_npz(tmp_path).items():
+        tic = time.perf_counter()
+        with pytest.raises(ValueError) as info:
+            read_graph(path)
+        assert message in str(info.value) and path.name in str(info.value), (name, info.value)
+        assert time.perf_counter() - tic < 5, name  # refused from the header, not read
+        argv = ["embed", "--model", model, "--data", path, "--output", out / "z.npy"]
+        one_line_error(*run_main(capsys, *map(str, argv))[::2], message)
+    assert listing(out) == []
+    data = graph(n=20)  # arrays in the other byte order are plain arrays too
+    big_endian = tmp_path / "be.npz"
+    np.savez(
+        big_endian, x=data.x.numpy().astype(">f8"), edge_index=data.edge_index.numpy().astype(">i8")
+    )
+    got = read_graph(big_endian)
+    assert torch.equal(got.x, data.x) and torch.equal(got.edge_index, data.edge_index)
+
+
+# ----------------------------------------------------------------------------- feature dtypes
+
+
+def test_embed_takes_features_of_any_float_dtype():
+    """Before: float64 or float16 features raised "expected m1 and m2 to have the same
+    dtype" from inside the model, on both paths."""
+    torch.manual_seed(0)
+    model = GRACEModel(GCNEncoder(10, 8), 8, 8).eval()
+    data = graph()
+    data.edge_weight = torch.rand(data.edge_index.size(1))
+    want = embed(model, data)
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        other = Data(
+            x=data.x.to(dtype), edge_index=data.edge_index, edge_weight=data.edge_weight.double()
+        )
+        expected = want if dtype == torch.float64 else embed(model, Data(
+            x=other.x.float(), edge_index=data.edge_index, edge_weight=data.edge_weight))  # fmt: skip
+        for batch_size in (None, 50):
+            z = embed(model, other, batch_size=batch_size)
+            assert z.dtype == torch.float32
+            torch.testing.assert_close(z, expected, rtol=1e-5, atol=1e-5)
+        assert other.x.dtype == dtype  # (the caller's graph is left as it is)
+    big = data.x.double()
+    big[3, 2] = 1e300  # finite in float64, infinite in the model's float32
+    with pytest.raises(ValueError, match="beyond the range of the model's torch.float32"):
+        embed(model, Data(x=big, edge_index=data.edge_index))
+    big[3, 2] = float("nan")
+    with pytest.raises(ValueError, match="1 NaN or infinite values"):
+        embed(model, Data(x=big, edge_index=data.edge_index))
+
+
+# ----------------------------------------------------------------------------- model files
+
+
+def _resealed(payload: dict) -> dict:
+    """``payload`` sealed again after an edit, as a forger would (where files are sealed)."""
+    if "checksum" in payload:
+        from pyg_progcl._files import payload_checksum
+
+        payload["checksum"] = payload_checksum(payload)
+    return payload
+
+
+def _flip_tensor_bytes(path, count=64, seed=0) -> None:
+    """Flips ``count`` bytes inside the weights' data records of torch file ``path`` (torch
+    does not check their CRC, so the file still loads)."""
+    with zipfile.ZipFile(path) as archive:
+        records = [i for i in archive.infolist() if "/data/" in i.filename and i.file_size >= 256]
+    raw = bytearray(path.read_bytes())
+    info = max(records, key=lambda i: i.file_size)
+    name_len, extra_len = struct.unpack(
+        "<HH", raw[info.header_offset + 26 : info.header_offset + 30]
+    )
+    start = info.header_offset + 30 + name_len + extra_len
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(info.file_size, count, replace=False):
+        raw[start + int(i)] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def _forged_models(tmp_path) -> dict[str, tuple]:
+    torch.manual_seed(0)
+    good = save_model(GRACEModel(GCNEncoder(10, 8), 8, 8), tmp_path / "good.pt")
+    flipped = tmp_path / "flipped.pt"
+    flipped.write_bytes(good.read_bytes())
+    _flip_tensor_bytes(flipped)
+    nan_model = GRACEModel(GCNEncoder(10, 8), 8, 8)
+    with torch.no_grad():
+        next(nan_model.parameters()).view(-1)[0] = float("nan")
+    cases = {
+        "flipped": (flipped, "does not match its checksum"),
+        "nan": (save_model(nan_model, tmp_path / "nan.pt"), "holds NaN or infinite values"),
+    }
+    for conv in ("Sequential", "DataParallel"):
+        payload = torch.load(good, weights_only=True)
+        payload["config"]["encoder"]["conv"] = conv
+        path = tmp_path / f"{conv}.pt"
+        torch.save(_resealed(payload), path)
+        cases[conv] = (path, f"{conv!r} is not a convolution of torch_geometric.nn")
+    payload = torch.load(good, weights_only=True)
+    payload["config"]["encoder"]["in_channels"] = 10**12  # 32 TB of weights if built
+    torch.save(_resealed(payload), tmp_path / "wide.pt")
+    cases["wide"] = (tmp_path / "wide.pt", "the configuration makes [16, 1000000000000]")
+    payload = torch.load(good, weights_only=True)
+    payload.pop("checksum", None)
+    torch.save(payload, tmp_path / "unsealed.pt")
+    cases["unsealed"] = (tmp_path / "unsealed.pt", "has no checksum")
+    return cases
+
+
+def test_damaged_or_forged_model_files_are_one_line(tmp_path, capsys):
+    """Before: 64 flipped bytes and NaN weights embedded with exit status 0 (NaN or
+    1.8e37-off embeddings), a convolution named Sequential / DataParallel raised
+    AttributeError / IndexError; a file without a checksum loaded."""
+    data = tmp_path / "g.npz"
+    g = graph()
+    np.savez(data, x=g.x.numpy(), edge_index=g.edge_index.numpy())
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, (path, message) in _forged_models(tmp_path).items():
+        with pytest.raises(ValueError) as info:
+            load_model(path)
+        assert message in str(info.value) and path.name in str(info.value), (name, info.value)
+        argv = ["embed", "--model", path, "--data", data, "--output", out / "z.npy"]
+        one_line_error(*run_main(capsys, *map(str, argv))[::2], message)
+    assert listing(out) == []
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+def _drive(window: str, argv: list[str]) -> None:
+    """Runs in a subprocess: the command line ``argv`` with a SIGTERM sent to itself at
+    ``window`` (around the output's rename, after its summary line, twice, while the
+    handler is restored); exits with its status."""
+    import builtins
+
+    from pyg_progcl.__main__ import main
+
+    real_replace, real_print, real_signal = os.replace, builtins.print, signal.signal
+
+    def sigterm() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def replace(src, dst, *args, **kwargs):
+        if window == "before-rename":
+            sigterm()
+        real_replace(src, dst, *args, **kwargs)
+        if window in ("after-rename", "twice"):
+            sigterm()
+
+    def print_(*args, **kwargs):
+        text = " ".join(map(str, args))
+        if (window == "after-summary" and text.startswith("wrote")) or (
+            window == "twice" and "terminated" in text
+        ):
+            sigterm()
+        real_print(*args, **kwargs)
+
+    def signal_(signum, handler):
+        if window == "at-restore" and handler in (signal.SIG_DFL, signal.SIG_IGN):
+            sigterm()
+        return real_signal(signum, handler)
+
+    os.replace, builtins.print, signal.signal = replace, print_, signal_
+    sys.exit(main(argv))
+
+
+@pytest.fixture(scope="module")
+def small_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("small")
+    g = graph()
+    np.savez(folder / "g.npz", x=g.x.numpy(), edge_index=g.edge_index.numpy())
+    save_model(GRACEModel(GCNEncoder(10, 8), 8, 8), folder / "m.pt")
+    return folder
+
+
+def _python(code: str, *args) -> list[str]:
+    prefix = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(REPO)!r}]; "
+    return [sys.executable, "-c", prefix + code, *map(str, args)]
+
+
+@pytest.mark.slow  # a subprocess per window, each signalling itself
+@pytest.mark.parametrize(
+    "window", ["before-rename", "after-rename", "after-summary", "twice", "at-restore"]
+)
+def test_a_sigterm_in_any_window_of_embed_is_reported_truly(tmp_path, small_files, window):
+    """Before: a SIGTERM after the output's rename said "nothing written" over a complete
+    output, and a second one while the first was reported gave a traceback."""
+    out = tmp_path / "z.npy"
+    np.save(out, np.arange(6, dtype=np.float32))
+    before = out.read_bytes()
+    argv = ["embed", "--model", small_files / "m.pt", "--data", small_files / "g.npz",
+            "--output", out, "--threads", "1"]  # fmt: skip
+    code = "import test_hostile_files as t; t._drive(sys.argv[1], sys.argv[2:])"
+    done = subprocess.run(_python(code, window, *argv), capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    text = done.stdout + done.stderr
+    assert "Traceback" not in text, text
+    assert listing(tmp_path) == ["z.npy"], text  # no temporary file
+    written = out.read_bytes() != before
+    if written:
+        assert np.load(out).shape == (120, 8)  # complete
+    if window == "before-rename":
+        assert done.returncode == 128 + signal.SIGTERM and not written, text
+        assert "terminated; nothing written" in done.stderr, text
+    elif window == "at-restore":  # the run had ended: the signal is ignored
+        assert done.returncode == 0 and written and "wrote" in done.stdout, text
+    else:
+        assert done.returncode == 128 + signal.SIGTERM and written, text
+        assert f"terminated after writing {out} (complete)" in done.stderr, text
+        assert "nothing written" not in done.stderr, text
+
+
+def _killed_in_write(model, data, out) -> subprocess.CompletedProcess:
+    """``embed`` in a subprocess, SIGKILLed after writing 40 % of its output."""
+    code = (
+        "import os, signal, io, numpy as np\n"
+        "real = np.save\n"
+        "def save(fh, array, **kw):\n"
+        "    buffer = io.BytesIO(); real(buffer, array, **kw); data = buffer.getvalue()\n"
+        "    fh.write(data[: len(data) * 2 // 5]); fh.flush()\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "np.save = save\n"
+        "from pyg_progcl.__main__ import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    argv = ["embed", "--model", model, "--data", data, "--output", out, "-q", "--threads", "1"]
+    return subprocess.run(_python(code, *argv), capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+
+
+def _writing_forever(path) -> subprocess.Popen:
+    """Another live process in the middle of an atomic write to ``path``."""
+    code = (
+        "import importlib.util, time\n"
+        f"spec = importlib.util.spec_from_file_location('f', {str(REPO / 'pyg_progcl/_files.py')!r})\n"
+        "files = importlib.util.module_from_spec(spec); spec.loader.exec_module(files)\n"
+        "def write(tmp):\n"
+        "    tmp.write_bytes(b'partial')\n"
+        "    print('writing', flush=True)\n"
+        "    time.sleep(120)\n"
+        "files.atomic_write(sys.argv[1], write)\n"
+    )
+    proc = subprocess.Popen(_python(code, path), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    return proc
+
+
+def temporaries(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.slow  # processes killed inside their writes, one kept alive in its write
+def test_a_killed_writes_temporary_file_is_removed_by_the_next_run(tmp_path, small_files, capsys):
+    """Before: an embed SIGKILLed in its write left a hidden .tmp of part of the output,
+    and no later run removed it."""
+    out = tmp_path / "z.npy"
+    np.save(out, np.arange(6, dtype=np.float32))
+    before = out.read_bytes()
+    model, data = small_files / "m.pt", small_files / "g.npz"
+    killed = _killed_in_write(model, data, out)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    stale = temporaries(tmp_path)
+    assert len(stale) == 1 and out.read_bytes() == before  # the hostile tester's finding
+    live = _writing_forever(tmp_path / "other.npy")
+    try:
+        (own,) = set(temporaries(tmp_path)) - set(stale)
+        argv = ["embed", "--model", model, "--data", data, "--output", out, "-q"]
+        status, _, err = run_main(capsys, *map(str, argv))
+        assert status == 0, err
+        assert temporaries(tmp_path) == [own]  # the dead run's is gone, the live run's kept
+        assert np.load(out).shape == (120, 8)
+    finally:
+        live.kill()
+        live.wait()
+    # now its writer is dead too: a model saved there (as train --save-model does) removes it
+    save_model(load_model(model), tmp_path / "m.pt")
+    assert temporaries(tmp_path) == []
+    assert listing(tmp_path) == ["m.pt", "z.npy"]
