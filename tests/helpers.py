@@ -144,6 +144,15 @@ def run_main(capsys, *argv):
 # ----------------------------------------------------------------------------- benchmarks
 
 
+def one_line_error(status, err, *words):
+    """Asserts a command failed with exit 2 and one ``error:`` line holding ``words``."""
+    assert status == 2 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0], err
+    for word in words:
+        assert word in lines[0], err
+
+
 def load_script(name: str) -> ModuleType:
     """Imports ``benchmarks/<name>.py`` as a module (its folder on ``sys.path`` meanwhile,
     for the scripts that import ``compare.py``)."""

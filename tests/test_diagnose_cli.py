@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from helpers import TINY, run_main
+from helpers import TINY, one_line_error, run_main
 from torch_geometric.data import Data
 
 from pyg_progcl.__main__ import main
@@ -21,12 +21,6 @@ def labelled_graph(n=80, f=8, classes=3, seed=0) -> Data:
     x = torch.randn(n, f, generator=g)
     x[torch.arange(n), y] += 2.0
     return Data(x=x, edge_index=torch.randint(0, n, (2, 4 * n), generator=g), y=y)
-
-
-def one_line_error(status, err, message):
-    assert status == 2, err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert message in err, err
 
 
 @pytest.fixture(scope="module")

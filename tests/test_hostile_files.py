@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, run_main
+from helpers import REPO, one_line_error, run_main
 from torch_geometric.data import Data
 
 from pyg_progcl import GCNEncoder, GRACEModel, embed, load_model, read_graph, save_model
@@ -42,12 +42,6 @@ def write_zip(path, members: dict[str, bytes], method=zipfile.ZIP_STORED):
         for name, content in members.items():
             archive.writestr(name, content)
     return path
-
-
-def one_line_error(status, err, message):
-    assert status == 2, err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert message in err, err
 
 
 def listing(folder) -> list[str]:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_read_only, make_writable
-from helpers import REPO, TINY, run_main
+from helpers import REPO, TINY, one_line_error, run_main
 
 from pyg_progcl._files import LOCK_NAME
 from pyg_progcl.experiments import train_seed
@@ -26,14 +26,6 @@ from pyg_progcl.experiments.checkpoint import payload_checksum
 
 #: TINY without a probe before the last epoch (the phases of a run's end are its own).
 RUN = [*TINY, "--eval-every", "0"]
-
-
-def one_line_error(status, err, *words):
-    assert status == 2 and "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "error:" in lines[0], err
-    for word in words:
-        assert word in lines[0], err
 
 
 def _no_training(monkeypatch):

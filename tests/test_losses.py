@@ -134,7 +134,7 @@ def test_progcl_mix_backward_reuses_the_selection(monkeypatch):
 
 @pytest.mark.parametrize("block_size", [None, 5])
 def test_progcl_mix_follows_the_formula_at_any_scale_of_b(monkeypatch, block_size):
-    # θ_mix = (b_a θ_a + b_π θ_π) / (b_a + b_π + ε) with ε absolute, as the spec writes it,
+    # θ_mix = (b_a θ_a + b_π θ_π) / (b_a + b_π + ε) with ε absolute, as the paper writes it,
     # whatever the scale of b: no rescaling switches on below a threshold.
     h1, h2 = views(n=12)
     m = fitted_mixture()

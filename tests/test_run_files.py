@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, TINY, run_main, small_config, small_graph
+from helpers import REPO, TINY, one_line_error, run_main, small_config, small_graph
 
 from pyg_progcl._files import LOCK_NAME, TEMP_PREFIX
 from pyg_progcl.experiments import train, train_seed
@@ -28,14 +28,6 @@ SMALL = [
     "--epochs", "8", "--warmup-epochs", "3", "--checkpoint-every", "2", "--eval-every", "4",
     "--hidden", "16", "--proj", "16", "--probe-epochs", "20", "--quiet", "--threads", "1",
 ]  # fmt: skip
-
-
-def one_line_error(status, err, *words):
-    assert status == 2 and "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "error:" in lines[0], err
-    for word in words:
-        assert word in lines[0], err
 
 
 def temporaries(folder: Path) -> list[str]:
@@ -333,7 +325,7 @@ def _drive(spec_file: str) -> None:
     """Runs in a subprocess (torch imported once): the command lines of ``spec_file`` in
     forked children, some SIGKILLed (inside their ``kill_at_save``-th ``torch.save``, within
     their ``kill_at_write``-th text file write, or ``kill_after`` seconds after they start);
-    writes each one's exit code (``-9``: killed) and seconds to the spec's ``report``."""
+    writes each one's exit code (``-9``: killed) and seconds to the file's ``report``."""
     torch.set_num_threads(1)
     from pyg_progcl.__main__ import build_parser, main
 

@@ -132,7 +132,7 @@ class TrainConfig:
         schedule: ProGCL's fit schedule: ``floored`` (the default: refit every epoch;
             from the first degenerate refit on, the posterior in ``b`` floored at
             ``floor``, 0.5 by default),
-            ``online`` (refit every epoch, the spec's) or ``frozen`` (the reference
+            ``online`` (refit every epoch, the paper's) or ``frozen`` (the reference
             code's: the weights of the first fit's epoch are kept; full-graph training
             only); see
             :class:`~pyg_progcl.ProGCLLoss`.
