@@ -352,9 +352,10 @@ class GCNEncoder(_StackEncoder):
                 not ``num_edges`` finite values ``>= 0``.
         """
         check_input_width(x, self)
+        # Cast first: float64 values beyond float32's range become inf, which the check refuses.
+        x, edge_weight = as_parameter_dtype(x, self), as_parameter_dtype(edge_weight, self)
         if check:
             check_graph(x, edge_index, edge_weight)
-        x, edge_weight = as_parameter_dtype(x, self), as_parameter_dtype(edge_weight, self)
         kwargs = {}
         if edge_weight is not None and self._edge_weight_arg is None:
             raise ValueError(
@@ -465,9 +466,9 @@ class MLPEncoder(_StackEncoder):
                 ``in_channels`` columns.
         """
         check_input_width(x, self)
+        x = as_parameter_dtype(x, self)  # (before the check, as in GCNEncoder.forward)
         if check:
             check_node_features(x)
-        x = as_parameter_dtype(x, self)
         if edge_weight is not None:
             warnings.warn(
                 "MLPEncoder ignores `edge_weight`: it uses no graph",

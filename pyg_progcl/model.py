@@ -188,8 +188,7 @@ class GRACEModel(torch.nn.Module):
                 num_nodes)``, a transposed or non-integer ``edge_index``, non-finite or
                 integer features, bad edge weights).
         """
-        x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
-        check_input_width(x, self.encoder)
+        x, edge_index, edge_weight = self._in_encoder_dtype(x, edge_index, edge_weight)
         if check:
             check_graph(x, edge_index, edge_weight)
         return self._encode(self.input_features(x), edge_index, edge_weight)
@@ -219,8 +218,7 @@ class GRACEModel(torch.nn.Module):
             ValueError: If the graph is malformed (see :meth:`forward`), or has another
                 number of nodes than the graph the adaptive augmenters were prepared on.
         """
-        x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
-        check_input_width(x, self.encoder)
+        x, edge_index, edge_weight = self._in_encoder_dtype(x, edge_index, edge_weight)
         check_graph(x, edge_index, edge_weight)
         x = self.input_features(x)
         shared: dict = {}  # (the centralities both views' adaptive augmenters use)
@@ -231,6 +229,15 @@ class GRACEModel(torch.nn.Module):
             self._view(self.augment1, x, edge_index, edge_weight),
             self._view(self.augment2, x, edge_index, edge_weight),
         )
+
+    def _in_encoder_dtype(self, x, edge_index, edge_weight):
+        """The graph's tensors with ``x`` and ``edge_weight`` in the encoder's parameter
+        type, cast before the graph check (float64 values beyond float32's range become
+        inf, which the check refuses)."""
+        x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
+        check_input_width(x, self.encoder)
+        x = as_parameter_dtype(x, self.encoder)
+        return x, edge_index, as_parameter_dtype(edge_weight, self.encoder)
 
     def input_features(self, x: Tensor) -> Tensor:
         """The feature matrix as the model feeds it to its augmenters and encoder: for an

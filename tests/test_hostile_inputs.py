@@ -223,6 +223,35 @@ def test_huge_labels_are_refused_before_the_probe_and_before_training():
     assert epochs == []  # refused before the first epoch
 
 
+def test_huge_labels_in_a_graph_file_are_refused_when_it_is_read(tmp_path):
+    import numpy as np
+
+    from pyg_progcl import read_graph
+
+    data = small_graph()
+    arrays = {"x": data.x.numpy(), "edge_index": data.edge_index.numpy()}
+    np.savez(tmp_path / "g.npz", y=np.full(data.num_nodes, 2**62), **arrays)
+    with pytest.raises(ValueError, match=r"`y` has class id .*torch.unique") as err:
+        read_graph(tmp_path / "g.npz")
+    one_line(err)
+
+
+@pytest.mark.parametrize("model", ["gcn", "mlp", "grace", "views"])
+def test_float64_features_beyond_float32_are_refused_not_embedded_as_inf(model):
+    x = torch.randn(10, 4, dtype=torch.float64)
+    x[0, 0] = 1e300  # finite in float64, inf in the float32 parameters' type
+    edge_index = torch.tensor([[0, 1], [1, 2]])
+    call = {
+        "gcn": lambda: GCNEncoder(4, 8)(x, edge_index),
+        "mlp": lambda: MLPEncoder(4, 8)(x, edge_index),
+        "grace": lambda: GRACEModel(GCNEncoder(4, 8), 8, 8)(x, edge_index),
+        "views": lambda: GRACEModel(GCNEncoder(4, 8), 8, 8).views(x, edge_index),
+    }[model]
+    with pytest.raises(ValueError, match="NaN or infinite") as err:
+        call()
+    one_line(err)
+
+
 # 9. num_samples: the independent pairs of a small graph were gathered as two [M, d]
 # matrices at once (1.6 kB per sample at d = 128: 160 GB for the accepted 10^8).
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux /proc only")

@@ -17,6 +17,7 @@ from torch_geometric.data import Data
 
 from .._checks import check_int
 from .._files import atomic_write, check_writable
+from ..encoders import parameter_dtype
 from ._common import PathLike
 from .graphs import graph_for_model
 
@@ -105,8 +106,7 @@ def _in_model_dtype(model: torch.nn.Module, data: Data) -> Data:
     """``data`` (a shallow copy where anything changes) with ``x`` and ``edge_weight`` in
     the dtype of the model's parameters (``float32`` for a model without floating-point
     ones), and its features checked to be finite in that dtype."""
-    param = next((p for p in model.parameters() if p.is_floating_point()), None)
-    dtype = torch.float32 if param is None else param.dtype
+    dtype = parameter_dtype(model) or torch.float32
     x = data.x
     if x.is_complex():
         raise ValueError(f"the graph's features `x` must be real numbers (got {x.dtype})")

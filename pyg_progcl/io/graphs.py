@@ -23,6 +23,7 @@ from torch_geometric.data import Data
 from .._checks import check_graph
 from .._compat import stacklevel_outside_package
 from ..encoders import GCNEncoder, MLPEncoder
+from ..evaluation import check_labels
 from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled
 
 #: Suffixes :func:`read_graph` reads.
@@ -294,18 +295,10 @@ def _edge_weight(weight: Tensor, x: Tensor, edge_index: Tensor) -> Tensor:
 
 
 def _labels(y: Tensor, n: int) -> Tensor:
-    if not isinstance(y, Tensor):
-        raise ValueError(f"`y` must be a tensor of class labels (got {type(y).__name__})")
-    if y.dim() == 2 and y.size(1) == 1:
-        y = y.view(-1)
-    if y.dim() != 1 or y.size(0) != n:
-        raise ValueError(f"`y` must have one label per node, shape [{n}] (got {list(y.shape)})")
-    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+    """A file's labels: of an integer type, then as the probe takes them (``check_labels``)."""
+    if isinstance(y, Tensor) and (y.is_floating_point() or y.is_complex() or y.dtype == torch.bool):
         raise ValueError(f"`y` must hold integer class labels (got {y.dtype})")
-    y = y.long()
-    if int(y.min()) < 0:
-        raise ValueError(f"`y` must hold class labels >= 0 (got {int(y.min())})")
-    return y
+    return check_labels(y, n)
 
 
 def _mask(key: str, mask: Tensor, n: int) -> Tensor:
