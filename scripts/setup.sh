@@ -8,7 +8,7 @@
 #                              minutes
 #   ./scripts/setup.sh --dev --with-sparse
 #                              also the optional torch_scatter and torch-sparse, built from
-#                              source (10-30 minutes on 2 cores, once; pip's wheel cache
+#                              source (15-35 minutes on 2 cores, once; pip's wheel cache
 #                              makes later set-ups fast); the tests that need them skip
 #                              without them, saying why
 #
