@@ -90,7 +90,7 @@ def _label(run: dict) -> str:
 
 
 #: Config fields that do not change a run's result: merged runs may differ in them.
-NOT_A_SETTING = ("eval_every", "diagnose_every", "block_size", "frozen_cache_mib")
+NOT_A_SETTING = ("eval_every", "diagnose_every", "block_size")
 
 #: Fields a run and its baseline must share to be paired (the same evaluation).
 EVALUATION = ("protocol", "split", "probe_epochs")

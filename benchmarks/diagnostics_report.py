@@ -35,13 +35,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 import torch  # noqa: E402
+from _stamp import versions  # noqa: E402
 
 from pyg_progcl.diagnostics import (  # noqa: E402
     Diagnosis,
     NegativeSample,
     summarize,
 )
-from pyg_progcl.experiments import build_model, seed_everything, versions  # noqa: E402
+from pyg_progcl.experiments import build_model, seed_everything  # noqa: E402
 from pyg_progcl.experiments.control import compare_encoders  # noqa: E402
 from pyg_progcl.experiments.datasets import canonical_name, load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import get_preset  # noqa: E402

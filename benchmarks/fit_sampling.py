@@ -24,10 +24,11 @@ import torch
 from pyg_progcl import BetaMixture, ProGCLLoss
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import TrainConfig
-from pyg_progcl.losses import sample_negative_similarities
+from pyg_progcl.losses._sampling import sample_negative_similarities
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)
+from tau_sensitivity import hardness  # noqa: E402
 
 REFERENCE_COLUMNS = 100
 
@@ -53,7 +54,7 @@ def _train_config(config: dict) -> TrainConfig:
 def weights(mixture: BetaMixture, u, v, anchors: torch.Tensor, tau: float) -> torch.Tensor:
     """``w_ik = b_ik / mean_{j≠i} b_ij`` of the given anchors (their own column zeroed)."""
     loss = ProGCLLoss(tau, mixture=mixture)
-    b = loss.hardness(u[anchors] @ v.T)
+    b = hardness(loss, u[anchors] @ v.T)
     b[torch.arange(anchors.numel()), anchors] = 0.0
     return b / (b.sum(1, keepdim=True) / (u.size(0) - 1))
 

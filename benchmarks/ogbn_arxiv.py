@@ -33,7 +33,9 @@ from typing import Any, Optional
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from pyg_progcl.experiments import train, write_json  # noqa: E402
+from _stamp import write_json  # noqa: E402
+
+from pyg_progcl.experiments import train  # noqa: E402
 from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402
 

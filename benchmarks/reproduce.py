@@ -35,9 +35,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 import torch  # noqa: E402
+from _stamp import machine as train_machine  # noqa: E402
+from _stamp import versions  # noqa: E402
 
-from pyg_progcl.experiments import machine as train_machine  # noqa: E402
-from pyg_progcl.experiments import train, versions  # noqa: E402
+from pyg_progcl.experiments import train  # noqa: E402
 from pyg_progcl.experiments.datasets import canonical_name, load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402
 

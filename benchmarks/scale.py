@@ -53,15 +53,12 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+from _stamp import machine as train_machine  # noqa: E402
 
 from pyg_progcl.experiments import build_loss, build_model, seed_everything  # noqa: E402
-from pyg_progcl.experiments import machine as train_machine  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import get_preset  # noqa: E402
-from pyg_progcl.losses import ProGCLLoss  # noqa: E402
-from pyg_progcl.losses._engine import dispatch, normalize_views  # noqa: E402
-from pyg_progcl.losses._engine.blocks import row_block  # noqa: E402
-from pyg_progcl.losses._engine.per_direction import block_losses  # noqa: E402
+from pyg_progcl.losses import ProGCLLoss, _engine  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES, ARXIV_FEATURES, ARXIV_CLASSES = 169_343, 1_166_243, 128, 40
 GIB = 2**30
@@ -148,18 +145,18 @@ def arxiv_size_graph(seed: int = 0):
 def _partial_loss(loss_fn, h1, h2, blocks: int) -> torch.Tensor:
     """The exact loss's terms over ``blocks`` evenly spaced anchor blocks per direction
     (the same blocks and arithmetic as the row-block path), scaled by ``1 / 2N``."""
-    u, v = normalize_views(h1, h2)
+    u, v = _engine.normalize_views(h1, h2)
     n = u.size(0)
-    size = dispatch.auto_block_size(n) or n
-    log_negatives = loss_fn.negative_term().log_negatives
+    size = _engine.auto_block_size(n, n)
     starts = list(range(0, n, size))
     step = max(1, len(starts) // blocks)
     chosen = starts[::step][:blocks]
     total = u.new_zeros(())
     for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in chosen:
-            args = (a, o, slice(start, min(start + size, n)), view)
-            total = total + block_losses(row_block, args, loss_fn.tau, log_negatives).sum()
+            args = (_engine.row_block, a, o, slice(start, min(start + size, n)), view)
+            losses = _engine._block_losses(args, loss_fn.tau, {}, loss_fn.negative_term)
+            total = total + losses.sum()
     return total / (2 * n)
 
 
@@ -217,7 +214,7 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
     if spec["path"] == "sampled":
         loss_fn.num_negatives = args.num_negatives
     if spec["path"] == "dense":
-        dispatch.DENSE_MAX_NODES = 1 << 62  # force the dense path (all N×N matrices at once)
+        _engine.DENSE_MAX_NODES = 1 << 62  # force the dense path (all N×N matrices at once)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     with torch.no_grad():  # fit the adaptive augmentation's probabilities (setup, not timed)
@@ -254,9 +251,9 @@ def _describe(name: str, spec: dict, args: argparse.Namespace, data, preset, con
     n = data.num_nodes
     sampled = spec["path"] == "sampled"
     block = (
-        dispatch.auto_block_size(n, args.num_negatives + 1)
+        _engine.auto_block_size(n, args.num_negatives + 1)
         if sampled
-        else dispatch.auto_block_size(n)
+        else _engine.auto_block_size(n, n)
     )
     return {
         "config": name,

@@ -43,10 +43,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 import torch  # noqa: E402
+from _stamp import write_json  # noqa: E402
 from compare import SCHEDULE_LABELS, load_runs, merge, table  # noqa: E402
 
 from pyg_progcl import BetaMixture, ProGCLLoss  # noqa: E402
-from pyg_progcl.experiments import train, write_json  # noqa: E402
+from pyg_progcl.experiments import train  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.experiments.presets import TrainConfig, get_preset  # noqa: E402
 

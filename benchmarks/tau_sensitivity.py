@@ -31,11 +31,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 sys.modules.setdefault("outdated", None)  # ogb's network version check
 
+from _stamp import machine  # noqa: E402
+
 from pyg_progcl import InfoNCELoss, ProGCLLoss  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
-from pyg_progcl.experiments.loop import machine, train_seed  # noqa: E402
+from pyg_progcl.experiments.loop import train_seed  # noqa: E402
 from pyg_progcl.experiments.presets import get_preset  # noqa: E402
-from pyg_progcl.losses import normalize_views  # noqa: E402
 
 TAUS = (0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.2)
 
@@ -47,12 +48,33 @@ def view_gradient(loss: torch.nn.Module, h1: torch.Tensor, h2: torch.Tensor) -> 
     return torch.cat([a.grad.flatten(), b.grad.flatten()])
 
 
+@torch.no_grad()
+def hardness(loss: ProGCLLoss, cosine: torch.Tensor) -> torch.Tensor:
+    """ProGCL's hardness ``b = s' · p(true neg. | s')``, ``s' = (θ + 1) / 2``, of the cosines
+    ``θ`` (any shape) under the loss's mixture and its schedule's posterior floor; a new
+    tensor (``cosine`` is left as it is)."""
+    return loss.mixture.hardness_(cosine.add(1.0).mul_(0.5), loss.schedule.posterior_floor)
+
+
+@torch.no_grad()
+def negative_weights(loss: ProGCLLoss, h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
+    """Dense ``[N, N]`` weights ``w_ik = b_ik / mean_{j≠i} b_ij`` of the anchors
+    ``u_i = h1[i]``: ``b`` the :func:`hardness` of the cosines ``θ(u_i, v_k)`` of the
+    L2-normalised views, the diagonal 0. Before the loss is fitted every weight is 1
+    (GRACE's)."""
+    n = h1.size(0)
+    if not loss.fitted:
+        return 1.0 - torch.eye(n, dtype=h1.dtype, device=h1.device)
+    u, v = F.normalize(h1, dim=1), F.normalize(h2, dim=1)
+    b = hardness(loss, u @ v.T).fill_diagonal_(0.0)
+    return b / (b.sum(1, keepdim=True) / (n - 1))
+
+
 def denominator_shift(loss: ProGCLLoss, h1: torch.Tensor, h2: torch.Tensor) -> float:
     """Mean relative change of the inter-view negative sum under ProGCL's weights."""
     with torch.no_grad():
-        w = loss.negative_weights(h1, h2)
-        u, v = normalize_views(h1, h2)
-        s = u @ v.T
+        w = negative_weights(loss, h1, h2)
+        s = F.normalize(h1, dim=1) @ F.normalize(h2, dim=1).T
         e = torch.exp(s / loss.tau).fill_diagonal_(0.0)
         return (((w * e).sum(1) - e.sum(1)).abs() / e.sum(1)).mean().item()
 

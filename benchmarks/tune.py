@@ -36,9 +36,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
+from _stamp import machine  # noqa: E402
 from compare import load_runs, merge, table  # noqa: E402
 
-from pyg_progcl.experiments import machine  # noqa: E402
 from pyg_progcl.experiments.evaluation import mean_std  # noqa: E402
 from pyg_progcl.experiments.presets import get_preset  # noqa: E402
 

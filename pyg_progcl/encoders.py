@@ -34,6 +34,8 @@ from ._checks import (
 )
 from ._compat import autocast_enabled, is_compiling, stacklevel_outside_package
 
+__all__ = ["GCNEncoder", "MLPEncoder"]
+
 
 def _csr_adjacency_t(
     edge_index: Tensor, edge_weight: Optional[Tensor], x: Tensor

@@ -40,16 +40,7 @@ from torch_geometric.data import Data
 
 from ._checks import check_choice, check_int, check_matrix, check_nonnegative, check_positive
 
-__all__ = [
-    "PROTOCOLS",
-    "SPLITS",
-    "evaluate",
-    "gca_protocol",
-    "grace_protocol",
-    "logistic_regression_probe",
-    "public_splits",
-    "random_split",
-]
+__all__ = ["evaluate", "logistic_regression_probe", "random_split"]
 
 #: The protocols of :func:`evaluate`.
 PROTOCOLS = ("gca", "grace")

@@ -15,6 +15,8 @@ from torch import Tensor
 
 from ._checks import check_int, check_nonnegative, check_positive, check_probability
 
+__all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
+
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
     r"""Log-density of Beta distributions, evaluated in log space.
@@ -271,8 +273,8 @@ class BetaMixture(torch.nn.Module):
                 warm-started iterations; only a fit with the constructor's budget is
                 expected to converge, and records ``'not-converged'`` if it does not).
             reduce: Sums the sufficient statistics over several samples (e.g. an
-                all-reduce over ranks, :func:`pyg_progcl.distributed.fit_mixture`); the
-                fit then equals one on the union of the samples.
+                all-reduce over ranks, as :class:`~pyg_progcl.distributed.DistributedLoss`
+                fits); the fit then equals one on the union of the samples.
         """
         x = self._check_values(x)
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)

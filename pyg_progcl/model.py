@@ -19,6 +19,8 @@ from ._compat import is_compiling
 from .augment import Augmenter, Compose
 from .encoders import _to_csr, as_parameter_dtype, sparse_features
 
+__all__ = ["GRACEModel"]
+
 AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
 

@@ -15,8 +15,9 @@ import torch.distributed as dist
 from helpers import class_views, fitted_mixture, sample_mixture, views
 from torch.nn.parallel import DistributedDataParallel
 
-from pyg_progcl.distributed import DistributedLoss, fit_mixture
-from pyg_progcl.losses import ContrastiveLoss, ExpSums, InfoNCELoss, NegativeTerm
+from pyg_progcl.distributed import DistributedLoss
+from pyg_progcl.distributed.mixture import fit_mixture
+from pyg_progcl.losses import ContrastiveLoss, InfoNCELoss, NegativeBlock
 
 
 class TwiceInfoNCE(InfoNCELoss):
@@ -37,12 +38,8 @@ class TwiceInfoNCEAllRows(InfoNCELoss):
 class TripledNegatives(ContrastiveLoss):
     """A loss of one's own overriding ``negative_term``: GRACE's ``Ng`` times 3."""
 
-    def negative_term(self) -> NegativeTerm:
-        return NegativeTerm.from_sums(ExpSums((1.0,), self.combine))
-
-    @staticmethod
-    def combine(*, log_sums, **_):
-        return log_sums[0] + math.log(3.0)
+    def negative_term(self, block: NegativeBlock) -> torch.Tensor:
+        return block.log_sum_exp_both() + math.log(3.0)
 
 
 #: Losses of one's own, by name: ``(class, options)``.
@@ -50,6 +47,7 @@ OWN_LOSSES = {
     "compute-loss": (TwiceInfoNCE, {"block_size": 5}),
     "compute-loss-all-rows": (TwiceInfoNCEAllRows, {}),
     "negative-term": (TripledNegatives, {}),
+    "negative-term-blocks": (TripledNegatives, {"block_size": 5}),
 }
 
 #: (name, loss factory) of the equivalence cases; factories take no arguments.

@@ -21,6 +21,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Row blocks of the loss tests: dense, and blocks that do / do not divide N = 23.
 BLOCKS = [None, 1, 7, 64]
+#: Sampled negatives on N = 23 nodes, all ``N - 1`` of them (so that the loss is exact,
+#: whatever the sample), in one block and in blocks of 5 anchors.
+SAMPLED = [{"num_negatives": 22}, {"num_negatives": 22, "block_size": 5}]
+#: The options of the engine's three paths on N = 23 nodes: dense, row blocks, sampled.
+PATHS = [{"block_size": b} for b in BLOCKS] + SAMPLED
+
+
+def path_id(options: dict) -> str:
+    """A short test id of :data:`PATHS`' options: ``dense``, ``rows7``, ``sampled22-5``."""
+    block = options.get("block_size")
+    if options.get("num_negatives") is not None:
+        return f"sampled{options['num_negatives']}" + (f"-{block}" if block else "")
+    return "dense" if block is None else f"rows{block}"
 
 
 def views(n=23, d=5, seed=0, dtype=torch.float64, grad=True):
@@ -56,6 +69,63 @@ def assert_matches(loss_fn, ref_fn, h1, h2):
     g_ref = torch.autograd.grad(expected, (h1, h2))
     for a, b in zip(g, g_ref):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+def engine_weights(loss, h1, h2, block_size=None):
+    """``[2, N, N]`` weights ``w = b / mean b`` of ProGCL's negatives, anchors ``u`` (0)
+    and ``v`` (1), as a fitted ``loss`` computes them: its hardness on the dense blocks
+    (``block_size=None``) or on row blocks, the anchor's own entry 0. Linear and log-space
+    weights are checked to agree."""
+    from pyg_progcl.losses._engine import dense_blocks, normalize_views, row_block
+    from pyg_progcl.losses._hardness import Hardness
+
+    loss.check_inputs(h1, h2)
+    with torch.no_grad():
+        u, v = normalize_views(h1, h2)
+        n, call = u.size(0), {}
+        if block_size is None:
+            blocks = list(dense_blocks(u, v, loss.tau))
+        else:
+            blocks = [
+                row_block(a, o, slice(s, min(s + block_size, n)), view, loss.tau, call)
+                for view, (a, o) in enumerate(((u, v), (v, u)))
+                for s in range(0, n, block_size)
+            ]
+        hardness, rows = Hardness(loss.mixture, loss.schedule), []
+        for block in blocks:
+            b, log_mean, _ = hardness.weights(block, log=False)
+            log_b, log_mean_too, _ = hardness.weights(block, log=True)
+            torch.testing.assert_close(log_mean_too, log_mean)
+            rtol = 100 * torch.finfo(b.dtype).eps  # (exp of log b: |log b| roundings)
+            torch.testing.assert_close(log_b.exp(), b, rtol=rtol, atol=0)
+            rows.append(b / log_mean.exp().unsqueeze(1))
+        return torch.cat(rows).view(2, n, n)
+
+
+def record_paths(monkeypatch) -> list:
+    """The blocks the engine builds, in order: ``"dense"``, or ``(kind, view, start, stop)``
+    of a row block (``"rows"``) or a sampled block (``"sampled"``)."""
+    import pyg_progcl.losses._engine as _engine
+
+    calls = []
+    dense, rows, sampled = _engine.dense_blocks, _engine.row_block, _engine.sampled_block
+
+    def dense_blocks(u, v, tau):
+        calls.append("dense")
+        return dense(u, v, tau)
+
+    def row_block(a, o, r, view, *args):
+        calls.append(("rows", view, r.start, r.stop))
+        return rows(a, o, r, view, *args)
+
+    def sampled_block(a, o, r, view, *args):
+        calls.append(("sampled", view, r.start, r.stop))
+        return sampled(a, o, r, view, *args)
+
+    monkeypatch.setattr(_engine, "dense_blocks", dense_blocks)
+    monkeypatch.setattr(_engine, "row_block", row_block)
+    monkeypatch.setattr(_engine, "sampled_block", sampled_block)
+    return calls
 
 
 def class_views(num_classes=5, per_class=60, d=16, spread=1e-3, seed=0):

@@ -34,16 +34,22 @@ def model(num_features=40, seed=0):
 
 
 def losses():
+    """Each loss on the dense path, two on row blocks and two with sampled negatives."""
     weight, mix = ProGCLLoss(mode="weight"), ProGCLLoss(mode="mix")
+    mix_blocks = ProGCLLoss(mode="mix", num_mix=20, block_size=50)
     g = torch.Generator().manual_seed(1)
     h1, h2 = torch.randn(120, 16, generator=g), torch.randn(120, 16, generator=g)
-    for fitted in (weight, mix):
+    for fitted in (weight, mix, mix_blocks):
         fitted.fit(h1, h2, generator=torch.Generator().manual_seed(0))
     sampled = [InfoNCELoss(num_negatives=10), HardInfoNCELoss(num_negatives=10)]
-    return [InfoNCELoss(), DebiasedInfoNCELoss(), HardInfoNCELoss(), weight, mix, *sampled]
+    blocks = [HardInfoNCELoss(block_size=50), mix_blocks]
+    return [InfoNCELoss(), DebiasedInfoNCELoss(), HardInfoNCELoss(), weight, mix, *sampled, *blocks]
 
 
-LOSS_IDS = ["InfoNCE", "Debiased", "Hard", "ProGCL-weight", "ProGCL-mix", "InfoNCE-k", "Hard-k"]
+LOSS_IDS = [
+    "InfoNCE", "Debiased", "Hard", "ProGCL-weight", "ProGCL-mix", "InfoNCE-k", "Hard-k",
+    "Hard-blocks", "ProGCL-mix-blocks",
+]  # fmt: skip
 
 
 def close(a, b, rtol):

@@ -59,47 +59,52 @@ def assert_device_matches(loss_fn, ref_fn, dtype=torch.float64):
 
 
 LOSSES = {
-    "grace": (lambda bs: InfoNCELoss(0.5, block_size=bs), lambda a, b: ref.grace(a, b, 0.5)),
+    "grace": (lambda **kw: InfoNCELoss(0.5, **kw), lambda a, b: ref.grace(a, b, 0.5)),
     "dcl": (
-        lambda bs: DebiasedInfoNCELoss(0.5, 0.1, block_size=bs),
+        lambda **kw: DebiasedInfoNCELoss(0.5, 0.1, **kw),
         lambda a, b: ref.dcl(a, b, 0.5, 0.1),
     ),
     "hcl": (
-        lambda bs: HardInfoNCELoss(0.5, 0.1, 1.0, block_size=bs),
+        lambda **kw: HardInfoNCELoss(0.5, 0.1, 1.0, **kw),
         lambda a, b: ref.hcl(a, b, 0.5, 0.1, 1.0),
     ),
     "progcl-weight": (
-        lambda bs: ProGCLLoss(0.4, mixture=fitted_mixture(), block_size=bs),
+        lambda **kw: ProGCLLoss(0.4, mixture=fitted_mixture(), **kw),
         lambda a, b: ref.progcl_weight(a, b, 0.4, params(fitted_mixture())),
     ),
     "progcl-mix-1": (
-        lambda bs: ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=fitted_mixture(), block_size=bs),
+        lambda **kw: ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=fitted_mixture(), **kw),
         lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(fitted_mixture())),
     ),
 }
+#: The engine's three paths: dense, row blocks, sampled (all N - 1 negatives: exact).
+DEVICE_PATHS = [{}, {"block_size": 7}, {"num_negatives": 22, "block_size": 5}]
+
+
+@pytest.mark.parametrize("options", DEVICE_PATHS, ids=["dense", "rows7", "sampled22-5"])
+@pytest.mark.parametrize("name", list(LOSSES))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_every_loss_matches_the_cpu_reference(name, options, dtype):
+    make, ref_fn = LOSSES[name]
+    assert_device_matches(make(**options), ref_fn, dtype)
 
 
 @pytest.mark.parametrize("block_size", [None, 7])
-@pytest.mark.parametrize("name", list(LOSSES))
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_every_loss_matches_the_cpu_reference(name, block_size, dtype):
-    make, ref_fn = LOSSES[name]
-    assert_device_matches(make(block_size), ref_fn, dtype)
-
-
-def test_progcl_mix_top_k_matches_the_reference(monkeypatch):
-    # (on the CPU the top k comes from numpy; elsewhere from torch.topk)
-    monkeypatch.setattr(torch, "randperm", lambda n, device=None: torch.arange(n, device=device))
-    loss = ProGCLLoss(0.4, mode="mix", num_mix=9, mixture=fitted_mixture(), block_size=7)
+def test_progcl_mix_top_k_matches_the_reference(monkeypatch, block_size):
+    # (the k hardest from torch.topk on the device; π the identity)
+    monkeypatch.setattr(
+        torch, "randperm", lambda n, device=None, **_: torch.arange(n, device=device)
+    )
+    loss = ProGCLLoss(0.4, mode="mix", num_mix=9, mixture=fitted_mixture(), block_size=block_size)
     assert_device_matches(
         loss, lambda a, b: ref.progcl_mix(a, b, 0.4, params(loss.mixture), 9, "self")
     )
 
 
-@pytest.mark.parametrize("block_size", [None, 7])
-def test_frozen_schedule_matches_the_reference(block_size):
+@pytest.mark.parametrize("options", DEVICE_PATHS, ids=["dense", "rows7", "sampled22-5"])
+def test_frozen_schedule_matches_the_reference(options):
     f1, f2 = (h.detach() for h in views(seed=5))
-    loss = ProGCLLoss(0.4, mixture=fitted_mixture(), schedule="frozen", block_size=block_size)
+    loss = ProGCLLoss(0.4, mixture=fitted_mixture(), schedule="frozen", **options)
     loss.to(DEVICE).fit(*on_device(f1, f2))
     assert loss.schedule.frozen_u.device.type == DEVICE.type
     m = params(fitted_mixture())

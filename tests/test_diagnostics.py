@@ -278,8 +278,9 @@ def test_blocked_top_k_matches_a_dense_reference(monkeypatch):
     same = (y[:, None] == y[None, :]).double()
     cos = (u @ v.T).masked_fill(eye, -math.inf)
     by_cos = same.gather(1, cos.topk(7, dim=1).indices).mean()
-    weights = ProGCLLoss(mixture=mixture).negative_weights(h1, h2).masked_fill(eye, -math.inf)
-    by_b = same.gather(1, weights.topk(7, dim=1).indices).mean()
+    # ProGCL's hardness b = s' p(true neg. | s'), s' = (θ + 1) / 2, in linear space.
+    b = mixture.hardness_((u @ v.T).add(1.0).mul_(0.5)).masked_fill(eye, -math.inf)
+    by_b = same.gather(1, b.topk(7, dim=1).indices).mean()
     assert got["fn_share_topk"] == pytest.approx(float(by_cos), abs=1e-9)
     assert got["fn_share_topk_hardness"] == pytest.approx(float(by_b), abs=1e-9)
 

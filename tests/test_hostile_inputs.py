@@ -260,7 +260,7 @@ def test_the_fit_sample_memory_does_not_grow_with_the_views_width():
     script = textwrap.dedent(
         """
         import torch
-        from pyg_progcl.losses import sample_negative_similarities
+        from pyg_progcl.losses._sampling import sample_negative_similarities
 
         def vm(key):
             for line in open("/proc/self/status"):

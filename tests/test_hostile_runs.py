@@ -159,7 +159,7 @@ def test_a_run_holds_its_folder_from_before_the_graph_loads_to_its_last_output(
 
         monkeypatch.setattr(module, name, step)
 
-    for module, name in [(loop, "load_dataset"), (train_cli, "load_dataset"), (loop, "write_json"),
+    for module, name in [(loop, "load_dataset"), (train_cli, "load_dataset"), (loop, "_write_json"),
                          (train_cli, "save_embeddings"), (train_cli, "save_model")]:  # fmt: skip
         holding(module, name)
     argv = [*RUN, "--checkpoint", str(ckpt), "--output", str(tmp_path / "r.json")]
@@ -168,7 +168,8 @@ def test_a_run_holds_its_folder_from_before_the_graph_loads_to_its_last_output(
     assert status == 0, err
     assert held and all(locked for _, locked in held), held
     names = [name for name, _ in held]
-    assert "load_dataset" in names and names[-3:] == ["write_json", "save_embeddings", "save_model"]
+    assert "load_dataset" in names
+    assert names[-3:] == ["_write_json", "save_embeddings", "save_model"]
     assert not (ckpt / LOCK_NAME).exists()  # (released at exit)
 
 
@@ -192,7 +193,7 @@ sys.exit(main(sys.argv[2:]))
 
 @pytest.mark.slow  # two processes
 @pytest.mark.parametrize(
-    "module,name", [("run", "_probe"), ("loop", "write_json"), ("train_cli", "save_model")]
+    "module,name", [("run", "_probe"), ("loop", "_write_json"), ("train_cli", "save_model")]
 )
 def test_a_second_run_ends_at_once_while_the_first_writes_its_results(tmp_path, module, name):
     ckpt, go = tmp_path / "ck", tmp_path / "go"

@@ -1,29 +1,45 @@
 """docs/own_loss.md: its example loss, run as the page shows it, against a dense float64
-formula on every path of the engine, with each reduction."""
+formula on each of the engine's three paths, with each reduction; and the same loss
+written here on the contract (``negative_term(block)``), so that the contract is tested
+whatever the page holds."""
 
+import math
 import re
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import REPO, views
+from helpers import REPO, record_paths, views
 
 import pyg_progcl.losses as losses
-from pyg_progcl.losses._engine import choose_path
 
 PAGE = REPO / "docs" / "own_loss.md"
 N = 23
-#: ``(tau, options, the engine's path)``: the one-pass engine (one block, row blocks), the
-#: per-direction paths where the exponentials of scale 1 + β = 2 leave float32's range
-#: (2·2/τ > 80), and sampled negatives, all ``N - 1`` of them (so that the loss is exact).
+#: ``(tau, options, the engine's path)``: the dense path and row blocks, at τ = 0.5 and at
+#: τ = 0.04, where the exponentials of scale 1 + β = 2 leave float32's range (2·2/τ > 80:
+#: log-sum-exp), and sampled negatives, all ``N - 1`` of them (so that the loss is exact).
 PATHS = [
-    (0.5, {}, "one-pass"),
-    (0.5, {"block_size": 7}, "one-pass"),
+    (0.5, {}, "dense"),
+    (0.5, {"block_size": 7}, "rows"),
     (0.04, {}, "dense"),
-    (0.04, {"block_size": 7}, "row-blocks"),
+    (0.04, {"block_size": 7}, "rows"),
     (0.5, {"num_negatives": N - 1}, "sampled"),
     (0.5, {"num_negatives": N - 1, "block_size": 7}, "sampled"),
 ]
+
+
+class ContractLoss(losses.ContrastiveLoss):
+    """The page's loss, written here on the contract: ``log Ng`` of a block's anchors."""
+
+    def __init__(self, tau=0.5, beta=1.0, **kwargs):
+        super().__init__(tau, **kwargs)
+        if not beta > 0:
+            raise ValueError(f"`beta` must be > 0 (got {beta})")
+        self.beta = beta
+
+    def negative_term(self, block: losses.NegativeBlock):
+        log_mean_w = block.log_sum_exp_both(self.beta) - math.log(2 * block.count)
+        return block.log_sum_exp_both(1 + self.beta) - log_mean_w
 
 
 def page_example() -> str:
@@ -33,8 +49,11 @@ def page_example() -> str:
     return blocks[0]
 
 
-@pytest.fixture(scope="module")
-def example_loss():
+@pytest.fixture(scope="module", params=["page", "contract"])
+def example_loss(request):
+    """The page's ``HardnessWeightedLoss`` as the page defines it, and :class:`ContractLoss`."""
+    if request.param == "contract":
+        return ContractLoss
     namespace = {}
     exec(compile(page_example(), str(PAGE), "exec"), namespace)
     return namespace["HardnessWeightedLoss"]
@@ -68,10 +87,11 @@ def test_the_example_imports_public_names_only():
 
 @pytest.mark.parametrize("tau, options, path", PATHS)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_the_example_equals_its_dense_formula(example_loss, tau, options, path, reduction):
+def test_the_example_equals_its_dense_formula(
+    monkeypatch, example_loss, tau, options, path, reduction
+):
     loss_fn = example_loss(tau, beta=1.0, reduction=reduction, **options)
-    term = loss_fn.negative_term()
-    assert choose_path(N, tau, term, loss_fn.block_size, loss_fn.num_negatives).name == path
+    calls = record_paths(monkeypatch)
     h1, h2 = views(n=N)
     expected = reference(h1, h2, tau, 1.0)
     expected = {"mean": expected.mean(), "sum": expected.sum(), "none": expected}[reduction]
@@ -83,11 +103,12 @@ def test_the_example_equals_its_dense_formula(example_loss, tau, options, path, 
     want = torch.autograd.grad(expected, (h1, h2), weights)
     for a, b in zip(grads, want):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    assert calls and {c if c == "dense" else c[0] for c in calls} == {path}
 
 
 @pytest.mark.parametrize("tau, options", [(0.5, {}), (0.5, {"block_size": 3}), (0.03, {})])
 def test_the_example_passes_gradcheck(example_loss, tau, options):
-    # (one pass, in one block and in row blocks; τ = 0.03: per direction, in log space)
+    # (dense and row blocks; τ = 0.03: the exponentials in log space)
     h1, h2 = views(n=7, d=3)
     assert torch.autograd.gradcheck(example_loss(tau, beta=0.5, **options), (h1, h2))
 

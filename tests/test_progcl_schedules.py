@@ -9,7 +9,17 @@ import warnings
 import pytest
 import reference as ref
 import torch
-from helpers import BLOCKS, assert_matches, class_views, fitted_mixture, params, views
+from helpers import (
+    PATHS,
+    SAMPLED,
+    assert_matches,
+    class_views,
+    engine_weights,
+    fitted_mixture,
+    params,
+    path_id,
+    views,
+)
 
 from pyg_progcl.experiments.build import build_loss
 from pyg_progcl.experiments.presets import get_preset
@@ -22,16 +32,16 @@ def fit_views(seed=5, n=23, d=5):
     return tuple(h.detach() for h in views(n=n, d=d, seed=seed))
 
 
-def frozen_loss(f1, f2, mixture=None, shared_weights=False, cache_mib=512, **kwargs):
-    schedule = FrozenFit(cache_mib=cache_mib, shared_weights=shared_weights)
+def frozen_loss(f1, f2, mixture=None, shared_weights=False, **kwargs):
+    schedule = FrozenFit(shared_weights=shared_weights)
     loss = ProGCLLoss(0.4, mixture=mixture or fitted_mixture(), schedule=schedule, **kwargs)
     return loss.fit(f1, f2)
 
 
-@pytest.mark.parametrize("block_size", BLOCKS)
-def test_frozen_weights_match_reference_on_later_views(block_size):
+@pytest.mark.parametrize("options", PATHS, ids=path_id)
+def test_frozen_weights_match_reference_on_later_views(options):
     f1, f2 = fit_views()
-    loss = frozen_loss(f1, f2, block_size=block_size)
+    loss = frozen_loss(f1, f2, **options)
     h1, h2 = views()  # the views of a later step: b still comes from f1, f2
     m = loss.mixture
     assert_matches(
@@ -43,26 +53,22 @@ def test_frozen_weights_match_reference_on_later_views(block_size):
     )  # and that differs from online weights
 
 
-def test_frozen_weights_match_reference_on_the_per_direction_paths():
+@pytest.mark.parametrize("options", PATHS, ids=path_id)
+def test_frozen_weights_match_reference_at_a_tiny_temperature(options):
     f1, f2 = fit_views()
     h1, h2 = views()
-    tiny = 0.02  # exponentials underflow float32: the per-direction (log-space) path
+    tiny = 0.02  # exponentials underflow float32: the engine's log-sum-exp
     m = fitted_mixture()
-    loss = ProGCLLoss(tiny, mixture=m, schedule="frozen", block_size=7).fit(f1, f2)
+    loss = ProGCLLoss(tiny, mixture=m, schedule="frozen", **options).fit(f1, f2)
     assert_matches(
         loss, lambda a, b: ref.progcl_weight(a, b, tiny, params(m), fit_views=(f1, f2)), h1, h2
     )
-    # k = N - 1 sampled negatives: every other node, in sampled order (the sampled blocks)
-    sampled = frozen_loss(f1, f2, mixture=m, num_negatives=22, block_size=5)
-    assert_matches(
-        sampled, lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=(f1, f2)), h1, h2
-    )
 
 
-@pytest.mark.parametrize("block_size", [None, 4])
-def test_frozen_mix_takes_the_hardest_negatives_of_the_fit(block_size):
+@pytest.mark.parametrize("options", [{}, {"block_size": 4}, *SAMPLED], ids=path_id)
+def test_frozen_mix_takes_the_hardest_negatives_of_the_fit(options):
     f1, f2 = fit_views()
-    loss = frozen_loss(f1, f2, mode="mix", num_mix=1, block_size=block_size)
+    loss = frozen_loss(f1, f2, mode="mix", num_mix=1, **options)
     h1, h2 = views()
     m = loss.mixture
     assert_matches(
@@ -75,18 +81,18 @@ def _shared_reference(m, fit, tau=0.4, mix=False):
     return lambda a, b: fn(a, b, tau, params(m), fit_views=fit, shared=True)
 
 
-@pytest.mark.parametrize("block_size", BLOCKS)
-def test_shared_weights_match_reference(block_size):
+@pytest.mark.parametrize("options", PATHS, ids=path_id)
+def test_shared_weights_match_reference(options):
     """The reference code weights anchor v_i's negatives by row i of the first direction's
-    matrix, b(θ(u_i, v_k)), not by b(θ(v_i, u_k)); both modes, dense and row blocks."""
+    matrix, b(θ(u_i, v_k)), not by b(θ(v_i, u_k)); both modes, on every path."""
     f1, f2 = fit_views()
     h1, h2 = views()
-    loss = frozen_loss(f1, f2, block_size=block_size, shared_weights=True)
+    loss = frozen_loss(f1, f2, shared_weights=True, **options)
     m = loss.mixture
     assert_matches(loss, _shared_reference(m, (f1, f2)), h1, h2)
     own = ref.progcl_weight(h1, h2, 0.4, params(m), fit_views=(f1, f2))
     assert abs(float(loss(h1, h2).detach() - own.detach())) > 1e-4  # it is another loss
-    mix = frozen_loss(f1, f2, mode="mix", num_mix=1, block_size=block_size, shared_weights=True)
+    mix = frozen_loss(f1, f2, mode="mix", num_mix=1, shared_weights=True, **options)
     assert_matches(mix, _shared_reference(m, (f1, f2), mix=True), h1, h2)
 
 
@@ -102,13 +108,16 @@ def test_shared_weights_match_reference_on_the_log_space_and_sampled_paths():
     assert_matches(sampled, _shared_reference(m, (f1, f2)), h1, h2)
 
 
-@pytest.mark.parametrize("block_size", BLOCKS)
-def test_shared_weights_equal_own_weights_when_the_fit_matrix_is_symmetric(block_size):
+@pytest.mark.parametrize("options", PATHS + [{"num_negatives": 9}], ids=path_id)
+def test_shared_weights_equal_own_weights_when_the_fit_matrix_is_symmetric(options):
     f1, _ = fit_views()  # fitted on one view twice: θ(u_i, v_k) = θ(v_i, u_k)
     h1, h2 = views()
-    own = frozen_loss(f1, f1, block_size=block_size)
-    shared = frozen_loss(f1, f1, block_size=block_size, shared_weights=True)
-    torch.testing.assert_close(shared(h1, h2), own(h1, h2), rtol=1e-12, atol=1e-12)
+    own = frozen_loss(f1, f1, **options)
+    shared = frozen_loss(f1, f1, shared_weights=True, **options)
+    torch.manual_seed(0)  # (the same sampled negatives)
+    expected = own(h1, h2)
+    torch.manual_seed(0)
+    torch.testing.assert_close(shared(h1, h2), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_reference_code_options_live_in_one_place():
@@ -116,6 +125,8 @@ def test_reference_code_options_live_in_one_place():
         ProGCLLoss(shared_weights=True)  # not an everyday option
     with pytest.raises(ValueError, match="`shared_weights` must be True or False"):
         FrozenFit(shared_weights="yes")
+    with pytest.raises(TypeError, match="cache_mib"):  # nothing is held between steps
+        FrozenFit(cache_mib=512)
     loss = ProGCLLoss.reference_code(0.4)
     assert loss.mixture.min_beta_high == 1.01
     assert "shared_weights=True" in repr(loss) and not loss.fitted
@@ -128,84 +139,53 @@ def test_reference_code_options_live_in_one_place():
     assert_matches(loss, _shared_reference(fitted_mixture(), (f1, f2)), h1, h2)
 
 
-@pytest.mark.parametrize("block_size,keep", [(None, True), (7, True), (7, False)])
-def test_shared_weights_run_on_the_one_pass_engine(monkeypatch, block_size, keep):
-    """Both directions from one pass: the column sums (v anchors) take a second matrix
-    (kept for backward, or recomputed where the kept matrices would exceed the budget)."""
-    import pyg_progcl.losses._engine.dispatch as dispatch
-    import pyg_progcl.losses._engine.onepass as onepass
-
-    if not keep:
-        monkeypatch.setattr(onepass, "KEEP_ELEMENTS", 0)
-    calls = []
-    engine = dispatch.one_pass_losses
-    monkeypatch.setattr(dispatch, "one_pass_losses", lambda *a: calls.append(a) or engine(*a))
+@pytest.mark.parametrize("options", PATHS, ids=path_id)
+def test_frozen_weights_stay_those_of_the_fit_at_every_step(options):
     f1, f2 = fit_views()
-    cache = {} if keep else {"cache_mib": 0}
-    loss = frozen_loss(f1, f2, block_size=block_size, shared_weights=True, **cache)
-    assert_matches(loss, _shared_reference(loss.mixture, (f1, f2)), *views())
-    assert len(calls) == 1 and calls[0][3].column_weight is not None
-
-
-@pytest.mark.parametrize("block_size", BLOCKS)
-def test_frozen_weights_held_between_steps(block_size):
-    f1, f2 = fit_views()
-    loss = frozen_loss(f1, f2, block_size=block_size)
+    loss = frozen_loss(f1, f2, **options)
     m = loss.mixture
 
     def expected(fit):
         return lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=fit)
 
-    for seed in range(3):  # the first step computes the weights, later ones reuse them
+    for seed in range(3):  # every step: the weights of the fit's views
         assert_matches(loss, expected((f1, f2)), *views(seed=seed))
-    assert sum(w.numel() for w in loss.schedule.held_blocks.values()) == 23 * 23
     g1, g2 = fit_views(seed=7)
     loss.reset_parameters()
-    assert not loss.schedule.held_blocks
+    h1, h2 = views()
+    torch.testing.assert_close(loss(h1, h2), InfoNCELoss(0.4)(h1, h2), rtol=0, atol=0)
     loss.fit(g1, g2)  # a new fit: new weights, none of the old ones
     assert_matches(loss, expected((g1, g2)), *views())
     loss.load_state_dict(frozen_loss(f1, f2, mixture=m).state_dict())
     assert_matches(loss, expected((f1, f2)), *views())
-    small = frozen_loss(f1, f2, mixture=m, block_size=block_size, cache_mib=0)
-    for seed in range(2):  # over budget: recomputed every step
-        assert_matches(small, expected((f1, f2)), *views(seed=seed))
-    assert not small.schedule.held_blocks
-
-
-def test_frozen_cache_holds_what_fits_and_computes_the_rest():
-    """A cache of four of the five 5-row blocks (float64): those four are held, the last
-    is recomputed at every step, and the values are the reference's either way."""
-    f1, f2 = fit_views()
-    mib = 4 * 5 * 23 * 8 / 2**20
-    loss = frozen_loss(f1, f2, block_size=5, cache_mib=mib)
-    assert f"cache_mib={mib:g}" in repr(loss)
-    m = loss.mixture
-    for seed in range(2):
-        assert_matches(
-            loss,
-            lambda a, b: ref.progcl_weight(a, b, 0.4, params(m), fit_views=(f1, f2)),
-            *views(seed=seed),
-        )
-    held = loss.schedule.held_blocks
-    assert sorted(k[:2] for k in held) == [(0, 5), (5, 10), (10, 15), (15, 20)]
-    with pytest.raises(ValueError, match="`cache_mib` must be a finite number >= 0"):
-        FrozenFit(cache_mib=-1)
 
 
 def test_frozen_weights_follow_the_views_to_another_dtype():
-    loss = frozen_loss(*fit_views(), block_size=7)
-    loss(*views())
-    loss.float()  # new buffers: the weights held for the old ones go, none stay beside
-    loss(*(h.detach().float() for h in views()))
-    held = loss.schedule.held_blocks.values()
-    assert {w.dtype for w in held} == {torch.float32} and sum(w.numel() for w in held) == 23 * 23
+    f1, f2 = fit_views()
+    loss = frozen_loss(f1, f2, block_size=7)
+    m = params(fitted_mixture())
+    h1, h2 = views()
+    loss(h1, h2)
+    loss.float()  # the frozen views and the mixture in float32: float32 weights
+    assert loss.schedule.frozen_u.dtype == torch.float32
+    value = loss(h1.detach().float(), h2.detach().float())
+    expected = ref.progcl_weight(h1, h2, 0.4, m, fit_views=(f1, f2))
+    assert value.dtype == torch.float32
+    torch.testing.assert_close(value.double(), expected.detach(), rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("block_size", [None, 3])
-def test_frozen_gradcheck(block_size):
+@pytest.mark.parametrize(
+    "options", [{}, {"block_size": 3}, {"num_negatives": 4, "block_size": 3}], ids=path_id
+)
+def test_frozen_gradcheck(options):
     f1, f2 = fit_views(n=7, d=3)
-    loss = frozen_loss(f1, f2, block_size=block_size)
-    assert torch.autograd.gradcheck(loss, views(n=7, d=3, seed=2))
+    loss = frozen_loss(f1, f2, **options)
+
+    def fn(a, b):
+        torch.manual_seed(3)  # (the same sampled negatives at every evaluation)
+        return loss(a, b)
+
+    assert torch.autograd.gradcheck(fn, views(n=7, d=3, seed=2))
 
 
 def test_frozen_equals_online_at_the_fit():
@@ -266,23 +246,30 @@ def test_frozen_weights_need_the_same_nodes():
     with pytest.raises(ValueError, match=r"`h1` has 30 nodes .* fitted on 23"):
         loss(h1, h2)
     with pytest.raises(ValueError, match=r"`h1` has 30 nodes"):
-        loss.negative_weights(h1, h2)
-    w = loss.negative_weights(*views())  # the fit's weights, whatever the views
-    off = w[~torch.eye(23, dtype=torch.bool)].view(23, 22)
-    torch.testing.assert_close(off, ref.progcl_weights(f1, f2, params(loss.mixture)))
+        loss(h1, h2)
+    off_diagonal = ~torch.eye(23, dtype=torch.bool)
+    for block_size in (None, 7):  # the fit's weights, whatever the views
+        w = engine_weights(loss, *views(), block_size=block_size)
+        for view, (a, b) in enumerate(((f1, f2), (f2, f1))):
+            off = w[view][off_diagonal].view(23, 22)
+            torch.testing.assert_close(off, ref.progcl_weights(a, b, params(loss.mixture)))
 
 
 # --- the posterior floor and schedule='floored' ---------------------------------------
 
 
-@pytest.mark.parametrize("tau,block_size", [(0.4, b) for b in BLOCKS] + [(0.02, 7)])
-def test_posterior_floor_matches_reference(tau, block_size):
-    h1, h2 = views()  # tau 0.02: exponentials underflow, the per-direction (log-space) path
+@pytest.mark.parametrize(
+    "tau,options",
+    [(0.4, o) for o in PATHS] + [(0.02, {}), (0.02, {"block_size": 7}), (0.02, SAMPLED[1])],
+    ids=lambda x: path_id(x) if isinstance(x, dict) else str(x),
+)
+def test_posterior_floor_matches_reference(tau, options):
+    h1, h2 = views()  # tau 0.02: exponentials underflow, the engine's log-sum-exp
     m = fitted_mixture()
-    loss = ProGCLLoss(tau, mixture=m, schedule=OnlineFit(floor=0.5), block_size=block_size)
+    loss = ProGCLLoss(tau, mixture=m, schedule=OnlineFit(floor=0.5), **options)
     assert_matches(loss, lambda a, b: ref.progcl_weight(a, b, tau, params(m), floor=0.5), h1, h2)
     unfloored = ref.progcl_weight(h1, h2, tau, params(m))
-    assert abs(float(loss(h1, h2) - unfloored)) > 1e-4  # the floor binds on these views
+    assert abs(float((loss(h1, h2) - unfloored).detach())) > 1e-4  # the floor binds here
 
 
 def _fits(loss, views, epochs):
@@ -321,7 +308,7 @@ def test_floored_floors_the_posterior_from_the_first_degenerate_refit_on():
     got, floored_, unfloored = (_values_and_grads(x) for x in (loss, floor, online))
     for a, b in zip(got, floored_):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert float(got[0]) != float(unfloored[0])
+    assert float(got[0].detach()) != float(unfloored[0].detach())
     _fits(loss, class_views(spread=0.6), 10)  # healthy again: the floor stays (sticky)
     assert loss.mixture.problems_ == [] and loss.schedule.posterior_floor == 0.5
     state = loss.state_dict()
@@ -352,7 +339,7 @@ def test_schedules_are_named_by_their_name_whatever_their_options():
     named = {
         "floored": FlooredFit(floor=0.7),  # (its repr differs from the registry's)
         "online": OnlineFit(floor=0.5),
-        "frozen": FrozenFit(cache_mib=1, shared_weights=True),
+        "frozen": FrozenFit(shared_weights=True, floor=0.2),
     }
     for name, schedule in named.items():
         assert schedule_name(schedule) == name
@@ -417,7 +404,5 @@ def test_bad_schedule_is_a_clear_error():
         get_preset("synthetic", "progcl-weight", schedule="weekly")
     with pytest.raises(ValueError, match=r"schedule='frozen'.*batch_size"):
         get_preset("synthetic", "progcl-weight", schedule="frozen", batch_size=64)
-    with pytest.raises(ValueError, match=r"`frozen_cache_mib` sizes .* \(got schedule='floored'\)"):
-        get_preset("synthetic", "progcl-weight", frozen_cache_mib=2048)
-    config = get_preset("synthetic", "progcl-weight", schedule="frozen", frozen_cache_mib=2048)
-    assert build_loss(config).schedule.cache_mib == 2048
+    config = get_preset("synthetic", "progcl-weight", schedule="frozen")
+    assert isinstance(build_loss(config).schedule, FrozenFit)

@@ -1,5 +1,9 @@
-"""The public API: what the examples import, what the API reference documents, and the
-augmenters' extension hooks.
+"""The public API: its size, what the examples import, what the API reference documents,
+and the augmenters' extension hooks.
+
+The public namespaces are ``pyg_progcl`` and every module or package under it whose dotted
+path has no component starting with ``_``; each declares ``__all__``, and together they
+export at most 60 distinct names, none of which names two different objects.
 
 The examples are what users copy, so they import only public names: ``pyg_progcl`` and its
 public subpackages (each name listed in the module's ``__all__``, no module path with a
@@ -12,10 +16,12 @@ from __future__ import annotations
 import ast
 import importlib
 import os
+import pkgutil
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -78,6 +84,98 @@ def automodules(page: Path) -> list[str]:
     return re.findall(r"^\.\. automodule:: (\S+)", page.read_text(), flags=re.M)
 
 
+# -- the public surface --------------------------------------------------------------------
+
+#: The most distinct names that the public namespaces may export together.
+MAX_PUBLIC_NAMES = 60
+
+
+def _raise(name: str) -> None:
+    importlib.import_module(name)  # raises what made the package fail to import
+    raise ImportError(name)
+
+
+def public_modules() -> list[ModuleType]:
+    """``pyg_progcl`` and every module or package under it whose dotted path has no
+    component starting with ``_``, each imported (none is skipped)."""
+    import pyg_progcl
+
+    found = pkgutil.walk_packages(pyg_progcl.__path__, "pyg_progcl.", onerror=_raise)
+    names = [info.name for info in found if not is_private(info.name)]
+    return [pyg_progcl, *(importlib.import_module(name) for name in names)]
+
+
+def exports(modules: list[ModuleType]) -> dict[str, list[tuple[str, object]]]:
+    """``{name: [(module, object), ...]}`` over the ``__all__`` of ``modules``."""
+    found: dict[str, list[tuple[str, object]]] = {}
+    for module in modules:
+        for name in getattr(module, "__all__", ()):
+            found.setdefault(name, []).append((module.__name__, getattr(module, name, None)))
+    return found
+
+
+def ambiguous(found: dict[str, list[tuple[str, object]]]) -> dict[str, list[str]]:
+    """The names that two namespaces bind to different objects, with those namespaces."""
+    return {
+        name: [module for module, _ in where]
+        for name, where in found.items()
+        if any(obj is not where[0][1] for _, obj in where)
+    }
+
+
+@pytest.fixture(scope="module", name="modules")
+def modules_fixture():
+    return public_modules()
+
+
+def test_the_walk_finds_the_packages_and_their_modules(modules):
+    names = {module.__name__ for module in modules}
+    assert {
+        "pyg_progcl", "pyg_progcl.augment.functional", "pyg_progcl.io.graphs",
+        "pyg_progcl.diagnostics.core", "pyg_progcl.experiments.loop", "pyg_progcl.mixture",
+        "pyg_progcl.model", "pyg_progcl.encoders", "pyg_progcl.datasets",
+    } <= names  # fmt: skip
+    assert not [name for name in names if is_private(name)]
+
+
+def test_every_public_module_declares_what_it_exports(modules):
+    for module in modules:
+        assert isinstance(getattr(module, "__all__", None), (list, tuple)), module.__name__
+        names = module.__all__
+        assert len(set(names)) == len(names), f"{module.__name__}.__all__ repeats a name"
+        missing = [name for name in names if not hasattr(module, name)]
+        assert not missing, f"{module.__name__}.__all__ lists missing names: {missing}"
+
+
+def test_the_public_surface_is_small_and_unambiguous(modules):
+    found = exports(modules)
+    assert len(found) <= MAX_PUBLIC_NAMES, f"{len(found)} public names: {sorted(found)}"
+    assert not ambiguous(found), f"names bound to different objects: {ambiguous(found)}"
+
+
+def test_a_submodule_exports_only_what_its_package_exports(modules):
+    """The modules of a subpackage (``pyg_progcl.io.graphs``) list only names that the
+    subpackage (``pyg_progcl.io``) exports, or none."""
+    by_name = {module.__name__: module for module in modules}
+    for module in modules:
+        package, _, _ = module.__name__.rpartition(".")
+        if package.count(".") >= 1:  # (the root's own subpackages have their own)
+            extra = set(getattr(module, "__all__", ())) - set(by_name[package].__all__)
+            assert not extra, f"{module.__name__} exports {sorted(extra)}, {package} not"
+
+
+def test_the_surface_check_can_fail():
+    def namespace(name: str, **names) -> ModuleType:
+        module = ModuleType(name)
+        module.__dict__.update(names, __all__=list(names))
+        return module
+
+    one, other = namespace("a", embed=len, fit=abs), namespace("b", embed=print, fit=abs)
+    assert ambiguous(exports([one, other])) == {"embed": ["a", "b"]}
+    wide = namespace("c", **{f"name{i}": i for i in range(MAX_PUBLIC_NAMES + 1)})
+    assert len(exports([wide, one])) == MAX_PUBLIC_NAMES + 3
+
+
 # -- examples -------------------------------------------------------------------------
 
 
@@ -98,7 +196,7 @@ def test_the_import_check_can_fail():
 import ogb
 from pyg_progcl.experiments import evaluate
 from pyg_progcl._checks import check_int
-from pyg_progcl.losses import kernels
+from pyg_progcl.io import MODEL_FORMAT
 from pyg_progcl.nonexistent import thing
 from . import sibling
 from pyg_progcl import GRACEModel

@@ -5,7 +5,7 @@ reference: the ``k`` largest entries of each row in ascending columns, ties at t
 import pytest
 import torch
 
-from pyg_progcl.losses._selection import largest
+from pyg_progcl.losses._hardness import largest, select_hardest
 
 
 def sorted_reference(x: torch.Tensor, k: int) -> list[list[int]]:
@@ -39,8 +39,8 @@ def test_ties_at_the_kth_value_go_to_the_lowest_columns(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_zeros_subnormals_and_infinity(dtype):
-    # The hardness b of one-pass blocks: zeros (the anchor's own entry, underflowed b, of
-    # either sign), subnormals, ties and an overflowed entry.
+    # The hardness b of a block: zeros (the anchor's own entry, underflowed b, of either
+    # sign), subnormals, ties and an overflowed entry.
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 5, (30, 40), generator=g).to(dtype) * torch.rand(40, generator=g).to(dtype)
     x[:, :4] = 0.0
@@ -63,8 +63,18 @@ def test_small_cases_by_hand(dtype):
 
 
 def test_a_transposed_view_selects_as_its_copy():
-    # The one-pass engine selects the v anchors' negatives from the columns of b.
+    # The dense path selects the v anchors' negatives from the transpose of the u anchors'
+    # b (one matrix for both views).
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, 4, (25, 25), generator=g).double()
     assert torch.equal(largest(x.T, 6), largest(x.T.contiguous(), 6))
     assert largest(x.T, 6).tolist() == sorted_reference(x.T, 6)
+
+
+def test_select_hardest_gives_the_largest_their_values_and_a_pairing():
+    g = torch.Generator().manual_seed(2)
+    b = torch.rand(9, 30, generator=g, dtype=torch.float64)
+    for k in (1, 5, 30):
+        idx, values, perm = select_hardest(b, k)
+        assert torch.equal(idx, largest(b, k)) and torch.equal(values, b.gather(1, idx))
+        assert sorted(perm.tolist()) == list(range(k))

@@ -37,29 +37,21 @@ Modules: :mod:`.functional` (the functions on tensors), :mod:`.modules` (``Augme
 """
 
 from .adaptive import AdaptiveEdgeDrop, AdaptiveFeatureMask
-from .centrality import CENTRALITIES, node_centrality
+from .centrality import node_centrality
 from .functional import drop_edge_weighted, mask_feature, mask_feature_weighted
 from .modules import Augmenter, Compose, EdgeDrop, FeatureMask
-from .probabilities import (
-    DEFAULT_THRESHOLD,
-    edge_drop_probabilities,
-    feature_drop_probabilities,
-    is_dense,
-)
+from .probabilities import edge_drop_probabilities, feature_drop_probabilities
 
 __all__ = [
     "AdaptiveEdgeDrop",
     "AdaptiveFeatureMask",
     "Augmenter",
-    "CENTRALITIES",
     "Compose",
-    "DEFAULT_THRESHOLD",
     "EdgeDrop",
     "FeatureMask",
     "drop_edge_weighted",
     "edge_drop_probabilities",
     "feature_drop_probabilities",
-    "is_dense",
     "mask_feature",
     "mask_feature_weighted",
     "node_centrality",

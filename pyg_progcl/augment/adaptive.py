@@ -22,6 +22,8 @@ from .probabilities import (
     feature_drop_probabilities,
 )
 
+__all__ = ["AdaptiveEdgeDrop", "AdaptiveFeatureMask"]
+
 
 class _Adaptive(Augmenter):
     """Shared arguments and preparation of the GCA augmenters."""

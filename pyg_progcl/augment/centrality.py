@@ -10,6 +10,8 @@ from torch_geometric.utils import degree, to_networkx, to_undirected
 
 from .._checks import check_choice, check_edge_index, check_int
 
+__all__ = ["node_centrality"]
+
 CENTRALITIES = ("degree", "pagerank", "evc")
 
 _PAGERANK_DAMPING = 0.85

@@ -30,6 +30,8 @@ from .._checks import (
     check_probability,
 )
 
+__all__ = ["drop_edge_weighted", "mask_feature", "mask_feature_weighted"]
+
 #: The ``mode`` values of :func:`mask_feature` (PyG's); a CSR ``x`` takes ``'col'`` only.
 FEATURE_MASK_MODES = ("row", "col", "all")
 

@@ -17,6 +17,8 @@ from torch_geometric.utils import dropout_edge
 from .._checks import check_edge_index, check_probability
 from .functional import mask_feature, num_nodes_of
 
+__all__ = ["Augmenter", "Compose", "EdgeDrop", "FeatureMask"]
+
 GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
 
 

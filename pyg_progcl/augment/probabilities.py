@@ -13,6 +13,8 @@ from torch_geometric.utils.sparse import ptr2index
 
 from .._checks import check_edge_index, check_features, check_probability
 
+__all__ = ["edge_drop_probabilities", "feature_drop_probabilities"]
+
 DEFAULT_THRESHOLD = 0.7
 
 _LOG_EPS = 1e-8  # log(c + eps): the reference's guard for zero eigenvector centrality

@@ -27,8 +27,17 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_matrix
 from .._compat import stacklevel_outside_package
-from ..losses import normalize_views, sample_negative_pairs
+from ..losses._engine import normalize_views
+from ..losses._sampling import sample_negative_pairs
 from ..mixture import DEGENERACY_KINDS, BetaMixture, MixtureDegeneracyWarning
+
+__all__ = [
+    "Diagnosis",
+    "diagnose",
+    "false_negative_rate",
+    "separation_auc",
+    "topk_false_negative_share",
+]
 
 Source = Union[torch.nn.Module, Tensor, tuple]
 

@@ -24,6 +24,8 @@ import torch
 from ..mixture import BetaMixture, beta_log_prob
 from .core import Diagnosis, NegativeSample, fit_mixture
 
+__all__ = ["plot_similarity_histogram", "plot_tracking"]
+
 TN_COLOR, FN_COLOR = "tab:blue", "tab:red"
 
 

@@ -9,6 +9,8 @@ import torch
 from .._checks import check_int
 from .core import summarize
 
+__all__ = ["DiagnosticsTracker"]
+
 
 class DiagnosticsTracker:
     """Records :func:`~.core.summarize` every ``every`` epochs; a trainer ``callback``.

@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+__all__: list[str] = []
+
 Group = Optional[dist.ProcessGroup]
 
 

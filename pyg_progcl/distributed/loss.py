@@ -10,15 +10,13 @@ import torch
 from torch import Tensor
 
 from .._checks import check_views
-from ..losses import (
-    ContrastiveLoss,
-    FrozenFit,
-    ProGCLLoss,
-    full_precision,
-    sample_negative_similarities,
-)
+from ..losses import ContrastiveLoss, FrozenFit, ProGCLLoss
+from ..losses._engine import full_precision
+from ..losses._sampling import sample_negative_similarities
 from .comm import Group, all_gather_with_grad, same_rows, world
 from .mixture import fit_mixture
+
+__all__ = ["DistributedLoss"]
 
 
 class DistributedLoss(torch.nn.Module):
@@ -135,7 +133,7 @@ class DistributedLoss(torch.nn.Module):
     def refit(self, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator] = None):
         """``fit_iters`` EM iterations (warm-started) on ``⌈M / W⌉`` inter-view similarities
         per rank, this rank's anchors against all ``W·b`` seeds, with the statistics summed
-        over the ranks (:func:`fit_mixture`); drawn from ``generator`` (default: torch's
+        over the ranks; drawn from ``generator`` (default: torch's
         global one, which should differ between ranks: seed each rank with its own seed)."""
         loss = self._progcl()
         u, v, anchors = self._global_batch(h1.detach(), h2.detach())

@@ -10,6 +10,8 @@ from torch import Tensor
 from ..mixture import BetaMixture
 from .comm import Group, all_ok, all_reduce_sum, world
 
+__all__: list[str] = []
+
 
 @torch.no_grad()
 def fit_mixture(

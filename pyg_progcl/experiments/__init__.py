@@ -22,30 +22,26 @@ before the loss is computed (docs/algorithms.md §5.4).
 Command line: ``python -m pyg_progcl train --dataset Cora --method progcl-weight``.
 """
 
-from .build import build_augmentations, build_loss, build_model, seed_everything
+# Besides ``__all__``, what the tests, the benchmarks and custom runs use (the ``name as
+# name`` imports): ``evaluate`` and ``synthetic_graph`` are the library's own
+# (:func:`pyg_progcl.evaluation.evaluate`, :func:`pyg_progcl.datasets.synthetic_graph`).
+from .build import build_augmentations as build_augmentations
+from .build import build_loss, build_model, seed_everything
 from .checkpoint import TrainingInterruptedError
-from .datasets import DATASETS, canonical_name, load_dataset, synthetic_graph
-from .evaluation import evaluate
-from .loop import machine, train, train_seed, versions, write_json
-from .presets import METHODS, TrainConfig, get_preset
+from .datasets import load_dataset
+from .datasets import synthetic_graph as synthetic_graph
+from .evaluation import evaluate as evaluate
+from .loop import train
+from .loop import train_seed as train_seed
+from .presets import TrainConfig, get_preset
 
 __all__ = [
-    "DATASETS",
-    "METHODS",
     "TrainConfig",
     "TrainingInterruptedError",
-    "build_augmentations",
     "build_loss",
     "build_model",
-    "canonical_name",
-    "evaluate",
     "get_preset",
     "load_dataset",
-    "machine",
     "seed_everything",
-    "synthetic_graph",
     "train",
-    "train_seed",
-    "versions",
-    "write_json",
 ]

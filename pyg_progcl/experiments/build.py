@@ -23,6 +23,8 @@ from ..mixture import BetaMixture
 from ..model import GRACEModel
 from .presets import TrainConfig
 
+__all__ = ["build_loss", "build_model", "seed_everything"]
+
 
 def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:
     """The two views' augmenters: GRACE's uniform edge drop + feature mask, or
@@ -88,8 +90,7 @@ def build_loss(config: TrainConfig) -> torch.nn.Module:
         progcl["mixture"] = BetaMixture(**mixture)
     schedule = as_schedule(config.schedule, config.floor)
     if config.schedule == "frozen":
-        cache = {} if config.frozen_cache_mib is None else {"cache_mib": config.frozen_cache_mib}
-        schedule = FrozenFit(shared_weights=config.shared_weights, floor=schedule.floor, **cache)
+        schedule = FrozenFit(shared_weights=config.shared_weights, floor=schedule.floor)
     return ProGCLLoss(schedule=schedule, **progcl)
 
 

@@ -28,6 +28,8 @@ from .._files import (
 )
 from .presets import TrainConfig
 
+__all__ = ["TrainingInterruptedError"]
+
 #: Version of the checkpoint layout; 2: sealed with a checksum (:func:`payload_checksum`);
 #: 3: also records its graph (:func:`graph_fingerprint`).
 CHECKPOINT_FORMAT = 3
@@ -38,7 +40,7 @@ _ENTRIES = ("config", "epoch", "model", "optimizer", "loss", "rng_ranks", "recor
 _START_AGAIN = "start again in another checkpoint folder"
 #: Config fields that may differ between a checkpoint and the resumed run
 #: (they change what is logged or how fast, not what is trained).
-_RESUME_FREE = {"eval_every", "diagnose_every", "frozen_cache_mib"}
+_RESUME_FREE = {"eval_every", "diagnose_every"}
 #: Config fields that act only after the warm-up (ProGCL's fit schedule and mixture): a
 #: checkpoint written within the warm-up resumes under other values of them, so that
 #: variants branch from one shared warm-up (each from a copy of ``seed{s}_warmup.pt``).

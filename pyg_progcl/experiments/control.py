@@ -19,6 +19,8 @@ from .build import build_loss, build_model, seed_everything
 from .loop import train_seed
 from .presets import get_preset
 
+__all__: list[str] = []
+
 
 @dataclass
 class EncoderReport:

@@ -45,14 +45,7 @@ from torch_geometric.utils import to_undirected
 
 from ..datasets import synthetic_graph
 
-__all__ = [
-    "DATASETS",
-    "DatasetInfo",
-    "canonical_name",
-    "default_root",
-    "load_dataset",
-    "synthetic_graph",
-]
+__all__ = ["load_dataset"]
 
 PathLike = Union[str, os.PathLike]
 

@@ -31,6 +31,8 @@ from ..io import read_graph
 from ..mixture import MixtureDegeneracyWarning, first_warning_only
 from .train_cli import add_preset_overrides, int_at_least
 
+__all__: list[str] = []
+
 _TABLE = [
     ("fn_share_topk", "FN@top-k"),
     ("fn_rate", "chance"),
@@ -244,7 +246,7 @@ def _from_preset(args, kwargs):
 
 def run_cli(args: argparse.Namespace) -> int:
     """Runs the ``diagnose`` subcommand; returns the exit status."""
-    from .loop import command_line_warnings, write_json
+    from .loop import _write_json, command_line_warnings
 
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
@@ -272,7 +274,7 @@ def run_cli(args: argparse.Namespace) -> int:
         "history": history,
         "probe_accuracy": accuracy,
     }
-    write_json(result, out / "diagnostics.json")
+    _write_json(result, out / "diagnostics.json")
     written = [out / "diagnostics.json"]
     if not args.no_plot:
         from ..diagnostics.plots import plot_comparison, plot_tracking

@@ -32,6 +32,8 @@ from ..io import check_embedding_path, embed, load_model, read_graph, save_embed
 from .loop import resolve_device
 from .train_cli import int_at_least
 
+__all__: list[str] = []
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``embed`` subcommand's arguments to ``parser``."""

@@ -36,6 +36,8 @@ from .parallel import ONE, Ranks
 from .presets import TrainConfig, get_preset, is_graph_file
 from .run import NO_LABELS, has_labels, mixture_state, start_seed
 
+__all__ = ["train"]
+
 
 def resolve_device(device: Union[str, torch.device]) -> torch.device:
     """``device`` as a ``torch.device``: ``cpu``, ``cuda`` / ``cuda:i`` (where CUDA has that
@@ -105,8 +107,9 @@ def command_line_warnings(show: bool = True) -> Iterator[None]:
         yield
 
 
-def versions() -> dict[str, str]:
-    """Versions of the library and its main dependencies (for result files)."""
+def _versions() -> dict[str, str]:
+    """Versions of the library and its main dependencies, for result files (the trainer's
+    and, through ``benchmarks/_stamp.py``, the benchmarks')."""
     import sklearn
     import torch_geometric
 
@@ -122,9 +125,10 @@ def versions() -> dict[str, str]:
     }
 
 
-def machine(device: Union[str, torch.device] = "cpu") -> dict[str, Any]:
+def _machine(device: Union[str, torch.device] = "cpu") -> dict[str, Any]:
     """The machine a result comes from: CPU model, cores, torch's CPU threads, the device
-    (and its GPU's name), for result files."""
+    (and its GPU's name), for result files (the trainer's and, through
+    ``benchmarks/_stamp.py``, the benchmarks')."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as fh:
         cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
@@ -186,8 +190,9 @@ def train_seed(
         progress: Show a tqdm progress bar and evaluation lines.
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
-        loss_factory: Builds the loss from the config instead of :func:`build_loss`
-            (e.g. a :class:`ProGCLLoss` with its own :class:`~pyg_progcl.BetaMixture`). A
+        loss_factory: Builds the loss from the config instead of
+            :func:`~pyg_progcl.experiments.build_loss` (e.g. a :class:`ProGCLLoss` with its
+            own :class:`~pyg_progcl.BetaMixture`). A
             :class:`ProGCLLoss`, subclasses included, is refitted every epoch after the
             warm-up.
         ranks: This process's place among several training processes
@@ -309,8 +314,8 @@ def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any
         "num_nodes": int(data.num_nodes),
         "num_edges": int(data.num_edges),
         "device": str(device),
-        "machine": machine(device),
-        "versions": versions(),
+        "machine": _machine(device),
+        "versions": _versions(),
     }
 
 
@@ -421,11 +426,11 @@ def train(
         result = _summarize(config, data, device, records, wall_time)
         result["world_size"] = ranks.world_size
         if output is not None and ranks.main:
-            write_json(result, output)
+            _write_json(result, output)
     return (result, first_model) if return_model else result
 
 
-def write_json(result: dict[str, Any], path: Union[str, os.PathLike]) -> None:
+def _write_json(result: dict[str, Any], path: Union[str, os.PathLike]) -> None:
     """Writes a result dict as JSON (creating the folder), atomically: a reader never
     sees a half-written file, and a failed write leaves the old one."""
     path = Path(path).expanduser()

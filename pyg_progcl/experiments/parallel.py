@@ -18,8 +18,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..distributed import all_gather_rows
+from ..distributed.comm import all_gather_rows
 from ..minibatch.inference import node_part
+
+__all__: list[str] = []
 
 #: How long a collective waits for the other ranks before the job fails (not hangs).
 TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("PYG_PROGCL_DIST_TIMEOUT", "300")))

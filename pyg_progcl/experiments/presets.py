@@ -52,16 +52,7 @@ from ..encoders import ACTIVATIONS
 from ..losses.schedules import DEFAULT_SCHEDULE, SCHEDULES
 from .datasets import canonical_name
 
-__all__ = [
-    "AUGMENTATIONS",
-    "FILE_PREFIX",
-    "DATASET_PRESETS",
-    "METHODS",
-    "METHOD_PRESETS",
-    "TrainConfig",
-    "get_preset",
-    "graph_file_name",
-]
+__all__ = ["TrainConfig", "get_preset"]
 
 METHODS = ("grace", "gca", "dcl", "hcl", "progcl-weight", "progcl-mix")
 AUGMENTATIONS = ("uniform", "degree", "pagerank", "evc")
@@ -143,9 +134,6 @@ class TrainConfig:
         shared_weights: ProGCL with ``schedule='frozen'``: weight the second direction's
             anchors by the first direction's matrix, index by index, as the reference code
             does (see :class:`~pyg_progcl.ProGCLLoss`).
-        frozen_cache_mib: ProGCL with ``schedule='frozen'``: MiB of frozen weights held
-            between steps (``None``: the loss's 512); more trades memory for time and
-            changes no result.
         floor: ProGCL: the schedule's lower bound of ``p(TN | s')`` in the hardness
             ``b``: with ``floored`` from the first degenerate refit on, with the others
             from the first fit (``None``: the schedule's default, 0.5 for ``floored``, 0
@@ -195,7 +183,6 @@ class TrainConfig:
     schedule: str = DEFAULT_SCHEDULE
     min_beta_high: Optional[float] = None
     shared_weights: bool = False
-    frozen_cache_mib: Optional[float] = None
     mixture_weight_init: Optional[float] = None
     floor: Optional[float] = None
     num_mix: int = 1000
@@ -264,13 +251,6 @@ class TrainConfig:
             )
         if self.min_beta_high is not None:
             self.min_beta_high = check_positive("min_beta_high", self.min_beta_high)
-        if self.frozen_cache_mib is not None:
-            self.frozen_cache_mib = check_nonnegative("frozen_cache_mib", self.frozen_cache_mib)
-            if self.schedule != "frozen":
-                raise ValueError(
-                    "`frozen_cache_mib` sizes the frozen weights of schedule='frozen' "
-                    f"(got schedule={self.schedule!r})"
-                )
         if self.floor is not None:
             self.floor = check_probability("floor", self.floor)
         if self.mixture_weight_init is not None:

@@ -34,6 +34,8 @@ from .evaluation import evaluate
 from .parallel import ONE, Ranks
 from .presets import TrainConfig
 
+__all__: list[str] = []
+
 #: What a result says in place of a probe accuracy on a graph without labels.
 NO_LABELS = "skipped: the graph has no labels"
 

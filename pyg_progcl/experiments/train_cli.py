@@ -30,6 +30,8 @@ from .loop import command_line_warnings, owned_folder, resolve_device, train
 from .parallel import ONE, join, leave
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
 
+__all__: list[str] = []
+
 _FIELD_HELP = {
     "lr": "Adam learning rate",
     "weight_decay": "Adam weight decay",
@@ -59,8 +61,6 @@ _FIELD_HELP = {
     "1.01; default none)",
     "shared_weights": "ProGCL with --schedule frozen: weight the second direction by the first's "
     "matrix, as the papers' code does (true / false; default false)",
-    "frozen_cache_mib": "ProGCL with --schedule frozen: MiB of frozen weights held between "
-    "steps (default 512; 4*N^2 bytes hold all); trades memory for time, same results",
     "mixture_weight_init": "ProGCL: initial weight of the high-similarity component (default 0.05)",
     "num_mix": "ProGCL-mix: negatives mixed per anchor",
     "block_size": "row block of the loss (none: automatic)",

@@ -21,6 +21,8 @@ from ..encoders import parameter_dtype
 from ._common import PathLike
 from .graphs import graph_for_model
 
+__all__ = ["embed", "save_embeddings"]
+
 #: Suffixes :func:`save_embeddings` writes.
 EMBEDDING_SUFFIXES = (".npy", ".pt")
 

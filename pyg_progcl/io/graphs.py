@@ -26,6 +26,8 @@ from ..encoders import GCNEncoder, MLPEncoder
 from ..evaluation import check_labels
 from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled
 
+__all__ = ["GraphFieldWarning", "read_graph"]
+
 #: Suffixes :func:`read_graph` reads.
 GRAPH_SUFFIXES = (".pt", ".npz")
 _NPZ_KEYS = ("edge_index", "x", "edge_weight", "y", "train_mask", "val_mask", "test_mask")
@@ -344,8 +346,8 @@ def graph_for_model(model: torch.nn.Module, data: Data) -> Data:
     how often; by default once per calling line): a :class:`GraphFieldWarning` naming
     ``edge_weight`` (and the encoder) when it is left out, and ``edge_attr`` if the graph
     has one (the encoders take one scalar weight per edge, ``edge_weight``, not edge
-    features). Training and :func:`embed` pass their graph through this, so a graph
-    file's weights reach the model wherever it can use them.
+    features). Training and :func:`~pyg_progcl.io.embed` pass their graph through this, so a
+    graph file's weights reach the model wherever it can use them.
     """
     unused = []
     if data.get("edge_attr") is not None:

@@ -20,6 +20,8 @@ from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import GRACEModel
 from ._common import PathLike, first_line, load_failure, uncompiled
 
+__all__ = ["load_model", "save_model"]
+
 #: The ``format`` entry of a model file, and the newest ``version`` this code reads.
 MODEL_FORMAT = "pyg_progcl.model"
 MODEL_VERSION = 1

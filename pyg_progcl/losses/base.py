@@ -8,7 +8,9 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
-from ._engine import BlockPool, NegativeTerm, contrastive_losses, full_precision
+from ._engine import NegativeBlock, contrastive_losses, full_precision
+
+__all__ = ["ContrastiveLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -32,19 +34,20 @@ class ContrastiveLoss(torch.nn.Module):
         \ell(u_i) = -\log \frac{e^{\theta(u_i, v_i)/\tau}}{e^{\theta(u_i, v_i)/\tau} + Ng_i},
 
     over the anchors of both projected views ``u = h1``, ``v = h2`` (``θ`` the cosine
-    similarity). A subclass supplies its negative term ``Ng_i`` (:meth:`negative_term`);
-    the engine (:func:`~pyg_progcl.losses.contrastive_losses`) computes every anchor's loss
-    on the path that pays, exact and without an ``N×N`` matrix when ``N`` is large, and
-    :meth:`reduce` applies the ``reduction``. A subclass that computes its per-anchor
+    similarity). A subclass supplies its negative term: :meth:`negative_term` maps a
+    :class:`~pyg_progcl.losses.NegativeBlock` of anchors to their ``log Ng_i``. The loss
+    computes every anchor's loss with it, exact, on one of three paths (all anchors at
+    once; row blocks recomputed in backward, without an ``N×N`` matrix; sampled negatives),
+    and :meth:`reduce` applies the ``reduction``. A subclass that computes its per-anchor
     losses otherwise overrides :meth:`compute_loss` instead (docs/own_loss.md writes a
     loss of one's own on this contract).
 
     Args:
         tau: Temperature :math:`\tau` in ``[1e-20, 1e20]`` (``TAU_RANGE``: float32
             logits :math:`\theta/\tau` and their gradients stay finite and exact).
-        block_size: Anchors per row block (exact, ``O(B·N)`` memory). ``None`` computes all
-            anchors at once up to 4096 nodes (ProGCL-mix: 8192) and in blocks of
-            ``2^23 / N`` anchors above; ``block_size >= N`` forces one block.
+        block_size: Anchors per row block (exact, ``O(B·N)`` memory, each block recomputed
+            in backward). ``None`` computes all anchors at once up to 8192 nodes and in
+            blocks of ``2^23 / N`` anchors above; ``block_size >= N`` forces one block.
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)
             instead of all ``2(N-1)``; ``None`` uses all of them.
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'``: the ``[2, N]``
@@ -71,18 +74,17 @@ class ContrastiveLoss(torch.nn.Module):
             None if num_negatives is None else check_int("num_negatives", num_negatives, 1)
         )
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
-        self.pool = BlockPool()  # CPU block matrices reused from call to call
 
     def reset_parameters(self):
         """Losses without state have nothing to reset."""
 
-    def negative_term(self) -> NegativeTerm:
-        """The loss's ``Ng`` for the engine, a :class:`~pyg_progcl.losses.NegativeTerm`
-        (one object per call); every subclass defines it."""
+    def negative_term(self, block: NegativeBlock) -> Tensor:
+        """``[B]`` shifted ``log Ng_i`` of the block's anchors (logits ``(θ - 1)/τ``: the
+        shift cancels in the loss); every subclass defines it."""
         raise NotImplementedError
 
-    # The engine picks its path from the data and reuses buffers between calls, which
-    # torch.compile would guard on and recompile for at every step: it runs eagerly.
+    # The path is picked from the data's size, which torch.compile would guard on and
+    # recompile for: the loss runs eagerly.
     @torch.compiler.disable
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
         """The loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``, reduced.
@@ -115,8 +117,8 @@ class ContrastiveLoss(torch.nn.Module):
             ``[2, M]`` losses of the ``M`` anchors (``[2, N]`` by default).
         """
         return contrastive_losses(
-            h1, h2, self.tau, self.negative_term(), self.block_size, self.num_negatives,
-            pool=self.pool, anchors=anchors,
+            h1, h2, self.tau, self.negative_term, self.block_size, self.num_negatives,
+            anchors=anchors,
         )  # fmt: skip
 
     def reduce(self, losses: Tensor) -> Tensor:

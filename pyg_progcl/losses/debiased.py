@@ -8,8 +8,10 @@ import torch
 from torch import Tensor
 
 from .._checks import check_nonnegative, check_probability
-from ._engine import ExpSums, NegativeTerm
+from ._engine import NegativeBlock
 from .base import ContrastiveLoss
+
+__all__ = ["DebiasedInfoNCELoss", "HardInfoNCELoss"]
 
 #: The largest scale ``(1 + β)/τ`` of HCL's weighted logits: the sums over ``2N`` anchors
 #: of losses and gradients of this order stay finite in float32 (3.4e38) for any graph;
@@ -56,11 +58,9 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
         super().__init__(tau, **kwargs)
         self.tau_plus = check_probability("tau_plus", tau_plus, upper_open=True)
 
-    def negative_term(self) -> NegativeTerm:
-        return NegativeTerm.from_sums(ExpSums((1.0,), self._combine))
-
-    def _combine(self, *, pos: Tensor, log_sums: list[Tensor], count: int, **_) -> Tensor:
-        return debiased_log_negatives(pos, log_sums[0], count, self.tau, self.tau_plus)
+    def negative_term(self, block: NegativeBlock) -> Tensor:
+        log_neg = block.log_sum_exp_both()
+        return debiased_log_negatives(block.pos, log_neg, block.count, self.tau, self.tau_plus)
 
     def _options(self) -> dict:
         return {"tau_plus": self.tau_plus}
@@ -94,17 +94,13 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
                 "(1 + beta)·θ/tau of the weighted negatives overflow float32"
             )
 
-    def negative_term(self) -> NegativeTerm:
+    def negative_term(self, block: NegativeBlock) -> Tensor:
         if self.beta == 0:
-            return super().negative_term()
-        return NegativeTerm.from_sums(ExpSums((self.beta, 1 + self.beta), self._combine))
-
-    def _combine(self, *, pos: Tensor, log_sums: list[Tensor], count: int, **_) -> Tensor:
-        if self.beta == 0:
-            return super()._combine(pos=pos, log_sums=log_sums, count=count)
+            return super().negative_term(block)
         # Σ e^{(1+β)θ/τ} / mean e^{βθ/τ}; the shifts of numerator and mean cancel.
-        log_neg = log_sums[1] - (log_sums[0] - math.log(2 * count))
-        return debiased_log_negatives(pos, log_neg, count, self.tau, self.tau_plus)
+        log_mean_w = block.log_sum_exp_both(self.beta) - math.log(2 * block.count)
+        log_neg = block.log_sum_exp_both(1 + self.beta) - log_mean_w
+        return debiased_log_negatives(block.pos, log_neg, block.count, self.tau, self.tau_plus)
 
     def _options(self) -> dict:
         return {"tau_plus": self.tau_plus, "beta": self.beta}

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ._engine import ExpSums, NegativeTerm
+from ._engine import NegativeBlock
 from .base import ContrastiveLoss
 
-
-def _log_first_sum(*, log_sums: list[Tensor], **_) -> Tensor:
-    return log_sums[0]
-
-
-#: GRACE's negative term: the plain sum over the ``2(N-1)`` negatives.
-GRACE_TERM = NegativeTerm.from_sums(ExpSums((1.0,), _log_first_sum))
+__all__ = ["InfoNCELoss"]
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -26,5 +20,5 @@ class InfoNCELoss(ContrastiveLoss):
     Args: see :class:`ContrastiveLoss`.
     """
 
-    def negative_term(self) -> NegativeTerm:
-        return GRACE_TERM
+    def negative_term(self, block: NegativeBlock) -> Tensor:
+        return block.log_sum_exp_both()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional, Union
 
 import torch
@@ -10,18 +9,13 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views, short_repr
 from ..mixture import BetaMixture
-from ._engine import NegativeTerm, dense_blocks, normalize_views, sample_negative_similarities
-from ._mixing import MIX_EPS, MixedNegatives, MixedSums
-from ._weights import HardnessWeights
+from ._engine import NegativeBlock
+from ._hardness import MIX_EPS, Hardness, mixed_log_negatives, weighted_log_negatives
+from ._sampling import sample_negative_similarities
 from .base import ContrastiveLoss
-from .infonce import GRACE_TERM
-from .schedules import (
-    DEFAULT_SCHEDULE,
-    FROZEN_CACHE_MIB,
-    FitSchedule,
-    FrozenFit,
-    as_schedule,
-)
+from .schedules import DEFAULT_SCHEDULE, FitSchedule, FrozenFit, as_schedule
+
+__all__ = ["ProGCLLoss"]
 
 #: The accepted ``mix_eps``: a normal float32 (the 0/0 of two underflowed hardnesses
 #: stays finite) that does not outweigh the hardnesses ``b <= 1`` it guards.
@@ -143,7 +137,6 @@ class ProGCLLoss(ContrastiveLoss):
         *,
         shared_weights: bool = True,
         min_beta_high: Optional[float] = 1.01,
-        cache_mib: float = FROZEN_CACHE_MIB,
         mixture: Optional[BetaMixture] = None,
         **kwargs,
     ) -> ProGCLLoss:
@@ -153,13 +146,12 @@ class ProGCLLoss(ContrastiveLoss):
         the fit epoch's views); the second direction's anchors weighted by the first
         direction's matrix (``shared_weights``); :math:`\\beta` of the mixture's
         high-similarity component floored at 1.01 in every EM iteration
-        (``min_beta_high``, ignored when a ``mixture`` is given). ``cache_mib``: MiB of
-        frozen weights held between steps (changes no value). docs/reproduction.md lists
+        (``min_beta_high``, ignored when a ``mixture`` is given). docs/reproduction.md lists
         what else differs in that code.
         """
         if mixture is None:
             mixture = BetaMixture(min_beta_high=min_beta_high)
-        schedule = FrozenFit(cache_mib=cache_mib, shared_weights=shared_weights)
+        schedule = FrozenFit(shared_weights=shared_weights)
         return cls(tau, mode, mixture=mixture, schedule=schedule, **kwargs)
 
     @property
@@ -201,49 +193,19 @@ class ProGCLLoss(ContrastiveLoss):
         super().check_inputs(h1, h2)
         self.schedule.check_nodes(h1)
 
-    def hardness(self, cosine: Tensor) -> Tensor:
-        r""":math:`b = s' \, p(\mathrm{true\ neg.} \mid s')`, :math:`s' = (\theta + 1)/2`, any shape."""
-        with torch.no_grad():
-            floor = self.schedule.posterior_floor
-            return self.mixture.hardness_(cosine.add(1.0).mul_(0.5), floor)
-
-    @torch.no_grad()
-    def negative_weights(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """Dense ``[N, N]`` weights ``w_ik`` of the anchors ``u_i = h1[i]`` (diagonal 0).
-
-        For inspection on small graphs; the loss itself never forms this matrix. Before
-        the loss is :attr:`fitted` they are GRACE's (every ``w_ik = 1``); with a frozen
-        schedule, those of the fit's views (``h1`` must have the fit's ``N``).
-        """
-        check_views(h1, h2)
-        self.schedule.check_nodes(h1)
-        if not self.fitted:
-            n = h1.size(0)
-            return 1.0 - torch.eye(n, dtype=h1.dtype, device=h1.device)
-        block = next(dense_blocks(*normalize_views(h1, h2), self.tau))
-        log_b, log_mean_b, _ = self._weights().log_hardness(block)
-        return torch.exp(log_b - log_mean_b.unsqueeze(1))
-
-    def negative_term(self) -> NegativeTerm:
-        if not self.fitted:
-            return GRACE_TERM
+    def negative_term(self, block: NegativeBlock) -> Tensor:
+        if "progcl" not in block.call:  # (once per call: the floor and the fit now)
+            block.call["progcl"] = Hardness(self.mixture, self.schedule) if self.fitted else None
+        hardness = block.call["progcl"]
+        if hardness is None:  # GRACE's until the first fit
+            return block.log_sum_exp_both()
         if self.mode == "mix":
-            return self._mix_term()
-        return self._weights().term()
-
-    def _mix_term(self) -> NegativeTerm:
-        """ProGCL-mix's term: on the one-pass engine (GRACE's sums plus the mixed term from
-        the whole matrix) where the second direction has its own weights, else per
-        direction."""
-        weights = self._weights()
-        per_direction = MixedNegatives(weights, self.num_mix, self.mix_eps)
-        if self.schedule.shared_weights:
-            return NegativeTerm(per_direction)
-        extra = MixedSums(weights, self.num_mix, self.mix_eps)
-        return NegativeTerm(per_direction, replace(GRACE_TERM.sums, extra=extra))
-
-    def _weights(self) -> HardnessWeights:
-        return HardnessWeights(self.mixture, self.tau, self.schedule)
+            b = hardness.weights(block, log=False)[0]
+            return mixed_log_negatives(block, b, self.num_mix, self.mix_eps)
+        log_b, log_mean_b, uniform = hardness.weights(block)
+        # (dense: one weighted matrix for both views where their weights are transposes)
+        share = None if self.schedule.shared_weights or uniform else "b"
+        return weighted_log_negatives(block, log_b, log_mean_b, share)
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}

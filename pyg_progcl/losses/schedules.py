@@ -3,7 +3,6 @@ similarities the weights come from (docs/algorithms.md §5.4)."""
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from typing import Callable, Optional, Union
 
@@ -13,28 +12,14 @@ from torch import Tensor
 from .._checks import (
     check_bool,
     check_choice,
-    check_nonnegative,
     check_probability,
     short_repr,
 )
 from .._compat import stacklevel_outside_package
 from ..mixture import DEGENERACY_KINDS, MixtureDegeneracyWarning
-from ._engine import Pairs, normalize_views
+from ._engine import NegativeBlock, normalize_views
 
-__all__ = [
-    "DEFAULT_SCHEDULE",
-    "DEGENERATE_FLOOR",
-    "FROZEN_CACHE_MIB",
-    "SCHEDULES",
-    "FitSchedule",
-    "FlooredFit",
-    "FrozenFit",
-    "OnlineFit",
-]
-
-#: MiB of frozen weights :class:`FrozenFit` holds between steps by default (what does not
-#: fit is recomputed block by block at every step).
-FROZEN_CACHE_MIB = 512.0
+__all__ = ["FitSchedule", "FlooredFit", "FrozenFit", "OnlineFit"]
 
 
 class FitSchedule(torch.nn.Module):
@@ -58,7 +43,7 @@ class FitSchedule(torch.nn.Module):
             negative. (:class:`FlooredFit`'s engages at the first degenerate refit.)
     """
 
-    #: The schedule's name in :data:`SCHEDULES` (``ProGCLLoss(schedule=name)``).
+    #: The schedule's name (``ProGCLLoss(schedule=name)``).
     name = ""
     #: Whether the weights of the second direction are those of the first (reference code).
     shared_weights = False
@@ -110,12 +95,12 @@ class FitSchedule(torch.nn.Module):
         """Whether ``loss`` weights its negatives yet (before that it is GRACE's)."""
         return loss.mixture.fitted
 
-    def weight_logits(
-        self, pairs: Pairs, logits: Tensor, tau: float, out: Optional[Tensor] = None
-    ) -> Tensor:
-        """The shifted logits ``b`` is computed from for the stored block ``pairs`` whose
-        current logits are ``logits``."""
-        return logits
+    def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
+        """The detached shifted inter-view logits ``b`` is computed from, of the block's
+        pairs from the anchors of ``view`` (the other view's only on the dense path, whose
+        pairs are the transpose): here the current ones."""
+        logits = block.inter.detach()
+        return logits if view == block.view else logits.T
 
     def check_nodes(self, h: Tensor) -> None:
         """Checks views of ``h``'s nodes can be weighted (a frozen schedule needs its own)."""
@@ -176,14 +161,11 @@ class FrozenFit(FitSchedule):
     ``b`` comes from *their* similarities at every later step, so the weights are those of
     the fit epoch.
 
-    Only the ``2·N·d`` stored floats are state (buffers ``frozen_u``, ``frozen_v``); the
-    ``N×N`` weights they give are held between steps up to ``cache_mib`` MiB and recomputed
-    block by block beyond (which trades memory for time and changes no value). The loss
-    needs the same ``N`` nodes in the same order at every step (full-graph training).
+    The state is the ``2·N·d`` stored floats (buffers ``frozen_u``, ``frozen_v``); each
+    step recomputes the weights from them (one Gram product per block). The loss needs the
+    same ``N`` nodes in the same order at every step (full-graph training).
 
     Args:
-        cache_mib: MiB of weight blocks held between steps (``4·N²`` bytes hold all in
-            float32, twice that with ``shared_weights``).
         shared_weights: Weight the anchors of both views by the first direction's matrix,
             index by index, as the reference code does: anchor :math:`v_i`'s negatives
             :math:`u_k`, :math:`v_k` get :math:`b(\\theta(u_i, v_k))` instead of the pair's
@@ -194,15 +176,11 @@ class FrozenFit(FitSchedule):
 
     name = "frozen"
 
-    def __init__(
-        self, cache_mib: float = FROZEN_CACHE_MIB, shared_weights: bool = False, floor: float = 0.0
-    ):
+    def __init__(self, shared_weights: bool = False, floor: float = 0.0):
         super().__init__(floor)
-        self.cache_mib = check_nonnegative("cache_mib", cache_mib)
         self.shared_weights = check_bool("shared_weights", shared_weights)
         self.register_buffer("frozen_u", None)
         self.register_buffer("frozen_v", None)
-        self._held: tuple[Optional[Tensor], dict] = (None, {})  # (frozen_u, b per row block)
 
     def fit(self, loss, h1, h2, generator=None) -> None:
         if self.frozen_u is not None:
@@ -214,36 +192,9 @@ class FrozenFit(FitSchedule):
     def fitted(self, loss) -> bool:
         return self.frozen_u is not None
 
-    def weight_logits(self, pairs, logits, tau, out=None) -> Tensor:
-        if self.shared_weights:  # the pairs of view 0's anchors, whatever the block's view
-            pairs = dataclasses.replace(pairs, view=0)
-        return pairs.logits(*self.views_like(logits), tau, out)
-
-    def views_like(self, like: Tensor) -> tuple[Tensor, Tensor]:
-        """The frozen views in ``like``'s dtype and device."""
-        return self.frozen_u.to(like), self.frozen_v.to(like)
-
-    @property
-    def held_blocks(self) -> dict[tuple, Tensor]:
-        """The weight blocks held for the current frozen views, by ``(start, stop, view,
-        dtype, device)``; a new fit, a loaded state or ``.to()`` replaces the views and
-        drops what was held for the old ones."""
-        if self._held[0] is not self.frozen_u:
-            self._held = (self.frozen_u, {})
-        return self._held[1]
-
-    def weight_block(
-        self, key: tuple, compute: Callable[[], Tensor], out: Optional[Tensor]
-    ) -> Tensor:
-        """The weight block ``key``: held from an earlier step (copied to ``out``), or
-        computed now and held while all held blocks fit ``cache_mib``."""
-        held = self.held_blocks
-        if key in held:
-            return held[key].clone() if out is None else out.copy_(held[key])
-        b = compute()
-        if sum(t.nbytes for t in held.values()) + b.nbytes <= self.cache_mib * 2**20:
-            held[key] = b.clone()
-        return b
+    def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
+        u, v = (t.to(block.inter) for t in (self.frozen_u, self.frozen_v))
+        return block.inter_in(u, v, view)
 
     def check_nodes(self, h: Tensor) -> None:
         if self.frozen_u is not None and h.size(0) != self.frozen_u.size(0):
@@ -255,7 +206,6 @@ class FrozenFit(FitSchedule):
     def reset_parameters(self) -> None:
         super().reset_parameters()
         self.frozen_u = self.frozen_v = None
-        self._held = (None, {})  # free the held weights now, not at the next weighted step
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # The frozen views exist only after a fit: take their shape (or absence) from the state.
@@ -265,8 +215,7 @@ class FrozenFit(FitSchedule):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
-        parts = [] if self.cache_mib == FROZEN_CACHE_MIB else [f"cache_mib={self.cache_mib:g}"]
-        parts += ["shared_weights=True"] if self.shared_weights else []
+        parts = ["shared_weights=True"] if self.shared_weights else []
         return ", ".join(parts + _floor_repr(self.floor, 0.0))
 
 
@@ -287,7 +236,7 @@ def _floor_repr(floor: float, default: float) -> list[str]:
 
 
 def as_schedule(schedule: Union[str, FitSchedule], floor: Optional[float] = None) -> FitSchedule:
-    """A schedule from its name in :data:`SCHEDULES` (with its ``floor``; ``None``: the
+    """A schedule from its name in ``SCHEDULES`` (with its ``floor``; ``None``: the
     schedule's default), or the schedule itself."""
     if isinstance(schedule, FitSchedule):
         return schedule

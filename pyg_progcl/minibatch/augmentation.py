@@ -17,6 +17,8 @@ from ..augment import (
     mask_feature_weighted,
 )
 
+__all__: list[str] = []
+
 
 def _members(augment) -> list:
     """The augmenters of a view, nested :class:`Compose` flattened (``None``: none)."""

@@ -13,6 +13,8 @@ from ..losses import FrozenFit
 from .augmentation import SubgraphAugmenter
 from .sampling import seed_count
 
+__all__ = ["SeedViews", "minibatch_epoch"]
+
 
 def _graph_of(loader, data: Optional[Data]) -> Data:
     """The full graph: ``data``, else the loader's ``.data``."""

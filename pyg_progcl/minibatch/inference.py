@@ -18,6 +18,8 @@ from .._checks import accepts_check, check_data, check_input_width, check_int
 from ..encoders import GCNEncoder, MLPEncoder, sparse_features
 from .sampling import InEdges, neighbor_loader, seed_count
 
+__all__ = ["embed_minibatch"]
+
 
 def _layerwise_supported(encoder) -> bool:
     """Whether :func:`_layerwise` computes this encoder exactly (known layers, one hop)."""

@@ -13,6 +13,8 @@ from torch_geometric.data import Data
 
 from .._checks import check_choice, check_data, check_int
 
+__all__ = ["epoch_seeds", "neighbor_loader"]
+
 
 def pyg_can_sample() -> bool:
     """Whether PyG's ``NeighborLoader`` can sample here (it needs pyg-lib or torch-sparse)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .ops import full_precision, normalize_views
+from ._engine import full_precision, normalize_views
 
 #: Columns of the grid sample of :func:`sample_negative_similarities`.
 SAMPLE_COLUMNS = 64
