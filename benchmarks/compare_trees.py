@@ -48,6 +48,8 @@ def compare(args, dataset: str, method: str) -> dict:
         "b_ms": 1e3 * statistics.median(b), "ratio": statistics.median(b) / statistics.median(a),
         "ratio_range": (min(ratios), max(ratios)), "same_loss": max(losses) - min(losses) < 1e-4,
         "a_runs": a, "b_runs": b,
+        "a_peak_mb": max(r["peak_mb"] for r in runs["a"]),
+        "b_peak_mb": max(r["peak_mb"] for r in runs["b"]),
     }  # fmt: skip
 
 
@@ -55,7 +57,8 @@ def row(r: dict) -> str:
     low, high = r["ratio_range"]
     return (
         f"| {r['dataset']} | {r['method']} | {r['a_ms']:.0f} | {r['b_ms']:.0f} "
-        f"| {r['ratio']:.3f} ({low:.2f}–{high:.2f}) | {'yes' if r['same_loss'] else 'NO'} |"
+        f"| {r['ratio']:.3f} ({low:.2f}–{high:.2f}) | {r['a_peak_mb']:.0f} | {r['b_peak_mb']:.0f} "
+        f"| {'yes' if r['same_loss'] else 'NO'} |"
     )
 
 
@@ -73,8 +76,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.a, args.b = args.a.resolve(), args.b.resolve()
     lines = [
-        "| dataset | method | A step (ms) | B step (ms) | B / A (range) | same loss |",
-        "|---|---|---|---|---|---|",
+        "| dataset | method | A step (ms) | B step (ms) | B / A (range) | A peak (MB) "
+        "| B peak (MB) | same loss |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     results = []
     for dataset in args.datasets:

@@ -89,7 +89,11 @@ def mixed_log_negatives(block: NegativeBlock, b: Tensor, num_mix: int, eps: floa
         if key is not None and torch.is_grad_enabled() and block.inter.requires_grad:
             block.call[key] = selection
     idx, b, perm = selection
-    logit = block.inter.gather(1, idx).clamp(min=-2.0 / block.tau)  # (θ below -1: rounding)
+    if block.dense and block.view == 1:  # (gathered from the stored matrix, whose gradient
+        logit = block.native(block.inter).gather(0, idx.T).T  # then keeps its layout)
+    else:
+        logit = block.inter.gather(1, idx)
+    logit = logit.clamp(min=-2.0 / block.tau)  # (θ below -1: rounding)
     b_pair = b.index_select(1, perm)
     mixed = (b * logit + b_pair * logit.index_select(1, perm) - eps / block.tau) / (
         b + b_pair + eps
@@ -114,11 +118,12 @@ def largest(x: Tensor, k: int) -> Tensor:
     if k >= n:
         return torch.arange(n, device=x.device).expand(x.size(0), n)
     kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
-    keep = x >= kth  # at least k per row; more where the k-th value ties
-    tied = (keep.sum(dim=1) > k).nonzero().view(-1)
-    if tied.numel():  # keep the first ties by column, as many as make k
-        sub, sub_kth = x[tied], kth[tied]
-        ties = sub == sub_kth
-        room = k - (sub > sub_kth).sum(dim=1, keepdim=True)
-        keep[tied] = (sub > sub_kth) | (ties & (ties.cumsum(dim=1) <= room))
+    # Masks in row-major order whatever x's layout (the dense path's second view reads a
+    # transpose), so that the cumulative count and nonzero run along memory.
+    keep = torch.ge(x, kth, out=torch.empty(x.shape, dtype=torch.bool, device=x.device))
+    if int(keep.sum()) > keep.size(0) * k:  # ties at the k-th value: the first ones by column
+        ties = torch.eq(x, kth, out=torch.empty_like(keep))
+        torch.gt(x, kth, out=keep)
+        room = k - keep.sum(dim=1, keepdim=True, dtype=torch.int32)
+        keep |= ties & (ties.cumsum(dim=1, dtype=torch.int32) <= room)
     return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)
