@@ -516,13 +516,13 @@ def test_row_blocks_above_dense_max_nodes(monkeypatch, which):
     out.backward()
     assert recomputed(calls, forward)  # each block once more in backward
     calls.clear()
-    monkeypatch.setattr(engine, "BLOCK_ELEMENTS", 10 * N)  # blocks of 10 rows
+    monkeypatch.setattr(engine, "BLOCK_ELEMENTS", 10 * N)  # blocks of just over: 11 rows
     assert_matches(make(), ref_fn, h1, h2)
-    assert recomputed(calls, blocks_of("rows", (0, 10), (10, 20), (20, N)))
+    assert recomputed(calls, blocks_of("rows", (0, 11), (11, 22), (22, N)))
     calls.clear()
     with torch.no_grad():  # nothing to recompute: no checkpoint
         make()(h1, h2)
-    assert calls == blocks_of("rows", (0, 10), (10, 20), (20, N))
+    assert calls == blocks_of("rows", (0, 11), (11, 22), (22, N))
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["infonce", "progcl-mix"])
