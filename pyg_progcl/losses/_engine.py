@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -45,9 +45,6 @@ DENSE_MAX_NODES = 8192
 BLOCK_ELEMENTS = 1 << 23
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` is a normal float32.
 EXP_SPAN = 80.0
-
-#: Anchors of a block: a range of rows, or the indices of chosen rows.
-Rows = Union[slice, Tensor]
 
 
 def full_precision(like: Tensor) -> contextlib.AbstractContextManager:
@@ -105,7 +102,7 @@ class NegativeBlock:
     count: int
     tau: float
     view: int = 0
-    rows: Optional[Rows] = None
+    rows: Optional[slice] = None
     cols: Optional[Tensor] = None
     call: dict = field(default_factory=dict, repr=False)
 
@@ -120,7 +117,7 @@ class NegativeBlock:
         transpose for the second view), or back."""
         return matrix.T if self.view == 1 else matrix
 
-    def memo(self, name: str, fn: Callable[[], Tensor]) -> Tensor:
+    def memo(self, name: str, fn: Callable[[], Any]) -> Any:
         """``fn()``, computed once for both views of the dense path (anew elsewhere)."""
         if not self.dense:
             return fn()
@@ -131,14 +128,6 @@ class NegativeBlock:
     def exp_fits(self, scale: float = 1.0) -> bool:
         """Whether ``exp(scale · logit)`` of every negative is a normal float."""
         return scale * 2.0 / self.tau <= EXP_SPAN and self.inter.dtype != torch.float16
-
-    def log_sum_exp(self, logits: Tensor, scale: float = 1.0) -> Tensor:
-        """Row-wise ``log Σ_k exp(scale · logits)`` over the negatives: a plain sum of
-        exponentials where none underflows, the max-shifted ``logsumexp`` otherwise."""
-        scaled = logits if scale == 1 else logits * scale
-        if self.exp_fits(scale):
-            return torch.log(torch.exp(scaled).sum(dim=1))
-        return torch.logsumexp(scaled, dim=1)
 
     def log_sum_exp_both(
         self, scale: float = 1.0, log_weight: Optional[Tensor] = None, share: Optional[str] = ""
@@ -239,12 +228,9 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float) -> Iterator[NegativeBlock]:
     yield NegativeBlock(pos, uv.T, vv.T, diag, n - 1, tau, 1, call=call)
 
 
-def row_block(a: Tensor, o: Tensor, rows: Rows, view: int, tau: float, call: dict):
+def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, call: dict):
     """The anchors ``rows`` of view ``a`` against all nodes."""
-    if isinstance(rows, slice):
-        excluded = torch.arange(rows.start, rows.stop, device=a.device)
-    else:
-        excluded = rows
+    excluded = torch.arange(rows.start, rows.stop, device=a.device)
     pos = (a[rows] * o[rows]).sum(1).sub(1.0).div(tau)
     inter = _masked(shifted_logits(a[rows], o, tau), excluded)
     intra = _masked(shifted_logits(a[rows], a, tau), excluded)

@@ -3,8 +3,6 @@ hard negatives synthesised from the hardest (mix) (docs/algorithms.md §5.2-5.3)
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -63,14 +61,6 @@ class Hardness:
         b.index_put_((rows, rows if block.dense else block.excluded), b.new_zeros(()))
         sums = b.sum(dim=1), b.sum(dim=0) if block.dense else None
         return b.log_() if log else b, *sums
-
-
-def weighted_log_negatives(
-    block: NegativeBlock, log_b: Tensor, log_mean_b: Tensor, share: Optional[str] = "b"
-) -> Tensor:
-    """ProGCL-weight's ``log Σ_k w_ik (e^{inter_ik} + e^{intra_ik})``, ``w = b / mean b``
-    (``share``: see :meth:`NegativeBlock.log_sum_exp_both`)."""
-    return block.log_sum_exp_both(1.0, log_b, share) - log_mean_b
 
 
 def mixed_log_negatives(block: NegativeBlock, b: Tensor, num_mix: int, eps: float = MIX_EPS):

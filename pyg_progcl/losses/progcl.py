@@ -10,7 +10,7 @@ from torch import Tensor
 from .._checks import check_choice, check_int, check_positive, check_views, short_repr
 from ..mixture import BetaMixture
 from ._engine import NegativeBlock
-from ._hardness import MIX_EPS, Hardness, mixed_log_negatives, weighted_log_negatives
+from ._hardness import MIX_EPS, Hardness, mixed_log_negatives
 from ._sampling import sample_negative_similarities
 from .base import ContrastiveLoss
 from .schedules import DEFAULT_SCHEDULE, FitSchedule, FrozenFit, as_schedule
@@ -205,7 +205,8 @@ class ProGCLLoss(ContrastiveLoss):
         log_b, log_mean_b, uniform = hardness.weights(block)
         # (dense: one weighted matrix for both views where their weights are transposes)
         share = None if self.schedule.shared_weights or uniform else "b"
-        return weighted_log_negatives(block, log_b, log_mean_b, share)
+        # log Σ_k w_k (e^{inter_k} + e^{intra_k}) with w = b / mean b
+        return block.log_sum_exp_both(1.0, log_b, share) - log_mean_b
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}
