@@ -234,6 +234,28 @@ def test_gradcheck(make, block_size):
     assert torch.autograd.gradcheck(make(block_size), (h1, h2))
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda bs: InfoNCELoss(0.5, block_size=bs),
+        lambda bs: HardInfoNCELoss(0.5, 0.1, 1.0, block_size=bs),
+        lambda bs: ProGCLLoss(0.5, mixture=fitted_mixture(), block_size=bs),
+        lambda bs: ProGCLLoss(0.5, mode="mix", num_mix=3, mixture=fitted_mixture(), block_size=bs),
+    ],
+    ids=["infonce", "hcl", "progcl-weight", "progcl-mix"],
+)
+@pytest.mark.parametrize("block_size", [None, 4])
+def test_a_second_backward_through_the_graph_gives_the_same_gradients(make, block_size):
+    # The first backward turns the kept matrices into gradients in place; a second one
+    # (retain_graph) recomputes them.
+    h1, h2 = views(n=10, d=4)
+    loss = make(block_size)(h1, h2)
+    first = torch.autograd.grad(loss, (h1, h2), retain_graph=True)
+    second = torch.autograd.grad(loss, (h1, h2))
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("block_size", [None, 4])
 def test_gradcheck_sampled_negatives(block_size):
     h1, h2 = views(n=9, d=3)

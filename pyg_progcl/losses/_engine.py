@@ -6,7 +6,7 @@ negative term :math:`Ng_i` over its inter-view logits :math:`\\theta(a_i, o_k)/\
 intra-view logits :math:`\\theta(a_i, a_k)/\\tau`, ``k ≠ i`` (docs/algorithms.md §1). A
 :class:`NegativeBlock` holds them for a block of anchors of one view; a loss turns a block
 into its ``log Ng`` (:meth:`~pyg_progcl.losses.ContrastiveLoss.negative_term`), and the
-engine does the rest with autograd:
+engine does the rest with autograd and one hand-written backward (:class:`_GramSums`):
 
 ==============  ============================================================  ==========
 path            when                                                          memory
@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -36,13 +36,16 @@ from torch.utils.checkpoint import checkpoint
 from .._compat import autocast_enabled
 
 #: All anchors at once (the dense path) up to this many nodes when ``block_size`` is unset:
-#: its three ``N×N`` matrices and their exponentials then take at most 1.5 GiB in float32.
+#: its three ``N×N`` matrices then take at most 0.75 GiB in float32.
 DENSE_MAX_NODES = 8192
 #: Elements of one automatically sized ``B×N`` block: just above it (32 MiB of float32).
 #: glibc maps blocks of 32 MiB or more on their own and unmaps them when freed; smaller
 #: ones come from its heap, which held about 0.9 GB of freed blocks after the 24 row blocks
 #: of a 12,000-node graph (measured resident memory; 0.08 GB with blocks above 32 MiB).
 BLOCK_ELEMENTS = 1 << 23
+#: Elements of a row chunk of the elementwise passes that would otherwise need a temporary
+#: of a block's size (4 MiB of float32): they run on a chunk in cache.
+CHUNK_ELEMENTS = 1 << 20
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` is a normal float32.
 EXP_SPAN = 80.0
 
@@ -73,6 +76,15 @@ def shifted_logits(a: Tensor, b: Tensor, tau: float) -> Tensor:
     return torch.addmm(a.new_full((), -1.0 / tau), a / tau, b.T)
 
 
+def _masked(logits: Tensor, excluded: Tensor) -> Tensor:
+    """``logits`` with ``-inf`` at each row's excluded column, written outside autograd:
+    no term sends a gradient through ``exp(-inf) = 0``."""
+    rows = torch.arange(logits.size(0), device=logits.device)
+    with torch.no_grad():
+        logits.index_put_((rows, excluded), logits.new_full((), float("-inf")))
+    return logits
+
+
 @dataclass
 class NegativeBlock:
     """A block of ``B`` anchors of one view with ``C`` candidate negatives per view.
@@ -83,10 +95,11 @@ class NegativeBlock:
 
     Attributes:
         pos: ``[B]`` shifted positive logits ``(θ(a_i, o_i) - 1)/τ``.
-        inter: ``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``.
-        intra: ``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ``.
+        anchors: ``[B, d]`` the anchors ``a_i`` (unit rows).
+        others: ``[C, d]`` the candidates of the other view ``o_k``.
+        peers: ``[C, d]`` the candidates of the anchors' own view ``a_k``.
         excluded: ``[B]`` column of each row that is not a negative (the anchor itself,
-            or a surplus sample); it holds ``-inf`` in ``inter`` and ``intra``.
+            or a surplus sample).
         count: Negatives per view and anchor (``N - 1``, or ``k`` when sampled).
         tau: The temperature.
         view: The anchors' view: 0 (``a = u = h1``) or 1 (``a = v = h2``).
@@ -96,8 +109,9 @@ class NegativeBlock:
     """
 
     pos: Tensor
-    inter: Tensor
-    intra: Tensor
+    anchors: Tensor
+    others: Tensor
+    peers: Tensor
     excluded: Tensor
     count: int
     tau: float
@@ -105,12 +119,31 @@ class NegativeBlock:
     rows: Optional[slice] = None
     cols: Optional[Tensor] = None
     call: dict = field(default_factory=dict, repr=False)
+    _logits: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def dense(self) -> bool:
         """Whether the block holds all anchors against all nodes (the dense path, whose
         second view's inter-view logits are the transpose of the first's)."""
         return self.rows is None and self.cols is None
+
+    @property
+    def inter(self) -> Tensor:
+        """``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``, ``-inf`` where
+        excluded; made at the first use (the built-in losses need only sums of their
+        exponentials, which :meth:`log_sum_exp_both` forms without them)."""
+        return self._logits_of("inter", self.others)
+
+    @property
+    def intra(self) -> Tensor:
+        """``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ``, ``-inf`` where
+        excluded (see :attr:`inter`)."""
+        return self._logits_of("intra", self.peers)
+
+    def _logits_of(self, name: str, o: Tensor) -> Tensor:
+        if name not in self._logits:
+            self._logits[name] = _masked(shifted_logits(self.anchors, o, self.tau), self.excluded)
+        return self._logits[name]
 
     def native(self, matrix: Tensor) -> Tensor:
         """A dense ``[N, N]`` matrix of this block's orientation in the first view's (the
@@ -127,114 +160,258 @@ class NegativeBlock:
 
     def exp_fits(self, scale: float = 1.0) -> bool:
         """Whether ``exp(scale · logit)`` of every negative is a normal float."""
-        return scale * 2.0 / self.tau <= EXP_SPAN and self.inter.dtype != torch.float16
+        return scale * 2.0 / self.tau <= EXP_SPAN and self.anchors.dtype != torch.float16
 
-    def log_sum_exp_both(
-        self, scale: float = 1.0, log_weight: Optional[Tensor] = None, share: Optional[str] = ""
+    @torch.no_grad()
+    def inter_in(
+        self, u: Optional[Tensor] = None, v: Optional[Tensor] = None, view: Optional[int] = None
     ) -> Tensor:
-        """``log Σ_k w_k [exp(scale·inter_k) + exp(scale·intra_k)]`` over all ``2·count``
-        negatives, with detached weights ``w = exp(log_weight)`` (``[B, C]``; default 1).
-
-        A plain sum of exponentials where none underflows, a max-shifted log-sum-exp
-        otherwise. On the dense path the inter-view sums of both views come from one
-        matrix (row sums for the first view's anchors, column sums for the second's) where
-        the second view's weights are the transpose of the first's; ``share`` names that
-        matrix (``""``: unweighted, ``None``: not shared).
-        """
-        if self.exp_fits(scale):
-            inter = self._inter_exp_sums(scale, log_weight, share)
-            total = inter + _ExpSums.apply(self.intra, log_weight, scale, False)[0]
-            if log_weight is None or bool((total > torch.finfo(total.dtype).tiny).all()):
-                return torch.log(total)
-        inter, intra = self.inter * scale, self.intra * scale
-        if log_weight is not None:
-            inter, intra = inter + log_weight, intra + log_weight
-        return torch.logaddexp(torch.logsumexp(inter, dim=1), torch.logsumexp(intra, dim=1))
-
-    def _inter_exp_sums(self, scale: float, log_weight: Optional[Tensor], share) -> Tensor:
-        if not self.dense or share is None:
-            return _ExpSums.apply(self.inter, log_weight, scale, False)[0]
-        native = None if log_weight is None else self.native(log_weight)
-        sums = self.memo(
-            f"exp:{share}:{scale}",
-            lambda: _ExpSums.apply(self.native(self.inter), native, scale, True),
-        )
-        return sums[self.view]
-
-    def inter_in(self, u: Tensor, v: Tensor, view: Optional[int] = None) -> Tensor:
-        """The shifted inter-view logits of this block's pairs in other views ``u``, ``v``
-        of the same nodes, from the anchors of ``view`` (default: the block's)."""
+        """The shifted inter-view logits of this block's pairs in views ``u``, ``v`` of the
+        same nodes (default: the block's own), from the anchors of ``view`` (default: the
+        block's), without gradient; the excluded entries are not masked. The dense path's
+        own matrix is made once for both views and kept for :meth:`log_sum_exp_both`,
+        which exponentiates it in place."""
         view = self.view if view is None else view
+        own = u is None
+        if own and not self.dense:
+            return shifted_logits(self.anchors, self.others, self.tau)
+        u, v = self._views if own else (u, v)
         if self.dense:  # (the second view's matrix is the transpose of the first's)
-            logits = shifted_logits(u, v, self.tau)
+            logits = self.memo("logits", lambda: shifted_logits(u, v, self.tau)) if own else None
+            logits = shifted_logits(u, v, self.tau) if logits is None else logits
             return logits if view == 0 else logits.T
         a, o = (u, v) if view == 0 else (v, u)
         return shifted_logits(a[self.rows], o if self.cols is None else o[self.cols], self.tau)
 
+    @property
+    def _views(self) -> tuple[Tensor, Tensor]:
+        """``(u, v)`` of the dense path."""
+        return (self.anchors, self.others) if self.view == 0 else (self.others, self.anchors)
 
-class _ExpSums(torch.autograd.Function):
-    """Row sums and (``columns``) column sums of ``e = exp(scale·x + log_w)``.
+    def log_sum_exp_both(
+        self,
+        scale: Union[float, tuple[float, ...]] = 1.0,
+        log_weight: Optional[Tensor] = None,
+        share: Optional[str] = "",
+    ) -> Tensor:
+        """``log Σ_k w_k [exp(scale·inter_k) + exp(scale·intra_k)]`` over all ``2·count``
+        negatives, with detached weights ``w = exp(log_weight)`` (``[B, C]``; default 1).
+        A tuple of scales gives ``[S, B]``, one row per scale, from the same products.
 
-    Written by hand to save time and memory: one ``e`` is made and kept for backward
-    (autograd would also keep ``scale·x + log_w``), and the gradient of both sums of a dense
-    matrix is formed in one pass (autograd would add the two up in another matrix).
+        A plain sum of exponentials where none underflows, a max-shifted log-sum-exp of
+        :attr:`inter` and :attr:`intra` otherwise. On the dense path the inter-view sums of
+        both views come from one matrix (row sums for the first view's anchors, column sums
+        for the second's) where the second view's weights are the transpose of the first's;
+        ``share`` names that matrix (``""``: unweighted, ``None``: not shared).
+        """
+        scales = (float(scale),) if isinstance(scale, (int, float)) else tuple(scale)
+        if self.exp_fits(max(scales)):
+            total = self._exp_sums(scales, log_weight, share)
+            if log_weight is None or bool((total > torch.finfo(total.dtype).tiny).all()):
+                out = torch.log(total)
+                return out[0] if isinstance(scale, (int, float)) else out
+        out = []
+        for s in scales:
+            inter, intra = self.inter * s, self.intra * s
+            if log_weight is not None:
+                inter, intra = inter + log_weight, intra + log_weight
+            out.append(torch.logaddexp(inter.logsumexp(dim=1), intra.logsumexp(dim=1)))
+        return out[0] if isinstance(scale, (int, float)) else torch.stack(out)
+
+    def _exp_sums(self, scales, log_weight: Optional[Tensor], share) -> Tensor:
+        """``[S, B]`` sums of the inter- and intra-view exponentials."""
+        return self._gram_sums(scales, log_weight, share)[0] + self._intra_sums(scales, log_weight)
+
+    def _gram_sums(self, scales=(1.0,), log_weight=None, share="", gather=None):
+        """``([S, B] inter-view exponential sums, inter-view logits at gather)``. On the
+        dense path ``gather`` holds both views' ``[N, K]`` column indices and the sums and
+        logits of both views come from one matrix (memo ``share``); else this block's."""
+        if not self.dense:
+            spec = self._spec(scales, gather=() if gather is None else ((1, gather),))
+            rows, _, *got = _GramSums.apply(self.anchors, self.others, log_weight, None, spec)
+            return rows, (got[0] if got else None)
+        native = None if log_weight is None else self.native(log_weight)
+        if share is None:  # (this view's weights alone: the second view's columns)
+            logits = self.call.pop("logits", None) if self.view == 0 else None
+            return self._dense_sums(*self._views, scales, native, self.view, logits), None
+        gathers = () if gather is None else ((1, gather[0]), (0, gather[1].T))
+        key = ("exp", share, scales, gather is not None)
+
+        def both():
+            u, v = self._views
+            logits = self.call.pop("logits", None)  # (exponentiated in place)
+            spec = self._spec(scales, columns=True, gather=gathers)
+            return _GramSums.apply(u, v, native, logits, spec)
+
+        rows, cols, *got = self.memo(key, both)
+        if self.view == 0:
+            return rows, (got[0] if got else None)
+        return cols, (got[1].T if got else None)
+
+    def _log_sum_exp_gathered(self, index) -> tuple[Tensor, Tensor]:
+        """``(log_sum_exp_both(), [B, K] inter-view logits at the columns index)`` from the
+        same products. On the dense path ``index`` holds both views' indices (first, second)
+        and one matrix serves both."""
+        if not self.exp_fits():
+            own = index[self.view] if self.dense else index
+            return self.log_sum_exp_both(), self.inter.gather(1, own)
+        sums, logits = self._gram_sums(gather=index)
+        return torch.log(sums[0] + self._intra_sums((1.0,), None)[0]), logits
+
+    def _intra_sums(self, scales, log_weight: Optional[Tensor]) -> Tensor:
+        if not self.dense:
+            spec = self._spec(scales)
+            return _GramSums.apply(self.anchors, self.peers, log_weight, None, spec)[0]
+        if log_weight is None:  # (a view against itself: one product in backward)
+            spec = self._spec(scales, symmetric=True)
+            return _GramSums.apply(self.anchors, self.anchors, None, None, spec)[0]
+        native = log_weight if self.view == 0 else log_weight.T  # (the Gram matrix is
+        return self._dense_sums(self.anchors, self.anchors, scales, native, self.view)  # symmetric)
+
+    def _dense_sums(self, a, o, scales, native_log_w, view: int, logits=None) -> Tensor:
+        """Sums of the dense first-view-oriented matrix ``a oᵀ``: rows for the first view's
+        anchors, columns for the second's."""
+        spec = self._spec(scales, columns=view == 1)
+        rows, cols, *_ = _GramSums.apply(a, o, native_log_w, logits, spec)
+        return rows if view == 0 else cols
+
+    def _spec(self, scales, columns=False, gather=(), symmetric=False) -> _Sums:
+        return _Sums(
+            self.tau, self.excluded, tuple(scales), columns, gather, symmetric, not self.dense
+        )
+
+
+@dataclass(frozen=True)
+class _Sums:
+    """What :class:`_GramSums` computes over one matrix ``x = (a oᵀ - 1)/τ`` (``-inf`` at
+    ``excluded``): row sums (and ``columns`` sums) of ``exp(s·x + log_w)`` for each scale
+    ``s``, and ``x`` at the positions ``gather`` (``(dim, index)`` pairs). ``symmetric``:
+    ``a`` is ``o`` (a view against itself), without weights, columns or gathers.
+    ``checkpointed``: the call runs under ``torch.utils.checkpoint``, which then keeps (and
+    recomputes) the matrix kept for backward."""
+
+    tau: float
+    excluded: Tensor
+    scales: tuple[float, ...] = (1.0,)
+    columns: bool = False
+    gather: tuple[tuple[int, Tensor], ...] = ()
+    symmetric: bool = False
+    checkpointed: bool = False
+
+    def sums(self, x: Tensor, log_w: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """``(rows [S, B], columns [S, C] or [S, 0], kept)``. One scale exponentiates ``x``
+        in place and keeps the exponentials; several keep ``x`` and exponentiate a row
+        chunk at a time (one matrix, whatever the number of scales)."""
+        if len(self.scales) == 1:
+            e = _exp(x, log_w, self.scales[0], out=x)
+            cols = e.sum(dim=0)[None] if self.columns else e.new_zeros(1, 0)
+            return e.sum(dim=1)[None], cols, e
+        rows = x.new_empty(len(self.scales), x.size(0))
+        cols = x.new_zeros(len(self.scales), x.size(1) if self.columns else 0)
+        for part in row_chunks(x):
+            w = None if log_w is None else log_w[part]
+            for j, s in enumerate(self.scales):
+                e = _exp(x[part], w, s)
+                rows[j, part] = e.sum(dim=1)
+                if self.columns:
+                    cols[j] += e.sum(dim=0)
+        return rows, cols, x
+
+    def gradient_(self, kept: Tensor, log_w, g_rows: Tensor, g_cols: Optional[Tensor]):
+        """``∂/∂x = Σ_s s·e_s ∘ (g_rows_s ⊕ g_cols_s)`` written into ``kept`` (see :meth:`sums`),
+        a row chunk at a time where column terms or several scales need temporaries."""
+        if len(self.scales) == 1 and g_cols is None:
+            return kept.mul_(g_rows[0].unsqueeze(1) * self.scales[0])
+        for part in row_chunks(kept):
+            w = None if log_w is None else log_w[part]
+            grad = None
+            for j, s in enumerate(self.scales):
+                coef = g_rows[j, part].unsqueeze(1) * s
+                if g_cols is not None:
+                    coef = coef + g_cols[j].unsqueeze(0) * s
+                if len(self.scales) == 1:
+                    kept[part].mul_(coef)
+                else:
+                    term = _exp(kept[part], w, s).mul_(coef)
+                    grad = term if grad is None else grad.add_(term)
+            if grad is not None:
+                kept[part] = grad
+        return kept
+
+
+def _exp(x: Tensor, log_w: Optional[Tensor], scale: float, out: Optional[Tensor] = None):
+    """``exp(scale·x + log_w)`` (into ``out``, which may be ``x``)."""
+    e = torch.mul(x, scale, out=out) if scale != 1 or out is None else x
+    return (e if log_w is None else e.add_(log_w)).exp_()
+
+
+def row_chunks(x: Tensor) -> Iterator[slice]:
+    """Slices of rows of ``x`` holding about ``CHUNK_ELEMENTS`` elements each."""
+    step = max(1, CHUNK_ELEMENTS // max(x.size(1), 1))
+    return (slice(start, start + step) for start in range(0, x.size(0), step))
+
+
+class _GramSums(torch.autograd.Function):
+    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o``.
+
+    Written by hand for time and memory: the logits are made in one buffer (or taken from
+    ``logits``, the same values computed without gradient) that is kept for backward and
+    becomes the gradient there, in place (autograd keeps the logits, the exponentials of
+    each scale and a gradient, each fresh memory); the gradient of a symmetric matrix is
+    ``(G + Gᵀ)·a`` with ``G + Gᵀ`` formed elementwise, one product instead of two. A second
+    backward (``retain_graph``) recomputes the kept matrix.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, log_w: Optional[Tensor], scale: float, columns: bool):
-        e = torch.mul(x, scale) if scale != 1 else x.clone()
-        e = (e if log_w is None else e.add_(log_w)).exp_()
-        ctx.save_for_backward(e)
-        ctx.scale = scale
-        return e.sum(dim=1), e.sum(dim=0) if columns else e.new_zeros(0)
+    def forward(ctx, a: Tensor, o: Tensor, log_w, logits: Optional[Tensor], spec: _Sums):
+        x = shifted_logits(a, o, spec.tau) if logits is None else logits
+        x = _masked(x, spec.excluded)
+        gathered = [x.gather(dim, index) for dim, index in spec.gather]
+        rows, cols, kept = spec.sums(x, log_w)
+        ctx.spec, ctx.kept = spec, None if spec.checkpointed else kept
+        ctx.save_for_backward(a, o, log_w, kept if spec.checkpointed else None)
+        return rows, cols, *gathered
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g_rows: Tensor, g_cols: Tensor):
-        (e,) = ctx.saved_tensors
-        grad = torch.mul(e, g_rows.unsqueeze(1))
-        if g_cols.numel():
-            grad.addcmul_(e, g_cols.unsqueeze(0))
-        return grad.mul_(ctx.scale) if ctx.scale != 1 else grad, None, None, None
+    def backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
+        a, o, log_w, kept = ctx.saved_tensors  # (checkpoint recomputes them at each backward)
+        spec, kept = ctx.spec, kept if ctx.kept is None else ctx.kept
+        ctx.kept = None  # (its memory becomes the gradient: a second backward recomputes it)
+        if kept is None:
+            kept = spec.sums(_masked(shifted_logits(a, o, spec.tau), spec.excluded), log_w)[2]
+        if spec.symmetric:
+            g_cols = g_rows
+        grad = spec.gradient_(kept, log_w, g_rows, g_cols if g_cols.numel() else None)
+        for (dim, index), g in zip(spec.gather, g_gathered):
+            grad.scatter_add_(dim, index, g)
+        if spec.symmetric:
+            return grad.mm(a).div_(spec.tau), None, None, None, None
+        grad_a = grad.mm(o).div_(spec.tau) if ctx.needs_input_grad[0] else None
+        grad_o = grad.T.mm(a).div_(spec.tau) if ctx.needs_input_grad[1] else None
+        return grad_a, grad_o, None, None, None
 
 
 #: A loss's negative term: ``[B]`` shifted ``log Ng`` of a block's anchors.
 NegativeTermFn = Callable[[NegativeBlock], Tensor]
 
 
-def _masked(logits: Tensor, excluded: Tensor) -> Tensor:
-    """``logits`` with ``-inf`` at each row's excluded column, written outside autograd:
-    no term sends a gradient through ``exp(-inf) = 0``, and the Gram product's backward
-    keeps no copy of its gradient to zero these entries again."""
-    rows = torch.arange(logits.size(0), device=logits.device)
-    with torch.no_grad():
-        logits.index_put_((rows, excluded), logits.new_full((), float("-inf")))
-    return logits
-
-
 def dense_blocks(u: Tensor, v: Tensor, tau: float) -> Iterator[NegativeBlock]:
-    """Both views' blocks of all ``N`` anchors from three Gram matrices: the second view's
-    inter-view logits are the transpose of the first's, and its intra-view logits are read
-    transposed too (the matrix is symmetric), so both reduce along one memory order. Each
-    intra-view matrix is made when its view's block is asked for."""
+    """Both views' blocks of all ``N`` anchors. Their sums come from three Gram matrices:
+    the second view's inter-view logits are the transpose of the first's, its sums the
+    columns of that matrix."""
     n, call = u.size(0), {}
     diag = torch.arange(n, device=u.device)
     pos = (u * v).sum(1).sub(1.0).div(tau)
-    uv = _masked(shifted_logits(u, v, tau), diag)
-    uu = _masked(shifted_logits(u, u, tau), diag)
-    yield NegativeBlock(pos, uv, uu, diag, n - 1, tau, 0, call=call)
-    del uu
-    vv = _masked(shifted_logits(v, v, tau), diag)
-    yield NegativeBlock(pos, uv.T, vv.T, diag, n - 1, tau, 1, call=call)
+    yield NegativeBlock(pos, u, v, u, diag, n - 1, tau, 0, call=call)
+    yield NegativeBlock(pos, v, u, v, diag, n - 1, tau, 1, call=call)
 
 
 def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, call: dict):
     """The anchors ``rows`` of view ``a`` against all nodes."""
     excluded = torch.arange(rows.start, rows.stop, device=a.device)
     pos = (a[rows] * o[rows]).sum(1).sub(1.0).div(tau)
-    inter = _masked(shifted_logits(a[rows], o, tau), excluded)
-    intra = _masked(shifted_logits(a[rows], a, tau), excluded)
-    return NegativeBlock(pos, inter, intra, excluded, a.size(0) - 1, tau, view, rows, call=call)
+    return NegativeBlock(pos, a[rows], o, a, excluded, a.size(0) - 1, tau, view, rows, call=call)
 
 
 def sampled_block(a: Tensor, o: Tensor, rows: slice, view: int, cols: Tensor, tau, call):
@@ -246,9 +423,7 @@ def sampled_block(a: Tensor, o: Tensor, rows: slice, view: int, cols: Tensor, ta
     hit = anchors.unsqueeze(1) == cols.unsqueeze(0)
     excluded = torch.where(hit.any(1), hit.int().argmax(1), torch.full_like(anchors, k))
     pos = (a[rows] * o[rows]).sum(1).sub(1.0).div(tau)
-    inter = _masked(shifted_logits(a[rows], o[cols], tau), excluded)
-    intra = _masked(shifted_logits(a[rows], a[cols], tau), excluded)
-    return NegativeBlock(pos, inter, intra, excluded, k, tau, view, rows, cols, call)
+    return NegativeBlock(pos, a[rows], o[cols], a[cols], excluded, k, tau, view, rows, cols, call)
 
 
 def anchor_losses(block: NegativeBlock, term: NegativeTermFn) -> Tensor:

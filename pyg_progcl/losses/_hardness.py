@@ -3,11 +3,13 @@ hard negatives synthesised from the hardest (mix) (docs/algorithms.md §5.2-5.3)
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 
 from ..mixture import BetaMixture
-from ._engine import NegativeBlock, underflow_threshold
+from ._engine import NegativeBlock, row_chunks, underflow_threshold
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
@@ -28,16 +30,20 @@ class Hardness:
         self.floor = schedule.posterior_floor
 
     @torch.no_grad()
-    def weights(self, block: NegativeBlock, log: bool = True) -> tuple[Tensor, Tensor, bool]:
+    def weights(
+        self, block: NegativeBlock, log: bool = True, view: Optional[int] = None
+    ) -> tuple[Tensor, Tensor, bool]:
         """``(log b, log mean_k b, uniform)`` of the block's anchors (``[B, C]``, ``[B]``;
         with ``log=False``, ``b`` itself); ``uniform``: whether some rows were made uniform.
 
         Weights are scale-free, so ``b`` stays exact in log space however small it is. An
         anchor whose ``b`` all underflowed gets uniform weights (GRACE's row). On the dense
         path both views share one matrix: ``b`` of the first view's pairs, read transposed
-        for the second (as it is with the schedule's ``shared_weights``).
+        for the second (as it is with the schedule's ``shared_weights``); ``view`` asks for
+        either view's there (default: the block's).
         """
-        own_view = 0 if self.schedule.shared_weights else block.view
+        view = block.view if view is None else view
+        own_view = 0 if self.schedule.shared_weights else view
         if block.dense:
             b, *sums = block.memo(f"b:{log}", lambda: self._hardness(block, 0, log))
             b, sums = (b.T, sums[1]) if own_view == 1 else (b, sums[0])
@@ -55,47 +61,64 @@ class Hardness:
     def _hardness(self, block: NegativeBlock, view: int, log: bool) -> tuple[Tensor, ...]:
         """``b`` (or ``log b``) of the pairs of ``view``'s anchors, 0 (``-inf``) where
         excluded, and its sums over rows and (on the dense path) columns."""
-        s = self.schedule.weight_logits(block, view).mul(block.tau / 2).add_(1.0)  # (θ+1)/2
-        b = self.mixture.hardness_(s, self.floor)
+        logits = self.schedule.weight_logits(block, view)
+        b = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        for part in row_chunks(b):  # (the formula's passes on a chunk in cache)
+            s = torch.mul(logits[part], block.tau / 2, out=b[part])
+            self.mixture.hardness_(s.add_(1.0), self.floor)  # (θ+1)/2
         rows = torch.arange(b.size(0), device=b.device)
         b.index_put_((rows, rows if block.dense else block.excluded), b.new_zeros(()))
         sums = b.sum(dim=1), b.sum(dim=0) if block.dense else None
         return b.log_() if log else b, *sums
 
 
-def mixed_log_negatives(block: NegativeBlock, b: Tensor, num_mix: int, eps: float = MIX_EPS):
+def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, eps: float):
     r"""ProGCL-mix's ``log Ng``: GRACE's negatives plus
     :math:`\sum_a e^{\theta_{mix}(a)/\tau}`,
     :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
     over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``.
 
-    A row block's selection is kept in the call's values for its recomputation in
-    backward (the same negatives, without selecting them again).
+    The dense path selects both views' negatives at once, so that one inter-view matrix
+    gives both views' logits. A row block's selection is kept in the call's values for its
+    recomputation in backward (the same negatives, without selecting them again).
     """
-    key = ("selection", block.view, block.rows.start) if not block.dense else None
-    selection = block.call.pop(key, None)
-    if selection is None:
-        selection = select_hardest(b, min(num_mix, block.count))
-        if key is not None and torch.is_grad_enabled() and block.inter.requires_grad:
-            block.call[key] = selection
-    idx, b, perm = selection
-    if block.dense and block.view == 1:  # (gathered from the stored matrix, whose gradient
-        logit = block.native(block.inter).gather(0, idx.T).T  # then keeps its layout)
+    k = min(num_mix, block.count)
+    if block.dense:
+        both = block.memo("selection", lambda: _select_both(block, hardness, k))
+        index, (_, b, perm) = (both[0][0], both[1][0]), both[block.view]
     else:
-        logit = block.inter.gather(1, idx)
+        key = ("selection", block.view, block.rows.start)
+        selection = block.call.pop(key, None)
+        if selection is None:
+            selection = select_hardest(hardness.weights(block, log=False)[0], k)
+            if torch.is_grad_enabled() and block.anchors.requires_grad:
+                block.call[key] = selection
+        index, b, perm = selection
+    log_grace, logit = block._log_sum_exp_gathered(index)
     logit = logit.clamp(min=-2.0 / block.tau)  # (θ below -1: rounding)
+    # (θ_mix - 1)/τ of the shifted logits: w θ_a + w_π θ_π(a) + c, without gradient in w, c
     b_pair = b.index_select(1, perm)
-    mixed = (b * logit + b_pair * logit.index_select(1, perm) - eps / block.tau) / (
-        b + b_pair + eps
-    )  # (θ_mix - 1)/τ of the shifted logits
-    return torch.logaddexp(block.log_sum_exp_both(), torch.logsumexp(mixed, dim=1))
+    norm = (b + b_pair).add_(eps).reciprocal_()
+    mixed = logit * (b * norm)
+    mixed = mixed.addcmul_(logit.index_select(1, perm), b_pair.mul_(norm))
+    return torch.logaddexp(log_grace, mixed.sub_(norm.mul_(eps / block.tau)).logsumexp(dim=1))
+
+
+def _select_both(block: NegativeBlock, hardness: Hardness, k: int) -> list[tuple]:
+    """Both views' selections on the dense path; ``b`` itself is not needed after them."""
+    selections = [select_hardest(hardness.weights(block, False, view)[0], k) for view in (0, 1)]
+    block.call.pop("b:False", None)
+    return selections
 
 
 @torch.no_grad()
 def select_hardest(b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """The ``k`` hardest negatives of each row (column indices, ascending), their ``b``, and
     a random pairing ``π`` of their positions. ``b`` is used as it is, as in the formula:
-    where both ``b`` of a pair lie far below ``ε``, ``θ_mix`` tends to 0 continuously."""
+    where both ``b`` of a pair lie far below ``ε``, ``θ_mix`` tends to 0 continuously.
+    A transposed ``b`` (the dense path's second view) is copied first: ``topk`` would copy
+    it anyway, and the masks and gathers then run along memory."""
+    b = b.contiguous()
     idx = largest(b, k)
     return idx, b.gather(1, idx), torch.randperm(k, device=idx.device)
 
@@ -108,12 +131,18 @@ def largest(x: Tensor, k: int) -> Tensor:
     if k >= n:
         return torch.arange(n, device=x.device).expand(x.size(0), n)
     kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
-    # Masks in row-major order whatever x's layout (the dense path's second view reads a
-    # transpose), so that the cumulative count and nonzero run along memory.
-    keep = torch.ge(x, kth, out=torch.empty(x.shape, dtype=torch.bool, device=x.device))
-    if int(keep.sum()) > keep.size(0) * k:  # ties at the k-th value: the first ones by column
-        ties = torch.eq(x, kth, out=torch.empty_like(keep))
-        torch.gt(x, kth, out=keep)
-        room = k - keep.sum(dim=1, keepdim=True, dtype=torch.int32)
-        keep |= ties & (ties.cumsum(dim=1, dtype=torch.int32) <= room)
-    return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)
+    keep = x >= kth
+    rows, cols = torch.nonzero(keep, as_tuple=True)
+    if rows.numel() > x.size(0) * k:  # ties at the k-th value (a few rows): the first ones
+        counts = torch.bincount(rows, minlength=x.size(0))
+        tied = (counts > k).nonzero().squeeze(1)
+        sub, at = x[tied], kth[tied]
+        ties = sub == at
+        room = k - (sub > at).sum(dim=1, keepdim=True)
+        surplus = ties & (ties.cumsum(dim=1) > room)
+        # Each surplus entry's position in cols: its row's start plus its rank in the row.
+        start = (counts.cumsum(0) - counts)[tied].unsqueeze(1)
+        position = (start + keep[tied].cumsum(dim=1) - 1)[surplus]
+        kept = torch.ones_like(cols, dtype=torch.bool).index_fill_(0, position, False)
+        cols = cols[kept]
+    return cols.view(x.size(0), k)

@@ -98,8 +98,8 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
         if self.beta == 0:
             return super().negative_term(block)
         # Σ e^{(1+β)θ/τ} / mean e^{βθ/τ}; the shifts of numerator and mean cancel.
-        log_mean_w = block.log_sum_exp_both(self.beta) - math.log(2 * block.count)
-        log_neg = block.log_sum_exp_both(1 + self.beta) - log_mean_w
+        log_w, log_weighted = block.log_sum_exp_both((self.beta, 1 + self.beta))
+        log_neg = log_weighted - (log_w - math.log(2 * block.count))
         return debiased_log_negatives(block.pos, log_neg, block.count, self.tau, self.tau_plus)
 
     def _options(self) -> dict:

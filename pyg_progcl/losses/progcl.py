@@ -200,8 +200,7 @@ class ProGCLLoss(ContrastiveLoss):
         if hardness is None:  # GRACE's until the first fit
             return block.log_sum_exp_both()
         if self.mode == "mix":
-            b = hardness.weights(block, log=False)[0]
-            return mixed_log_negatives(block, b, self.num_mix, self.mix_eps)
+            return mixed_log_negatives(block, hardness, self.num_mix, self.mix_eps)
         log_b, log_mean_b, uniform = hardness.weights(block)
         # (dense: one weighted matrix for both views where their weights are transposes)
         share = None if self.schedule.shared_weights or uniform else "b"

@@ -99,8 +99,7 @@ class FitSchedule(torch.nn.Module):
         """The detached shifted inter-view logits ``b`` is computed from, of the block's
         pairs from the anchors of ``view`` (the other view's only on the dense path, whose
         pairs are the transpose): here the current ones."""
-        logits = block.inter.detach()
-        return logits if view == block.view else logits.T
+        return block.inter_in(view=view)
 
     def check_nodes(self, h: Tensor) -> None:
         """Checks views of ``h``'s nodes can be weighted (a frozen schedule needs its own)."""
@@ -193,7 +192,7 @@ class FrozenFit(FitSchedule):
         return self.frozen_u is not None
 
     def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
-        u, v = (t.to(block.inter) for t in (self.frozen_u, self.frozen_v))
+        u, v = (t.to(block.anchors) for t in (self.frozen_u, self.frozen_v))
         return block.inter_in(u, v, view)
 
     def check_nodes(self, h: Tensor) -> None:
