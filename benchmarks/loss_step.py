@@ -122,6 +122,23 @@ def table(args, runs) -> str:
     return "\n".join(lines) + "\n"
 
 
+def header(args) -> str:
+    import torch
+    from _stamp import machine
+
+    m = machine()
+    sides = "the previous checkout (before) and this one, A B B A" if args.before else "B B"
+    return (
+        "# The loss step alone (forward, backward, ProGCL's refit)\n\n"
+        f"`python benchmarks/loss_step.py {' '.join(sys.argv[1:])}`\n\n"
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {torch.__version__}, "
+        f"{args.threads} torch threads. Random views, N = {args.nodes:,}, "
+        f"d = {args.dim}, τ = {args.tau:g}; {args.steps} timed steps after one warm-up "
+        f"(median), each configuration in its own process, {sides}, {args.rounds} "
+        "round(s). Peak: resident memory above the process's before the first step.\n\n"
+    )
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("tree", type=Path, nargs="?", default=HERE.parent, help="the checkout")
@@ -146,7 +163,7 @@ def main(argv=None) -> int:
         return 0
     args.tree = args.tree.resolve()
     args.before = args.before.resolve() if args.before else None
-    text = table(args, measure(args))
+    text = header(args) + table(args, measure(args))
     print(text)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
