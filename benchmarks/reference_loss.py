@@ -121,6 +121,29 @@ def worker(args, code: str, method: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def header(args) -> str:
+    import subprocess as sp
+
+    import torch
+    from _stamp import machine
+
+    m = machine()
+    ref = sp.run(["git", "-C", str(args.reference), "rev-parse", "--short", "HEAD"],
+                 capture_output=True, text=True).stdout.strip() or "unknown"  # fmt: skip
+    return (
+        "# The authors' loss step beside this package's\n\n"
+        f"`python benchmarks/reference_loss.py {' '.join(sys.argv[1:])}`\n\n"
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {torch.__version__}, "
+        f"{args.threads} torch threads. The reference code: junxia97/ProGCL at {ref}, "
+        "imported from the clone. Random views, "
+        f"N = {args.nodes:,}, d = {args.dim}, τ = {args.tau:g}, K = {args.num_mix} mixed "
+        f"negatives; {args.steps} timed steps after one warm-up (median; the fits before "
+        f"them), each configuration in its own process, A B B A, {args.rounds} round(s). "
+        "Peak: resident memory of the timed steps above the process's before them. The "
+        "ProGCL losses differ because each code fits its mixture on its own sample.\n\n"
+    )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference", type=Path, required=True, help="a clone of junxia97/ProGCL")
@@ -161,7 +184,7 @@ def main(argv=None) -> int:
             f"| {peak['package']:.0f} | {peak['reference'] / peak['package']:.2f}x "
             f"| {loss['reference']:.4f} / {loss['package']:.4f} |"
         )
-    text = "\n".join(lines) + "\n"
+    text = header(args) + "\n".join(lines) + "\n"
     print(text)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -92,8 +92,9 @@ def grace_step_flops(n: int, first_layer_inputs: int, hidden: int) -> float:
     """FLOPs of the matrix products of one GRACE step (both views, forward + backward).
 
     Loss: the textbook count of 3 Gram products ``2N²d`` forward and 6 backward. (The
-    library's one-pass engine executes 7 on the dense path, where ``(G + Gᵀ)·u`` serves
-    both intra-view gradients, and 11–12 in row blocks: 3 forward, 2–3 recomputed, 6 backward.)
+    library executes 7 on the dense path, where a view against itself needs one product in
+    backward, ``(G + Gᵀ)·u``, and 16 in row blocks: 4 forward, 4 recomputed, 8 backward;
+    a step faster than the bound is one that makes fewer products than the textbook.)
     Model: the dense layers (encoder in → 2h → h, projection h → h → h), forward + 2x
     backward, per view; ``first_layer_inputs`` is ``N · in`` for dense features and the
     number of non-zeros for sparse ones (what the encoder actually multiplies).

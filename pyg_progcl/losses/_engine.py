@@ -230,10 +230,10 @@ class NegativeBlock:
             spec = self._spec(scales, gather=() if gather is None else ((1, gather),))
             rows, _, *got = _GramSums.apply(self.anchors, self.others, log_weight, None, spec)
             return rows, (got[0] if got else None)
-        native = None if log_weight is None else self.native(log_weight)
-        if share is None:  # (this view's weights alone: the second view's columns)
+        if share is None:  # (this view's weights alone)
             logits = self.call.pop("logits", None) if self.view == 0 else None
-            return self._dense_sums(*self._views, scales, native, self.view, logits), None
+            return self._dense_weighted(self.others, scales, log_weight, logits), None
+        native = None if log_weight is None else self.native(log_weight)
         gathers = () if gather is None else ((1, gather[0]), (0, gather[1].T))
         key = ("exp", share, scales, gather is not None)
 
@@ -265,15 +265,18 @@ class NegativeBlock:
         if log_weight is None:  # (a view against itself: one product in backward)
             spec = self._spec(scales, symmetric=True)
             return _GramSums.apply(self.anchors, self.anchors, None, None, spec)[0]
-        native = log_weight if self.view == 0 else log_weight.T  # (the Gram matrix is
-        return self._dense_sums(self.anchors, self.anchors, scales, native, self.view)  # symmetric)
+        return self._dense_weighted(self.anchors, scales, log_weight)
 
-    def _dense_sums(self, a, o, scales, native_log_w, view: int, logits=None) -> Tensor:
-        """Sums of the dense first-view-oriented matrix ``a oᵀ``: rows for the first view's
-        anchors, columns for the second's."""
-        spec = self._spec(scales, columns=view == 1)
-        rows, cols, *_ = _GramSums.apply(a, o, native_log_w, logits, spec)
-        return rows if view == 0 else cols
+    def _dense_weighted(self, o: Tensor, scales, log_weight, logits=None) -> Tensor:
+        """Row sums of ``exp(s·anchors oᵀ + log_weight)``: in this view's orientation where
+        the weights are stored so, else as column sums of the transposed matrix, where they
+        are the transpose of a stored one (the second view's of the first's ``b``), so that
+        every pass runs along memory. ``o`` is the other view, or this one (the intra-view
+        matrix is symmetric: its transpose is itself)."""
+        if log_weight is None or log_weight.is_contiguous() or self.view == 0:
+            return _GramSums.apply(self.anchors, o, log_weight, logits, self._spec(scales))[0]
+        spec = self._spec(scales, columns=True)
+        return _GramSums.apply(o, self.anchors, log_weight.T, None, spec)[1]
 
     def _spec(self, scales, columns=False, gather=(), symmetric=False) -> _Sums:
         return _Sums(
