@@ -25,12 +25,32 @@ HERE = Path(__file__).resolve().parent
 METHODS = ["grace", "dcl", "hcl", "progcl-weight", "progcl-mix"]
 
 
-def _rss_mb(field: str) -> float:
+def rss_mb(field: str) -> float:
+    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MB."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(field):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def noisy_views(nodes: int, dim: int):
+    """Two random noisy views ``[N, d]`` of the same nodes, requiring gradients."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(nodes, dim, generator=g)
+    h1 = (z + 0.8 * torch.randn(nodes, dim, generator=g)).requires_grad_()
+    h2 = (z + 0.8 * torch.randn(nodes, dim, generator=g)).requires_grad_()
+    return h1, h2
+
+
+def emit(text: str, output) -> None:
+    """Prints a result table and writes it to ``output`` (a path, or ``None``)."""
+    print(text)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
 
 
 def run_worker(args) -> dict:
@@ -42,10 +62,7 @@ def run_worker(args) -> dict:
     from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss
 
     torch.set_num_threads(args.threads)
-    g = torch.Generator().manual_seed(0)
-    z = torch.randn(args.nodes, args.dim, generator=g)  # two noisy views of the same nodes
-    h1 = (z + 0.8 * torch.randn(args.nodes, args.dim, generator=g)).requires_grad_()
-    h2 = (z + 0.8 * torch.randn(args.nodes, args.dim, generator=g)).requires_grad_()
+    h1, h2 = noisy_views(args.nodes, args.dim)
     make = {
         "grace": lambda: InfoNCELoss(args.tau),
         "dcl": lambda: DebiasedInfoNCELoss(args.tau),
@@ -63,13 +80,13 @@ def run_worker(args) -> dict:
         h1.grad = h2.grad = None
         return float(loss.detach())
 
-    base = _rss_mb("VmRSS")
+    base = rss_mb("VmRSS")
     steps = []
     for _ in range(args.steps + 1):
         start = time.perf_counter()
         value = step()
         steps.append(time.perf_counter() - start)
-    peak = _rss_mb("VmHWM") - base
+    peak = rss_mb("VmHWM") - base
     return {"method": args.method, "step_s": statistics.median(steps[1:]), "peak_mb": peak,
             "loss": value}  # fmt: skip
 
@@ -139,20 +156,25 @@ def header(args) -> str:
     )
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("tree", type=Path, nargs="?", default=HERE.parent, help="the checkout")
-    p.add_argument("--before", type=Path, help="a second checkout, run side by side (A)")
-    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+def add_step_options(p: argparse.ArgumentParser, tau: float) -> None:
+    """The options of a loss-step benchmark's batch, timing and output."""
     p.add_argument("--nodes", type=int, default=7650, help="N (default: Amazon-Photo's)")
     p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--tau", type=float, default=0.5)
+    p.add_argument("--tau", type=float, default=tau)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=3, help="timed steps per process")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--output", type=Path, help="a Markdown file for the table")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("tree", type=Path, nargs="?", default=HERE.parent, help="the checkout")
+    p.add_argument("--before", type=Path, help="a second checkout, run side by side (A)")
+    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
+    add_step_options(p, tau=0.5)
     return p.parse_args(argv)
 
 
@@ -163,11 +185,7 @@ def main(argv=None) -> int:
         return 0
     args.tree = args.tree.resolve()
     args.before = args.before.resolve() if args.before else None
-    text = header(args) + table(args, measure(args))
-    print(text)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text)
+    emit(header(args) + table(args, measure(args)), args.output)
     return 0
 
 

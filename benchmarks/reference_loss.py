@@ -27,26 +27,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from loss_step import add_step_options, emit, noisy_views, rss_mb
+
 HERE = Path(__file__).resolve().parent
 METHODS = ["grace", "progcl-weight", "progcl-mix"]
-
-
-def _rss_mb(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _views(args):
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    z = torch.randn(args.nodes, args.dim, generator=g)  # two noisy views of the same nodes
-    h1 = (z + 0.8 * torch.randn(args.nodes, args.dim, generator=g)).requires_grad_()
-    h2 = (z + 0.8 * torch.randn(args.nodes, args.dim, generator=g)).requires_grad_()
-    return h1, h2
 
 
 def reference_step(args, h1, h2):
@@ -94,21 +78,21 @@ def run_worker(args) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    h1, h2 = _views(args)
+    h1, h2 = noisy_views(args.nodes, args.dim)
     step = (reference_step if args.code == "reference" else package_step)(args, h1, h2)
     loss = step()
     loss.backward()  # (warm-up)
     h1.grad = h2.grad = None
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # (the peak from here on)
-    base, times = _rss_mb("VmRSS"), []
+    base, times = rss_mb("VmRSS"), []
     for _ in range(args.steps):
         start = time.perf_counter()
         loss = step()
         loss.backward()
         times.append(time.perf_counter() - start)
         h1.grad = h2.grad = None
-    return {"step_s": statistics.median(times), "peak_mb": _rss_mb("VmHWM") - base,
+    return {"step_s": statistics.median(times), "peak_mb": rss_mb("VmHWM") - base,
             "loss": float(loss.detach())}  # fmt: skip
 
 
@@ -148,17 +132,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference", type=Path, required=True, help="a clone of junxia97/ProGCL")
     p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
-    p.add_argument("--nodes", type=int, default=7650, help="N (default: Amazon-Photo's)")
-    p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--tau", type=float, default=0.2, help="(Amazon-Photo's preset)")
+    add_step_options(p, tau=0.2)  # (Amazon-Photo's preset)
     p.add_argument("--num-mix", type=int, default=1000)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per process")
-    p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--output", type=Path, help="a Markdown file for the table")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--code", choices=["reference", "package"], help=argparse.SUPPRESS)
-    p.add_argument("--method", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.reference = args.reference.resolve()
     if args.worker:
@@ -184,11 +160,7 @@ def main(argv=None) -> int:
             f"| {peak['package']:.0f} | {peak['reference'] / peak['package']:.2f}x "
             f"| {loss['reference']:.4f} / {loss['package']:.4f} |"
         )
-    text = header(args) + "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text)
+    emit(header(args) + "\n".join(lines) + "\n", args.output)
     return 0
 
 
