@@ -58,6 +58,12 @@ class Hardness:
             return b, torch.log(sums / block.count), True
         return b, torch.log(sums / block.count), False
 
+    def forget(self, block: NegativeBlock) -> None:
+        """Drops the dense path's matrix of ``b`` from the call's values (ProGCL-mix needs
+        only its selection)."""
+        for log in (False, True):
+            block.call.pop(f"b:{log}", None)
+
     def _hardness(self, block: NegativeBlock, view: int, log: bool) -> tuple[Tensor, ...]:
         """``b`` (or ``log b``) of the pairs of ``view``'s anchors, 0 (``-inf``) where
         excluded, and its sums over rows and (on the dense path) columns."""
@@ -107,7 +113,7 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
 def _select_both(block: NegativeBlock, hardness: Hardness, k: int) -> list[tuple]:
     """Both views' selections on the dense path; ``b`` itself is not needed after them."""
     selections = [select_hardest(hardness.weights(block, False, view)[0], k) for view in (0, 1)]
-    block.call.pop("b:False", None)
+    hardness.forget(block)
     return selections
 
 
