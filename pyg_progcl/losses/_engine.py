@@ -332,9 +332,9 @@ class _Sums:
                 coef = g_rows[j, part].unsqueeze(1) * s
                 if g_cols is not None:
                     coef = coef + g_cols[j].unsqueeze(0) * s
-                if len(self.scales) == 1:
+                if len(self.scales) == 1:  # (kept: the exponentials)
                     kept[part].mul_(coef)
-                else:
+                else:  # (kept: the logits, exponentiated again a chunk at a time)
                     term = _exp(kept[part], w, s).mul_(coef)
                     grad = term if grad is None else grad.add_(term)
             if grad is not None:

@@ -138,8 +138,10 @@ def largest(x: Tensor, k: int) -> Tensor:
         return torch.arange(n, device=x.device).expand(x.size(0), n)
     kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
     keep = x >= kth
-    if int(torch.count_nonzero(keep)) > x.size(0) * k:  # ties at the k-th value: the first
-        tied = (_row_counts(keep) > k).nonzero().squeeze(1)  # ones by column, in those rows
+    # Ties at the k-th value (more than k kept in a row): the first ones by column, resolved
+    # in the tied rows only.
+    if int(torch.count_nonzero(keep)) > x.size(0) * k:
+        tied = (_row_counts(keep) > k).nonzero().squeeze(1)
         every = tied.numel() == x.size(0)
         sub, at = (x, kth) if every else (x[tied], kth[tied])
         above, ties = sub > at, sub == at
