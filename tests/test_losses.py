@@ -121,6 +121,25 @@ def test_progcl_mix_matches_reference(monkeypatch, options, k, pairing):
 
 
 @pytest.mark.parametrize("options", PATHS, ids=path_id)
+@pytest.mark.parametrize("mode", ["weight", "mix"])
+def test_progcl_in_row_chunks_of_a_few_rows_matches_reference(monkeypatch, options, mode):
+    # Hardness and the mixed negatives run a row chunk at a time (CHUNK_ELEMENTS): chunks
+    # of 2 rows of b and of 5 rows of the [23, 9] selection, each last one shorter.
+    monkeypatch.setattr(engine, "CHUNK_ELEMENTS", 50)
+    randperm = torch.randperm
+    monkeypatch.setattr(
+        torch, "randperm", lambda n, *a, **kw: torch.arange(n) if n == 9 else randperm(n, *a, **kw)
+    )
+    h1, h2 = views()
+    m = fitted_mixture()
+    if mode == "weight":
+        expected = lambda a, b: ref.progcl_weight(a, b, 0.4, params(m))  # noqa: E731
+    else:
+        expected = lambda a, b: ref.progcl_mix(a, b, 0.4, params(m), 9, "self")  # noqa: E731
+    assert_matches(ProGCLLoss(0.4, mode=mode, num_mix=9, mixture=m, **options), expected, h1, h2)
+
+
+@pytest.mark.parametrize("options", PATHS, ids=path_id)
 @pytest.mark.parametrize("k", [1, 6, 22])
 def test_progcl_mix_random_pairing_matches_reference(monkeypatch, options, k):
     # π drawn by the loss: one randperm(k) per view and block (u's blocks, then v's), over
@@ -175,8 +194,8 @@ def test_progcl_mix_follows_the_formula_at_any_scale_of_b(monkeypatch, options):
     hardness, ref_hardness = BetaMixture.hardness_, ref.hardness
     for scale in [1.0, 1e-6, 1e-8, 1e-12, 1e-19, 1e-21, 1e-30]:
 
-        def scaled(self, s, floor=0.0, c=scale):
-            return hardness(self, s, floor).mul_(c)
+        def scaled(self, s, floor=0.0, out=None, c=scale):
+            return hardness(self, s, floor, out).mul_(c)
 
         monkeypatch.setattr(BetaMixture, "hardness_", scaled)
         monkeypatch.setattr(ref, "hardness", lambda *a, c=scale, **kw: ref_hardness(*a, **kw) * c)
@@ -910,9 +929,9 @@ def test_progcl_mix_rows_of_underflowed_b_mix_their_first_negatives(monkeypatch,
     h1[:2] = e1 + 1e-3 * torch.randn(2, d, generator=g, dtype=torch.float64)
     hardness, ref_hardness = BetaMixture.hardness_, ref.hardness
 
-    def cut(self, s, floor=0.0):
+    def cut(self, s, floor=0.0, out=None):
         high = s > 0.999
-        return hardness(self, s, floor).masked_fill_(high, 0.0)
+        return hardness(self, s, floor, out).masked_fill_(high, 0.0)
 
     def ref_cut(theta, *args, **kwargs):
         b = ref_hardness(theta, *args, **kwargs).clone()

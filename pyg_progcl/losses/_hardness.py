@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ..mixture import BetaMixture
 from ._engine import NegativeBlock, row_chunks, underflow_threshold
@@ -31,7 +32,7 @@ class Hardness:
 
     @torch.no_grad()
     def weights(
-        self, block: NegativeBlock, log: bool = True, view: Optional[int] = None
+        self, block: NegativeBlock, log: bool = True, view: Optional[int] = None, keep=True
     ) -> tuple[Tensor, Tensor, bool]:
         """``(log b, log mean_k b, uniform)`` of the block's anchors (``[B, C]``, ``[B]``;
         with ``log=False``, ``b`` itself); ``uniform``: whether some rows were made uniform.
@@ -40,12 +41,13 @@ class Hardness:
         anchor whose ``b`` all underflowed gets uniform weights (GRACE's row). On the dense
         path both views share one matrix: ``b`` of the first view's pairs, read transposed
         for the second (as it is with the schedule's ``shared_weights``); ``view`` asks for
-        either view's there (default: the block's).
+        either view's there (default: the block's); ``keep=False`` makes a view's own matrix
+        without keeping it (half the memory where one view at a time is needed).
         """
         view = block.view if view is None else view
         own_view = 0 if self.schedule.shared_weights else view
-        if block.dense:
-            b, *sums = block.memo(f"b:{log}", lambda: self._hardness(block, 0, log))
+        if block.dense and keep:
+            b, *sums = block.memo(f"b:{log}", lambda: self._hardness(block, 0, log, True))
             b, sums = (b.T, sums[1]) if own_view == 1 else (b, sums[0])
         else:
             b, sums, _ = self._hardness(block, own_view, log)
@@ -58,23 +60,21 @@ class Hardness:
             return b, torch.log(sums / block.count), True
         return b, torch.log(sums / block.count), False
 
-    def forget(self, block: NegativeBlock) -> None:
-        """Drops the dense path's matrix of ``b`` from the call's values (ProGCL-mix needs
-        only its selection)."""
-        for log in (False, True):
-            block.call.pop(f"b:{log}", None)
-
-    def _hardness(self, block: NegativeBlock, view: int, log: bool) -> tuple[Tensor, ...]:
-        """``b`` (or ``log b``) of the pairs of ``view``'s anchors, 0 (``-inf``) where
-        excluded, and its sums over rows and (on the dense path) columns."""
+    def _hardness(self, block: NegativeBlock, view: int, log: bool, columns=False):
+        """``(b, row sums, column sums or None)`` of the pairs of ``view``'s anchors, ``b``
+        (or ``log b``) 0 (``-inf``) where excluded."""
         logits = self.schedule.weight_logits(block, view)
         b = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        for part in row_chunks(b):  # (the formula's passes on a chunk in cache)
+        if not logits.is_contiguous():  # (the dense second view's: one blocked transpose)
+            logits = b.copy_(logits)
+        work = None  # (the formula's passes on a chunk in cache, in one reused buffer)
+        for part in row_chunks(b):
             s = torch.mul(logits[part], block.tau / 2, out=b[part])
-            self.mixture.hardness_(s.add_(1.0), self.floor)  # (θ+1)/2
+            work = s.new_empty(2, *s.shape) if work is None else work[:, : s.size(0)]
+            self.mixture.hardness_(s.add_(1.0), self.floor, work)  # (θ+1)/2
         rows = torch.arange(b.size(0), device=b.device)
         b.index_put_((rows, rows if block.dense else block.excluded), b.new_zeros(()))
-        sums = b.sum(dim=1), b.sum(dim=0) if block.dense else None
+        sums = b.sum(dim=1), b.sum(dim=0) if columns else None
         return b.log_() if log else b, *sums
 
 
@@ -101,20 +101,51 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
                 block.call[key] = selection
         index, b, perm = selection
     log_grace, logit = block._log_sum_exp_gathered(index)
-    logit = logit.clamp(min=-2.0 / block.tau)  # (θ below -1: rounding)
-    # (θ_mix - 1)/τ of the shifted logits: w θ_a + w_π θ_π(a) + c, without gradient in w, c
+    return torch.logaddexp(log_grace, _MixedLogSum.apply(logit, b, perm, eps, block.tau))
+
+
+class _MixedLogSum(torch.autograd.Function):
+    """``log Σ_a exp((θ_mix(a) - 1)/τ)`` of a block's ``[B, K]`` shifted logits of the
+    selected negatives, their ``b`` and the pairing ``π``, with a gradient in the logits
+    only. Written by hand for memory: it keeps the logits and ``b`` (autograd would keep
+    four more ``[B, K]`` intermediates) and recomputes the mixed logits in backward."""
+
+    @staticmethod
+    def forward(ctx, logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float):
+        ctx.eps, ctx.tau = eps, tau
+        out = logit.new_empty(logit.size(0))
+        for part in row_chunks(logit):
+            out[part] = _mixed_logits(logit[part], b[part], perm, eps, tau)[0].logsumexp(dim=1)
+        ctx.save_for_backward(logit, b, perm, out)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        logit, b, perm, out = ctx.saved_tensors
+        g = torch.empty_like(logit)
+        for part in row_chunks(logit):
+            mixed, own, pair = _mixed_logits(logit[part], b[part], perm, ctx.eps, ctx.tau)
+            p = mixed.sub_(out[part, None]).exp_().mul_(grad[part, None])  # softmax · grad
+            g[part] = own.mul_(p).index_add_(1, perm, pair.mul_(p))  # (θ_π(a) through a)
+        return g.masked_fill_(logit < -2.0 / ctx.tau, 0.0), None, None, None, None
+
+
+def _mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float):
+    """``((θ_mix - 1)/τ, w, w_π)`` of the shifted logits ``(θ - 1)/τ``:
+    ``w θ_a + w_π θ_π(a) - ε/((b_a + b_π + ε)τ)`` with ``w = b_a/(b_a + b_π + ε)``,
+    ``w_π = b_π/(b_a + b_π + ε)``; logits below ``θ = -1`` (rounding) count as ``-1``."""
+    logit = logit.clamp(min=-2.0 / tau)
     b_pair = b.index_select(1, perm)
     norm = (b + b_pair).add_(eps).reciprocal_()
-    mixed = logit * (b * norm)
-    mixed = mixed.addcmul_(logit.index_select(1, perm), b_pair.mul_(norm))
-    return torch.logaddexp(log_grace, mixed.sub_(norm.mul_(eps / block.tau)).logsumexp(dim=1))
+    own, pair = b * norm, b_pair.mul_(norm)
+    mixed = (logit * own).addcmul_(logit.index_select(1, perm), pair)
+    return mixed.sub_(norm.mul_(eps / tau)), own, pair
 
 
 def _select_both(block: NegativeBlock, hardness: Hardness, k: int) -> list[tuple]:
-    """Both views' selections on the dense path; ``b`` itself is not needed after them."""
-    selections = [select_hardest(hardness.weights(block, False, view)[0], k) for view in (0, 1)]
-    hardness.forget(block)
-    return selections
+    """Both views' selections on the dense path, from one view's ``b`` at a time."""
+    return [select_hardest(hardness.weights(block, False, v, keep=False)[0], k) for v in (0, 1)]
 
 
 @torch.no_grad()
@@ -151,7 +182,9 @@ def largest(x: Tensor, k: int) -> Tensor:
             keep = fixed
         else:
             keep[tied] = fixed
-    return torch.nonzero(keep, as_tuple=True)[1].view(x.size(0), k)
+    # (The flat positions hold no row index: half the memory of nonzero's (row, column).)
+    flat = torch.nonzero(keep.reshape(-1)).view(x.size(0), k)
+    return flat.sub_(torch.arange(0, flat.size(0) * n, n, device=x.device).unsqueeze(1))
 
 
 def _row_counts(mask: Tensor) -> Tensor:
