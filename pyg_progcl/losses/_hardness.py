@@ -67,15 +67,20 @@ class Hardness:
         b = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         if not logits.is_contiguous():  # (the dense second view's: one blocked transpose)
             logits = b.copy_(logits)
-        work = None  # (the formula's passes on a chunk in cache, in one reused buffer)
+        rows, cols = b.new_empty(b.size(0)), b.new_zeros(b.size(1)) if columns else None
+        work = None  # (every pass on a chunk in cache, the formula's in one reused buffer)
         for part in row_chunks(b):
             s = torch.mul(logits[part], block.tau / 2, out=b[part])
             work = s.new_empty(2, *s.shape) if work is None else work[:, : s.size(0)]
-            self.mixture.hardness_(s.add_(1.0), self.floor, work)  # (θ+1)/2
-        rows = torch.arange(b.size(0), device=b.device)
-        b.index_put_((rows, rows if block.dense else block.excluded), b.new_zeros(()))
-        sums = b.sum(dim=1), b.sum(dim=0) if columns else None
-        return b.log_() if log else b, *sums
+            s = self.mixture.hardness_(s.add_(1.0), self.floor, work)  # (θ+1)/2
+            at = torch.arange(s.size(0), device=s.device)
+            s.index_put_((at, block.excluded[part]), s.new_zeros(()))
+            rows[part] = s.sum(dim=1)
+            if columns:
+                cols += s.sum(dim=0)
+            if log:
+                s.log_()
+        return b, rows, cols
 
 
 def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, eps: float):
