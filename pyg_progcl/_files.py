@@ -188,22 +188,17 @@ def _temp_prefix() -> str:
     return f"{TEMP_PREFIX}{_host_tag()}-{os.getpid()}-"
 
 
-_tag: list[str] = []  # (computed once per process)
-
-
 def _host_tag() -> str:
     """8 hex digits naming this machine, boot and process-id namespace: process ids are
     only compared within one of them (a folder may be shared over the network or between
     containers, and a rebooted machine reuses ids)."""
-    if not _tag:
-        parts = [socket.gethostname()]
-        for source in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
-            with contextlib.suppress(OSError):
-                parts.append(
-                    os.readlink(source) if source.endswith("/pid") else Path(source).read_text()
-                )
-        _tag.append(hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8])
-    return _tag[0]
+    parts = [socket.gethostname()]
+    for source in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        with contextlib.suppress(OSError):
+            parts.append(
+                os.readlink(source) if source.endswith("/pid") else Path(source).read_text()
+            )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
 
 
 def _writer_is_gone(path: Path) -> bool:

@@ -94,6 +94,17 @@ def _named(item, named: set) -> bool:
     return False
 
 
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A default process group of this process alone (gloo)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed without a default group")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
     """Copies of read-only datasets go to a temporary cache, never to ``~/.cache``."""

@@ -92,17 +92,6 @@ def test_progcl_fit_under_autocast_matches_float32():
     torch.testing.assert_close(fits[1], fits[0])
 
 
-@pytest.fixture
-def one_process_group(tmp_path):
-    """A default process group of this process alone (gloo)."""
-    dist = pytest.importorskip("torch.distributed")
-    if not dist.is_available() or dist.is_initialized():
-        pytest.skip("needs torch.distributed without a default group")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("loss_fn", losses(), ids=LOSS_IDS)
 def test_distributed_loss_computes_in_float32_under_autocast(one_process_group, loss_fn, dtype):

@@ -13,7 +13,6 @@ import time
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from dist_worker import LOSSES, OWN_LOSSES, ROWS, own_loss_weights, run_rank, train_steps
 from helpers import REPO, views
@@ -147,16 +146,6 @@ def test_a_rank_gets_its_rows_of_the_single_process_losses_of_ones_own_loss(rank
     for index, single in ((1, g1), (2, g2)):
         local = torch.cat([r["own-losses"][name][index] for r in ranks])
         torch.testing.assert_close(local, single, rtol=1e-10, atol=1e-10)
-
-
-@pytest.fixture
-def one_process_group(tmp_path):
-    """A default process group of this process alone (gloo)."""
-    if dist.is_initialized():
-        pytest.skip("needs torch.distributed without a default group")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

@@ -116,3 +116,16 @@ def test_the_example_passes_gradcheck(example_loss, tau, options):
 def test_the_example_refuses_a_beta_without_weights(example_loss):
     with pytest.raises(ValueError, match="beta"):
         example_loss(0.5, beta=0.0)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("inf"), (1.0, 0.0)])
+def test_a_scale_that_is_not_positive_is_refused_in_one_line(scale):
+    # exp(0·(-inf)) at the excluded entries would be NaN, a negative scale overflows.
+    class ScaledLoss(losses.ContrastiveLoss):
+        def negative_term(self, block):
+            out = block.log_sum_exp_both(scale)
+            return out if out.dim() == 1 else out[0]
+
+    h1, h2 = views(n=6)
+    with pytest.raises(ValueError, match="`scale` must be positive and finite"):
+        ScaledLoss(0.5)(h1, h2)

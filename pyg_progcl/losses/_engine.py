@@ -205,6 +205,8 @@ class NegativeBlock:
         ``share`` names that matrix (``""``: unweighted, ``None``: not shared).
         """
         scales = (float(scale),) if isinstance(scale, (int, float)) else tuple(scale)
+        if not all(0 < s < float("inf") for s in scales):  # (-inf at the excluded entries)
+            raise ValueError(f"`scale` must be positive and finite (got {scale})")
         if self.exp_fits(max(scales)):
             total = self._exp_sums(scales, log_weight, share)
             if log_weight is None or bool((total > torch.finfo(total.dtype).tiny).all()):
