@@ -149,7 +149,12 @@ def _mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float
 
 
 def _select_both(block: NegativeBlock, hardness: Hardness, k: int) -> list[tuple]:
-    """Both views' selections on the dense path, from one view's ``b`` at a time."""
+    """Both views' selections on the dense path, from one view's ``b`` at a time (one ``b``
+    for both with the schedule's ``shared_weights``: the same negatives, each view its own
+    pairing)."""
+    if hardness.schedule.shared_weights:
+        index, b, perm = select_hardest(hardness.weights(block, False, 0, keep=False)[0], k)
+        return [(index, b, perm), (index, b, torch.randperm(k, device=index.device))]
     return [select_hardest(hardness.weights(block, False, v, keep=False)[0], k) for v in (0, 1)]
 
 
