@@ -190,12 +190,12 @@ def _forged_models(tmp_path) -> dict[str, tuple]:
     flipped = tmp_path / "flipped.pt"
     flipped.write_bytes(good.read_bytes())
     _flip_tensor_bytes(flipped)
-    nan_model = GRACEModel(GCNEncoder(10, 8), 8, 8)
-    with torch.no_grad():
-        next(nan_model.parameters()).view(-1)[0] = float("nan")
+    payload = torch.load(good, weights_only=True)
+    next(iter(payload["state_dict"].values())).view(-1)[0] = float("nan")
+    torch.save(_resealed(payload), tmp_path / "nan.pt")
     cases = {
         "flipped": (flipped, "does not match its checksum"),
-        "nan": (save_model(nan_model, tmp_path / "nan.pt"), "holds NaN or infinite values"),
+        "nan": (tmp_path / "nan.pt", "holds NaN or infinite values"),
     }
     for conv in ("Sequential", "DataParallel"):
         payload = torch.load(good, weights_only=True)
@@ -230,6 +230,15 @@ def test_damaged_or_forged_model_files_are_one_line(tmp_path, capsys):
         argv = ["embed", "--model", path, "--data", data, "--output", out / "z.npy"]
         one_line_error(*run_main(capsys, *map(str, argv))[::2], message)
     assert listing(out) == []
+
+
+def test_a_model_with_nan_weights_is_not_saved(tmp_path):
+    model = GRACEModel(GCNEncoder(10, 8), 8, 8)
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("nan")
+    with pytest.raises(ValueError, match="holds NaN or infinite values .* was not written"):
+        save_model(model, tmp_path / "nan.pt")
+    assert listing(tmp_path) == []
 
 
 # ----------------------------------------------------------------------------- signals

@@ -208,8 +208,8 @@ def save_model(
         ``path``.
 
     Raises:
-        ValueError: for a model :func:`model_config` cannot describe, metadata that is not
-            plain JSON, or a path that cannot be written.
+        ValueError: for a model :func:`model_config` cannot describe, weights that are
+            not finite, metadata that is not plain JSON, or a path that cannot be written.
     """
     target = check_writable(path, "model file")
     config = model_config(model)
@@ -218,11 +218,18 @@ def save_model(
             metadata = json.loads(json.dumps(metadata))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"`metadata` must hold plain JSON values ({exc})") from None
+    state = _plain_state_dict(uncompiled(model))
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError(
+                f"weight {key!r} holds NaN or infinite values (the training diverged?): "
+                f"{str(target)!r} was not written, as no such model can embed"
+            )
     payload = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
         "config": config,
-        "state_dict": _plain_state_dict(uncompiled(model)),
+        "state_dict": state,
         "metadata": metadata,
     }
     payload["checksum"] = payload_checksum(payload)
