@@ -222,7 +222,7 @@ class BetaMixture(torch.nn.Module):
         dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
         a, b, c = self._signed_coefficients(sign).to(x.device, dtype)
         work = x.to(dtype)
-        d, rest = (None, None) if out is None else out
+        d, rest = (None, None) if out is None or out.dtype != dtype else out
         d = torch.log(work, out=d).mul_(a)
         # log(1 - x), not log1p(-x) (1.3-1.7x the time on the CPU): 1 - x is exact for
         # x >= 1/2; below, its rounding adds at most |b|·2^-24 to D, float32's own order.

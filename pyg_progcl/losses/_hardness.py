@@ -32,7 +32,7 @@ class Hardness:
 
     @torch.no_grad()
     def weights(
-        self, block: NegativeBlock, log: bool = True, view: Optional[int] = None, keep=True
+        self, block: NegativeBlock, log: bool = True, view: Optional[int] = None, keep: bool = True
     ) -> tuple[Tensor, Tensor, bool]:
         """``(log b, log mean_k b, uniform)`` of the block's anchors (``[B, C]``, ``[B]``;
         with ``log=False``, ``b`` itself); ``uniform``: whether some rows were made uniform.
@@ -60,7 +60,7 @@ class Hardness:
             return b, torch.log(sums / block.count), True
         return b, torch.log(sums / block.count), False
 
-    def _hardness(self, block: NegativeBlock, view: int, log: bool, columns=False):
+    def _hardness(self, block: NegativeBlock, view: int, log: bool, columns: bool = False):
         """``(b, row sums, column sums or None)`` of the pairs of ``view``'s anchors, ``b``
         (or ``log b``) 0 (``-inf``) where excluded."""
         logits = self.schedule.weight_logits(block, view)
