@@ -215,6 +215,9 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
         loss_fn.num_negatives = args.num_negatives
     if spec["path"] == "dense":
         _engine.DENSE_MAX_NODES = 1 << 62  # force the dense path (all N×N matrices at once)
+    if spec["path"] == "blocks":  # (the automatic size; given, as below DENSE_MAX_NODES the
+        n = data.num_nodes  # automatic choice is the dense path)
+        loss_fn.block_size = _engine.auto_block_size(n, n)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     with torch.no_grad():  # fit the adaptive augmentation's probabilities (setup, not timed)

@@ -168,13 +168,15 @@ class NegativeBlock:
     ) -> Tensor:
         """The shifted inter-view logits of this block's pairs in views ``u``, ``v`` of the
         same nodes (default: the block's own), from the anchors of ``view`` (default: the
-        block's), without gradient; the excluded entries are not masked. The dense path's
-        own matrix is made once for both views and kept for :meth:`log_sum_exp_both`,
-        which exponentiates it in place."""
+        block's), without gradient; the excluded entries are not masked. The block's own
+        matrix (on the dense path: made once for both views) is kept for
+        :meth:`log_sum_exp_both`, which exponentiates it in place."""
         view = self.view if view is None else view
         own = u is None
-        if own and not self.dense:
-            return shifted_logits(self.anchors, self.others, self.tau)
+        if own and not self.dense:  # (kept for the block's exponential sums, see above)
+            if "own" not in self._logits:
+                self._logits["own"] = shifted_logits(self.anchors, self.others, self.tau)
+            return self._logits["own"]
         u, v = self._views if own else (u, v)
         if self.dense:  # (the second view's matrix is the transpose of the first's)
             logits = self.memo("logits", lambda: shifted_logits(u, v, self.tau)) if own else None
@@ -230,7 +232,8 @@ class NegativeBlock:
         logits of both views come from one matrix (memo ``share``); else this block's."""
         if not self.dense:
             spec = self._spec(scales, gather=() if gather is None else ((1, gather),))
-            rows, _, *got = _GramSums.apply(self.anchors, self.others, log_weight, None, spec)
+            logits = self._logits.pop("own", None)  # (exponentiated in place)
+            rows, _, *got = _GramSums.apply(self.anchors, self.others, log_weight, logits, spec)
             return rows, (got[0] if got else None)
         if share is None:  # (this view's weights alone)
             logits = self.call.pop("logits", None) if self.view == 0 else None
