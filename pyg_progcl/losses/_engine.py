@@ -232,11 +232,11 @@ class NegativeBlock:
         logits of both views come from one matrix (memo ``share``); else this block's."""
         if not self.dense:
             spec = self._spec(scales, gather=() if gather is None else ((1, gather),))
-            logits = self._logits.pop("own", None)  # (exponentiated in place)
+            logits = self._take_own_logits()
             rows, _, *got = _GramSums.apply(self.anchors, self.others, log_weight, logits, spec)
             return rows, (got[0] if got else None)
         if share is None:  # (this view's weights alone)
-            logits = self.call.pop("logits", None) if self.view == 0 else None
+            logits = self._take_own_logits() if self.view == 0 else None
             return self._dense_weighted(self.others, scales, log_weight, logits), None
         native = None if log_weight is None else self.native(log_weight)
         gathers = () if gather is None else ((1, gather[0]), (0, gather[1].T))
@@ -244,7 +244,7 @@ class NegativeBlock:
 
         def both():
             u, v = self._views
-            logits = self.call.pop("logits", None)  # (exponentiated in place)
+            logits = self._take_own_logits()
             spec = self._spec(scales, columns=True, gather=gathers)
             return _GramSums.apply(u, v, native, logits, spec)
 
@@ -252,6 +252,12 @@ class NegativeBlock:
         if self.view == 0:
             return rows, (got[0] if got else None)
         return cols, (got[1].T if got else None)
+
+    def _take_own_logits(self) -> Optional[Tensor]:
+        """The block's own inter-view logits if :meth:`inter_in` made them (on the dense
+        path: the first view's matrix, shared by both blocks), handed over to be
+        exponentiated in place; ``None`` otherwise."""
+        return self.call.pop("logits", None) if self.dense else self._logits.pop("own", None)
 
     def _log_sum_exp_gathered(self, index) -> tuple[Tensor, Tensor]:
         """``(log_sum_exp_both(), [B, K] inter-view logits at the columns index)`` from the
