@@ -124,8 +124,11 @@ def test_progcl_mix_matches_reference(monkeypatch, options, k, pairing):
 @pytest.mark.parametrize("mode", ["weight", "mix"])
 def test_progcl_in_row_chunks_of_a_few_rows_matches_reference(monkeypatch, options, mode):
     # Hardness and the mixed negatives run a row chunk at a time (CHUNK_ELEMENTS): chunks
-    # of 2 rows of b and of 5 rows of the [23, 9] selection, each last one shorter.
+    # of 2 rows of b and of 5 rows of the [23, 9] selection, each last one shorter; the
+    # dense path's in-place transposes (the second view's b, the weighted intra-view
+    # gradients G + Gᵀ) run in tiles of 5 (the last 3).
     monkeypatch.setattr(engine, "CHUNK_ELEMENTS", 50)
+    monkeypatch.setattr(engine, "TRANSPOSE_TILE", 5)
     randperm = torch.randperm
     monkeypatch.setattr(
         torch, "randperm", lambda n, *a, **kw: torch.arange(n) if n == 9 else randperm(n, *a, **kw)
