@@ -921,9 +921,10 @@ def test_progcl_mix_rows_of_underflowed_b_mix_their_first_negatives(monkeypatch,
     # their first k negatives in column order. Every other row keeps its b (v_i's only
     # lose u_0, u_1). The reference does the same, in a row of b = 1 - j·1e-13 (its top k
     # are the first k; the formula changes by 1e-21); π is the identity, and the sampled
-    # path's columns are in node order.
+    # path's columns are in node order. Row chunks of one row: each tied row on its own.
     n, d, k = 16, 6, 4
     nodes_in_order(monkeypatch, n, k)
+    monkeypatch.setattr(engine, "CHUNK_ELEMENTS", 20)
     g = torch.Generator().manual_seed(0)
     e1 = torch.zeros(d, dtype=torch.float64)
     e1[0] = 1.0

@@ -186,18 +186,14 @@ def largest(x: Tensor, k: int) -> Tensor:
     kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
     keep = x >= kth
     # Ties at the k-th value (more than k kept in a row): the first ones by column, resolved
-    # in the tied rows only.
+    # in the tied rows only, a chunk of them at a time.
     if int(torch.count_nonzero(keep)) > x.size(0) * k:
         tied = (_row_counts(keep) > k).nonzero().squeeze(1)
-        every = tied.numel() == x.size(0)
-        sub, at = (x, kth) if every else (x[tied], kth[tied])
-        above, ties = sub > at, sub == at
-        first = ties.cumsum(dim=1, dtype=torch.int32) <= k - _row_counts(above).unsqueeze(1)
-        fixed = above.logical_or_(ties.logical_and_(first))
-        if every:
-            keep = fixed
-        else:
-            keep[tied] = fixed
+        for part in row_chunks(x[: tied.numel()]):
+            sub, at = x[tied[part]], kth[tied[part]]
+            above, ties = sub > at, sub == at
+            first = ties.cumsum(dim=1, dtype=torch.int32) <= k - _row_counts(above).unsqueeze(1)
+            keep[tied[part]] = above.logical_or_(ties.logical_and_(first))
     # (The flat positions hold no row index: half the memory of nonzero's (row, column).)
     flat = torch.nonzero(keep.reshape(-1)).view(x.size(0), k)
     return flat.sub_(torch.arange(0, flat.size(0) * n, n, device=x.device).unsqueeze(1))
