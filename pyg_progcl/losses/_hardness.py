@@ -50,9 +50,9 @@ class Hardness:
 
     @torch.no_grad()
     def each_view(self, block: NegativeBlock) -> Iterator[tuple[Tensor, Tensor, bool]]:
-        """Both views' :meth:`weights` (``log=False``) on the dense path, one after the other
-        in one ``N×N`` matrix (one hardness pass): the second's is the first's transposed."""
-        b, rows, cols = self._hardness(block, 0, False, True)
+        """Both views' :meth:`weights` (``log=False``) on the dense path, in one ``N×N`` matrix
+        (one hardness pass): the second's is the first's transposed (not shared_weights)."""
+        b, rows, cols = self._hardness(block, 0, False, not self.schedule.shared_weights)
         yield _uniform_where_underflowed(block, b, rows, False)
         yield _uniform_where_underflowed(block, transpose_(b), cols, False)
 
