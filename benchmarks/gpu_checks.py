@@ -10,6 +10,9 @@ hanging part is killed and recorded as ``timeout``; the others still run):
   and finite gradients;
 - ``speed``: GRACE / ProGCL-weight / ProGCL-mix full-graph step time (median after a
   warm-up) and peak memory on Amazon-Photo, Coauthor-CS and Coauthor-Physics;
+- ``loss_step``: every loss's step alone (ProGCL's refit, forward, backward) on random
+  views of an Amazon-Photo-sized batch, as ``benchmarks/loss_step.py`` times it on the CPU,
+  with its ratio to GRACE's step and peak memory;
 - ``arxiv``: one exact full-graph ProGCL-weight epoch and one mini-batch epoch on a
   generated graph of ogbn-arxiv's size (169,343 nodes, 128 features, 1.17M edges);
 - ``pytest``: ``tests/test_cuda.py`` (slow tests included) on the device.
@@ -47,6 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 import torch  # noqa: E402
+from loss_step import METHODS, loss_step, make_loss, noisy_views  # noqa: E402 (benchmarks/)
 
 from pyg_progcl.experiments import get_preset, load_dataset, synthetic_graph  # noqa: E402
 from pyg_progcl.experiments.run import start_seed  # noqa: E402
@@ -58,7 +62,7 @@ from pyg_progcl.losses import (  # noqa: E402
 )
 
 #: Seconds per part on a GPU (their sum fits a 9-minute session with the start-up).
-BUDGETS = {"losses": 70, "amp": 45, "speed": 200, "arxiv": 150, "pytest": 75}
+BUDGETS = {"losses": 70, "amp": 45, "speed": 170, "loss_step": 30, "arxiv": 150, "pytest": 75}
 SPEED_DATASETS = ("Amazon-Photo", "Coauthor-CS", "Coauthor-Physics")
 SPEED_METHODS = ("grace", "progcl-weight", "progcl-mix")
 AMP_METHODS = ("grace", "dcl", "hcl", "progcl-weight", "progcl-mix")
@@ -333,6 +337,39 @@ def part_speed(rec: Record, device: torch.device, args) -> None:
             )  # fmt: skip
 
 
+# ----------------------------------------------------------------------------- part: loss_step
+
+
+def part_loss_step(rec: Record, device: torch.device, args) -> None:
+    n, steps = (300, 2) if args.quick else (7650, 10)
+    h1, h2 = (h.detach().to(device).requires_grad_() for h in noisy_views(n, 128))
+    grace = None
+    for method in METHODS:
+        run = partial(loss_step_row, method, h1, h2, device, steps, grace)
+        row = rec.attempt(run, method=method)
+        grace = row if method == "grace" and row["ok"] else grace
+
+
+def loss_step_row(method: str, h1, h2, device: torch.device, steps: int, grace) -> dict:
+    """The median of ``steps`` loss steps after a warm-up, its peak memory, both against
+    GRACE's row ``grace`` (itself when ``None``)."""
+    loss_fn, fit = make_loss(method, 0.5), torch.Generator().manual_seed(1)
+    loss_step(loss_fn, h1, h2, fit)  # warm-up
+    reset_peak(device)
+    times = []
+    for _ in range(steps):
+        sync(device)
+        tic = time.perf_counter()
+        value = loss_step(loss_fn, h1, h2, fit)
+        sync(device)
+        times.append(time.perf_counter() - tic)
+    row = {"nodes": h1.size(0), "median_step_s": statistics.median(times)}
+    row["peak_mib"], grace = peak_mib(device), grace or row
+    row["vs_grace"] = round(row["median_step_s"] / grace["median_step_s"], 2)
+    row["peak_vs_grace"] = row["peak_mib"] and round(row["peak_mib"] / grace["peak_mib"], 2)
+    return {**row, "median_step_s": round(row["median_step_s"], 5), "loss": round(value, 4)}
+
+
 def load_speed_graph(dataset: str, args):
     if args.quick:
         return synthetic_graph(num_nodes=300, num_classes=5)
@@ -400,6 +437,7 @@ PARTS: dict[str, Callable[[Record, torch.device, Any], None]] = {
     "losses": part_losses,
     "amp": part_amp,
     "speed": part_speed,
+    "loss_step": part_loss_step,
     "arxiv": part_arxiv,
     "pytest": part_pytest,
 }

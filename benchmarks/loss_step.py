@@ -53,38 +53,46 @@ def emit(text: str, output) -> None:
         output.write_text(text)
 
 
+def make_loss(method: str, tau: float):
+    """The loss ``method`` (one of ``METHODS``) with the package's defaults."""
+    from pyg_progcl import InfoNCELoss, ProGCLLoss
+    from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss
+
+    make = {
+        "grace": lambda: InfoNCELoss(tau),
+        "dcl": lambda: DebiasedInfoNCELoss(tau),
+        "hcl": lambda: HardInfoNCELoss(tau),
+        "progcl-weight": lambda: ProGCLLoss(tau, mode="weight"),
+        "progcl-mix": lambda: ProGCLLoss(tau, mode="mix"),
+    }
+    return make[method]()
+
+
+def loss_step(loss_fn, h1, h2, fit) -> float:
+    """One step of ``loss_fn`` on views that require gradients: ProGCL's refit (sampled
+    with the generator ``fit``), forward, backward. Returns the loss."""
+    if hasattr(loss_fn, "fit"):
+        loss_fn.fit(h1.detach(), h2.detach(), generator=fit)
+    loss = loss_fn(h1, h2)
+    loss.backward()
+    h1.grad = h2.grad = None
+    return float(loss.detach())
+
+
 def run_worker(args) -> dict:
     """Times ``args.steps`` loss steps after one warm-up step, in this process."""
     sys.modules.setdefault("outdated", None)
     import torch
 
-    from pyg_progcl import InfoNCELoss, ProGCLLoss
-    from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss
-
     torch.set_num_threads(args.threads)
     h1, h2 = noisy_views(args.nodes, args.dim)
-    make = {
-        "grace": lambda: InfoNCELoss(args.tau),
-        "dcl": lambda: DebiasedInfoNCELoss(args.tau),
-        "hcl": lambda: HardInfoNCELoss(args.tau),
-        "progcl-weight": lambda: ProGCLLoss(args.tau, mode="weight"),
-        "progcl-mix": lambda: ProGCLLoss(args.tau, mode="mix"),
-    }
-    loss_fn, fit = make[args.method](), torch.Generator().manual_seed(1)
-
-    def step() -> float:
-        if isinstance(loss_fn, ProGCLLoss):
-            loss_fn.fit(h1.detach(), h2.detach(), generator=fit)
-        loss = loss_fn(h1, h2)
-        loss.backward()
-        h1.grad = h2.grad = None
-        return float(loss.detach())
+    loss_fn, fit = make_loss(args.method, args.tau), torch.Generator().manual_seed(1)
 
     base = rss_mb("VmRSS")
     steps = []
     for _ in range(args.steps + 1):
         start = time.perf_counter()
-        value = step()
+        value = loss_step(loss_fn, h1, h2, fit)
         steps.append(time.perf_counter() - start)
     peak = rss_mb("VmHWM") - base
     return {"method": args.method, "step_s": statistics.median(steps[1:]), "peak_mb": peak,

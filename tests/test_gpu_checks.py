@@ -25,7 +25,7 @@ def test_the_quick_dry_run_writes_every_part(tmp_path):
     machine = report["machine"]
     assert machine["device"] == "cpu" and machine["torch"]
     parts = report["parts"]
-    assert list(parts) == ["losses", "amp", "speed", "arxiv"]
+    assert list(parts) == ["losses", "amp", "speed", "loss_step", "arxiv"]
     for name, part in parts.items():
         assert part["status"] == "ok", (name, part)
         assert part["exit_code"] == 0 and part["elapsed_s"] <= part["budget_s"]
@@ -42,6 +42,9 @@ def test_the_quick_dry_run_writes_every_part(tmp_path):
     assert all(r["passed"] for r in amp)
     speed = [r for r in parts["speed"]["results"] if "method" in r]
     assert all(r["median_step_s"] > 0 and r["steps"] == 2 for r in speed)
+    steps = [r for r in parts["loss_step"]["results"] if "method" in r]
+    assert [r["method"] for r in steps] == ["grace", "dcl", "hcl", "progcl-weight", "progcl-mix"]
+    assert steps[0]["vs_grace"] == 1.0 and all(r["median_step_s"] > 0 for r in steps)
     epochs = {r["epoch"]: r for r in parts["arxiv"]["results"] if "epoch" in r}
     assert set(epochs) == {"full-graph", "mini-batch"}
     summary = (out / "gpu_checks.md").read_text()
