@@ -61,8 +61,6 @@ class Hardness:
         (or ``log b``) 0 (``-inf``) where excluded."""
         logits = self.schedule.weight_logits(block, view)
         b = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        if not logits.is_contiguous():  # (the dense second view's: one blocked transpose)
-            logits = b.copy_(logits)
         rows, cols = b.new_empty(b.size(0)), b.new_zeros(b.size(1)) if columns else None
         work = None  # (every pass on a chunk in cache, the formula's in one reused buffer)
         for part in row_chunks(b):
