@@ -203,14 +203,8 @@ def compare_loss(make, h1, h2, device, dtype, block_size, reference) -> dict:
 def loss_path(loss: torch.nn.Module, num_nodes: int, block_size: Optional[int]) -> str:
     """The engine's path for ``loss`` on ``num_nodes`` nodes (``'?'`` if unknown)."""
     try:
-        from pyg_progcl.losses import _engine
-
-        if block_size is None and num_nodes <= _engine.DENSE_MAX_NODES:
-            return "dense"
-        if block_size is not None and block_size >= num_nodes:
-            return "dense"
-        size = block_size or _engine.auto_block_size(num_nodes, num_nodes)
-        return f"row blocks (blocks of {size})"
+        how = loss.plan(torch.empty(num_nodes, 1))
+        return how.path if how.path == "dense" else f"row blocks (blocks of {how.block_size})"
     except Exception as exc:  # the record is still useful without it
         return f"? ({type(exc).__name__}: {exc})"
 

@@ -147,7 +147,7 @@ def _partial_loss(loss_fn, h1, h2, blocks: int) -> torch.Tensor:
     (the same blocks and arithmetic as the row-block path), scaled by ``1 / 2N``."""
     u, v = _engine.normalize_views(h1, h2)
     n = u.size(0)
-    size = _engine.auto_block_size(n, n)
+    size = loss_fn.plan(h1).block_size
     starts = list(range(0, n, size))
     step = max(1, len(starts) // blocks)
     chosen = starts[::step][:blocks]
@@ -155,7 +155,7 @@ def _partial_loss(loss_fn, h1, h2, blocks: int) -> torch.Tensor:
     for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in chosen:
             args = (_engine.row_block, a, o, slice(start, min(start + size, n)), view)
-            losses = _engine._block_losses(args, loss_fn.tau, {}, loss_fn.negative_term)
+            losses = _engine._block_losses(args, loss_fn.tau, loss_fn.negative_term)
             total = total + losses.sum()
     return total / (2 * n)
 
@@ -214,10 +214,10 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
     if spec["path"] == "sampled":
         loss_fn.num_negatives = args.num_negatives
     if spec["path"] == "dense":
-        _engine.DENSE_MAX_NODES = 1 << 62  # force the dense path (all N×N matrices at once)
-    if spec["path"] == "blocks":  # (the automatic size; given, as below DENSE_MAX_NODES the
-        n = data.num_nodes  # automatic choice is the dense path)
-        loss_fn.block_size = _engine.auto_block_size(n, n)
+        loss_fn.block_size = data.num_nodes  # force the dense path (all N×N matrices at once)
+    if spec["path"] == "blocks":  # (the budget's size, or smaller: the automatic choice may
+        h = torch.empty(data.num_nodes, 1)  # be the dense path)
+        loss_fn.block_size = min(loss_fn.plan(h).block_size, data.num_nodes - 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     with torch.no_grad():  # fit the adaptive augmentation's probabilities (setup, not timed)
@@ -253,11 +253,8 @@ def _describe(name: str, spec: dict, args: argparse.Namespace, data, preset, con
     """What was measured: graph, preset and loss path (block size as the loss picks it)."""
     n = data.num_nodes
     sampled = spec["path"] == "sampled"
-    block = (
-        _engine.auto_block_size(n, args.num_negatives + 1)
-        if sampled
-        else _engine.auto_block_size(n, n)
-    )
+    block = build_loss(config).plan(torch.empty(n, 1)).block_size
+    block = block if not sampled else min(block, n)
     return {
         "config": name,
         "dataset": spec["data"],

@@ -46,7 +46,6 @@ from pyg_progcl import (  # noqa: E402
 from pyg_progcl.encoders import sparse_features  # noqa: E402
 from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.losses import FrozenFit  # noqa: E402
-from pyg_progcl.losses._engine import DENSE_MAX_NODES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402  (the benchmarks' shared machine description)
@@ -182,7 +181,7 @@ def run_one(args) -> dict:
             steps.append(step_s)
             fits.append(fit_s)
     peak_mb = _peak_memory_mb(device)  # the steps' peak, before the matmul probe below
-    blocked = args.block_size < n if args.block_size is not None else n > DENSE_MAX_NODES
+    blocked = stepper.loss_fn.plan(torch.empty(n, 1)).path != "dense"
     path = (
         ("auto blocks" if args.block_size is None else f"blocks of {args.block_size}")
         if blocked

@@ -11,6 +11,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import is_sparse
 
+from ._compat import is_compiling
+
 
 def _number(name: str, value, form: str) -> float:
     """``float(value)``, or a ``ValueError`` naming ``name`` and ``form`` (None, a string)."""
@@ -81,8 +83,9 @@ def check_choice(name: str, value: str, choices) -> str:
     return value
 
 
-def check_matrix(name: str, x: Tensor, min_rows: int = 2) -> Tensor:
-    """Checks ``x`` is a finite floating-point ``[N, d]`` tensor with ``N >= min_rows``."""
+def check_matrix(name: str, x: Tensor, min_rows: int = 2, finite: bool = True) -> Tensor:
+    """Checks ``x`` is a finite (unless not ``finite``) floating-point ``[N, d]`` tensor
+    with ``N >= min_rows``."""
     if not isinstance(x, Tensor):
         raise ValueError(
             f"`{name}` must be a torch.Tensor of shape [N, d] (got {type(x).__name__})"
@@ -99,20 +102,29 @@ def check_matrix(name: str, x: Tensor, min_rows: int = 2) -> Tensor:
         raise ValueError(f"`{name}` needs at least one feature column (got shape {list(x.shape)})")
     if not x.is_floating_point():
         raise ValueError(f"`{name}` must be a floating-point tensor (got {x.dtype})")
-    if not torch.isfinite(x).all():
+    if finite and not torch.isfinite(x).all():
         raise ValueError(f"`{name}` contains NaN or inf values; embeddings must be finite")
     return x
 
 
 def check_views(h1: Tensor, h2: Tensor) -> None:
-    """Checks two projected views are finite ``[N, d]`` tensors of one shape, N >= 2."""
-    check_matrix("h1", h1)
-    check_matrix("h2", h2)
+    """Checks two projected views are finite ``[N, d]`` tensors of one shape, N >= 2.
+
+    Their values are read on the host once for both (one wait for the device), except
+    under ``torch.compile``, whose graph would break there."""
+    check_matrix("h1", h1, finite=False)
+    check_matrix("h2", h2, finite=False)
     if h1.shape != h2.shape:
         raise ValueError(
             f"`h1` and `h2` must have the same shape [N, d] (got {list(h1.shape)} and "
             f"{list(h2.shape)})"
         )
+    if is_compiling():
+        return
+    finite = torch.isfinite(torch.stack([h1.detach().abs().amax(), h2.detach().abs().amax()]))
+    if not finite.all().item():
+        name = "h1" if not bool(finite[0]) else "h2"
+        raise ValueError(f"`{name}` contains NaN or inf values; embeddings must be finite")
 
 
 #: The integer types of node indices that torch's indexing and PyG take; a narrower

@@ -156,11 +156,16 @@ class BetaMixture(torch.nn.Module):
         self.weight.copy_(torch.tensor([1.0 - self.weight_init, self.weight_init]))
         self.weight.clamp_(min=self.min_weight).div_(self.weight.sum())
         self.num_fits.zero_()
+        self._fitted = False  # (num_fits > 0, kept on the host: no device read per step)
 
     @property
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run since construction or the last reset."""
-        return bool(self.num_fits > 0)
+        return self._fitted
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._fitted = bool(self.num_fits > 0)  # (read once here, not at every loss step)
 
     @property
     def means(self) -> Tensor:
@@ -245,15 +250,17 @@ class BetaMixture(torch.nn.Module):
         posterior = self._log_odds(s, -1.0, out).sigmoid_()
         return s.mul_(posterior.clamp_(min=floor) if floor > 0 else posterior)
 
-    def log_hardness(self, s: Tensor, floor: float = 0.0) -> Tensor:
+    def log_hardness(self, s: Tensor, floor: float | Tensor = 0.0) -> Tensor:
         r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)`, exact where :math:`b`
         underflows (a new tensor; ``s`` clamped to ``[eps, 1 - eps]``; ``floor`` as in
-        :meth:`hardness_`)."""
+        :meth:`hardness_`, or a 0-dim tensor of it)."""
         s = self._clamp(s)
-        log_posterior = -F.softplus(self.log_odds_false_negative(s))
-        if floor > 0:
-            log_posterior = log_posterior.clamp(min=math.log(floor))
-        return torch.log(s) + log_posterior
+        log_posterior = F.logsigmoid(self.log_odds_false_negative(s, sign=-1.0))
+        if isinstance(floor, Tensor):
+            log_posterior = torch.maximum(log_posterior, floor.to(s.dtype).log())
+        elif floor > 0:
+            log_posterior = log_posterior.clamp_(min=math.log(floor))
+        return log_posterior.add_(torch.log(s))
 
     @torch.no_grad()
     def fit(
@@ -305,6 +312,7 @@ class BetaMixture(torch.nn.Module):
                 break
             previous = current
         self.num_fits += 1
+        self._fitted = True
         self._record_problems(swapped_from, converged or max_iter is not None)
         return self
 

@@ -19,8 +19,6 @@ from helpers import (
     views,
 )
 
-import pyg_progcl.losses._engine as engine
-import pyg_progcl.losses._hardness as hardness_module
 from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from pyg_progcl.losses._sampling import sample_negative_similarities
 from pyg_progcl.mixture import BetaMixture
@@ -122,13 +120,8 @@ def test_progcl_mix_matches_reference(monkeypatch, options, k, pairing):
 
 @pytest.mark.parametrize("options", PATHS, ids=path_id)
 @pytest.mark.parametrize("mode", ["weight", "mix"])
-def test_progcl_in_row_chunks_of_a_few_rows_matches_reference(monkeypatch, options, mode):
-    # Hardness and the mixed negatives run a row chunk at a time (CHUNK_ELEMENTS): chunks
-    # of 2 rows of b and of 5 rows of the [23, 9] selection, each last one shorter; the
-    # dense path's in-place transposes (the second view's b, the weighted intra-view
-    # gradients G + Gᵀ) run in tiles of 5 (the last 3).
-    monkeypatch.setattr(engine, "CHUNK_ELEMENTS", 50)
-    monkeypatch.setattr(engine, "TRANSPOSE_TILE", 5)
+def test_progcl_with_nine_mixed_negatives_matches_reference(monkeypatch, options, mode):
+    # ProGCL-mix over 9 of the 22 negatives, each mixed with itself (π the identity).
     randperm = torch.randperm
     monkeypatch.setattr(
         torch, "randperm", lambda n, *a, **kw: torch.arange(n) if n == 9 else randperm(n, *a, **kw)
@@ -167,40 +160,19 @@ def test_progcl_mix_random_pairing_matches_reference(monkeypatch, options, k):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
 
 
-@pytest.mark.parametrize(
-    "options, blocks",
-    [({}, 1), ({"block_size": 7}, 4), ({"num_negatives": 9, "block_size": 5}, 5)],
-    ids=["dense", "rows7", "sampled9-5"],
-)
-def test_progcl_mix_backward_reuses_the_selection(monkeypatch, options, blocks):
-    # Row and sampled blocks are recomputed in backward; their hardest negatives are not
-    # selected again (nor are the dense path's, which is not recomputed).
-    calls = []
-    select = hardness_module.select_hardest
-    monkeypatch.setattr(
-        hardness_module, "select_hardest", lambda b, k: calls.append(k) or select(b, k)
-    )
-    h1, h2 = views()
-    loss = ProGCLLoss(0.4, mode="mix", num_mix=6, mixture=fitted_mixture(), **options)
-    out = loss(h1, h2)
-    assert len(calls) == 2 * blocks  # two directions of `blocks` blocks, forward only
-    out.backward()
-    assert len(calls) == 2 * blocks
-
-
 @pytest.mark.parametrize("options", [{}, {"block_size": 5}, {"num_negatives": 11}], ids=path_id)
 def test_progcl_mix_follows_the_formula_at_any_scale_of_b(monkeypatch, options):
     # θ_mix = (b_a θ_a + b_π θ_π) / (b_a + b_π + ε) with ε absolute, as the paper writes it,
     # whatever the scale of b: no rescaling switches on below a threshold.
     h1, h2 = views(n=12)
     m = fitted_mixture()
-    hardness, ref_hardness = BetaMixture.hardness_, ref.hardness
+    log_hardness, ref_hardness = BetaMixture.log_hardness, ref.hardness
     for scale in [1.0, 1e-6, 1e-8, 1e-12, 1e-19, 1e-21, 1e-30]:
 
-        def scaled(self, s, floor=0.0, out=None, c=scale):
-            return hardness(self, s, floor, out).mul_(c)
+        def scaled(self, s, floor=0.0, c=scale):
+            return log_hardness(self, s, floor) + math.log(c)
 
-        monkeypatch.setattr(BetaMixture, "hardness_", scaled)
+        monkeypatch.setattr(BetaMixture, "log_hardness", scaled)
         monkeypatch.setattr(ref, "hardness", lambda *a, c=scale, **kw: ref_hardness(*a, **kw) * c)
         loss = ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=m, **options)
         assert_matches(loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m)), h1, h2)
@@ -350,7 +322,7 @@ def test_progcl_weight_with_uniform_weights_is_grace(options):
 def test_progcl_weight_with_uniform_weights_is_grace_on_any_views(monkeypatch, options):
     # A constant hardness b gives w = b / mean b = 1 however the cosines vary: the weighted
     # negative sum is then GRACE's, values and gradients, on every path.
-    monkeypatch.setattr(BetaMixture, "hardness_", lambda self, s, *args, **kwargs: s.fill_(0.7))
+    monkeypatch.setattr(BetaMixture, "log_hardness", lambda self, s, *a: torch.full_like(s, -0.3))
     h1, h2 = views()
     loss = ProGCLLoss(0.5, mixture=fitted_mixture(), **options)
     for block_size in (None, 4):
@@ -533,40 +505,49 @@ PATH_REFERENCES = [
 ]
 
 
+def dense_bytes(loss, n=N, itemsize=8):
+    """The memory budget at which ``loss`` just takes the dense path on ``n`` nodes."""
+    return loss.peak_matrices * n * n * itemsize
+
+
 @pytest.mark.parametrize("which", [0, 1], ids=["infonce", "progcl-mix"])
-def test_all_anchors_up_to_dense_max_nodes_take_the_dense_path(monkeypatch, which):
+def test_the_dense_path_serves_what_fits_the_memory_budget(monkeypatch, which):
     make, ref_fn = PATH_LOSSES[which], PATH_REFERENCES[which]
-    assert engine.DENSE_MAX_NODES == 8192
-    calls = record_paths(monkeypatch)
     h1, h2 = views()
-    assert_matches(make(), ref_fn, h1, h2)  # (forward and backward)
+    budget = dense_bytes(make())
+    loss = make(memory_budget=budget)
+    assert loss.plan(h1) == ("dense", N)
+    calls = record_paths(monkeypatch)
+    assert_matches(loss, ref_fn, h1, h2)  # (forward and backward)
     assert calls == ["dense"]  # once for both views, kept for backward (not recomputed)
-    calls.clear()
-    monkeypatch.setattr(engine, "DENSE_MAX_NODES", N)  # N <= DENSE_MAX_NODES: dense
-    assert_matches(make(), ref_fn, h1, h2)
-    assert calls == ["dense"]
+    assert make().plan(h1) == ("dense", N)  # (half the free memory: far more than needed)
+    assert "memory_budget=" in repr(loss)
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["infonce", "progcl-mix"])
-def test_row_blocks_above_dense_max_nodes(monkeypatch, which):
+def test_row_blocks_as_large_as_the_budget_allows(monkeypatch, which):
     make, ref_fn = PATH_LOSSES[which], PATH_REFERENCES[which]
-    calls = record_paths(monkeypatch)
-    monkeypatch.setattr(engine, "DENSE_MAX_NODES", N - 1)
     h1, h2 = views()
-    out = make()(h1, h2)
-    forward = blocks_of("rows", (0, N))  # BLOCK_ELEMENTS / N rows: all of them, per view
+    budget = dense_bytes(make())
+    calls = record_paths(monkeypatch)
+    loss = make(memory_budget=budget - 1)  # one byte short: blocks of N - 1 rows
+    assert loss.plan(h1) == ("rows", N - 1)
+    out = loss(h1, h2)
+    forward = blocks_of("rows", (0, N - 1), (N - 1, N))
     assert calls == forward
     torch.testing.assert_close(out, ref_fn(h1, h2), rtol=1e-10, atol=1e-10)
     out.backward()
     assert recomputed(calls, forward)  # each block once more in backward
     calls.clear()
-    monkeypatch.setattr(engine, "BLOCK_ELEMENTS", 10 * N)  # blocks of just over: 11 rows
-    assert_matches(make(), ref_fn, h1, h2)
+    loss = make(memory_budget=budget * 11 // N)  # blocks of 11 rows
+    assert loss.plan(h1) == ("rows", 11)
+    assert_matches(loss, ref_fn, h1, h2)
     assert recomputed(calls, blocks_of("rows", (0, 11), (11, 22), (22, N)))
     calls.clear()
     with torch.no_grad():  # nothing to recompute: no checkpoint
-        make()(h1, h2)
+        loss(h1, h2)
     assert calls == blocks_of("rows", (0, 11), (11, 22), (22, N))
+    assert make(memory_budget=1).plan(h1) == ("rows", 1)  # (at least one row per block)
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["infonce", "progcl-mix"])
@@ -574,17 +555,22 @@ def test_a_block_size_below_n_takes_row_blocks_and_above_the_dense_path(monkeypa
     make, ref_fn = PATH_LOSSES[which], PATH_REFERENCES[which]
     calls = record_paths(monkeypatch)
     h1, h2 = views()
-    out = make(block_size=7)(h1, h2)  # (N <= DENSE_MAX_NODES: an explicit size wins)
+    out = make(block_size=7)(h1, h2)  # (the dense path fits: an explicit size wins)
     forward = blocks_of("rows", (0, 7), (7, 14), (14, 21), (21, N))
     assert calls == forward
     torch.testing.assert_close(out, ref_fn(h1, h2), rtol=1e-10, atol=1e-10)
     out.backward()
     assert recomputed(calls, forward)
     calls.clear()
-    monkeypatch.setattr(engine, "DENSE_MAX_NODES", 5)  # block_size >= N: dense, any N
-    for block_size in (N, 10**6):
-        assert_matches(make(block_size=block_size), ref_fn, h1, h2)
+    for block_size in (N, 10**6):  # block_size >= N: dense, whatever the budget
+        assert_matches(make(block_size=block_size, memory_budget=1), ref_fn, h1, h2)
     assert calls == ["dense", "dense"]
+
+
+def test_the_budget_is_checked():
+    for bad in (0, -1.0, float("nan"), "1GB"):
+        with pytest.raises(ValueError, match="memory_budget"):
+            InfoNCELoss(0.5, memory_budget=bad)
 
 
 def test_anchors_take_row_blocks_of_those_rows(monkeypatch):
@@ -803,15 +789,23 @@ def test_repr():
 
 
 @pytest.mark.parametrize("options", [{}, {"block_size": 5}, {"num_negatives": 11}], ids=path_id)
-def test_progcl_weight_with_underflowing_posterior_falls_back_to_uniform(options):
+def test_progcl_weight_where_the_posterior_underflows_keeps_its_exact_weights(options):
     # The true-negative component has no mass near s' = 1: every b underflows to 0 in
-    # float32, so each row falls back to uniform weights, i.e. GRACE's denominator.
-    h1, h2 = views(n=12, dtype=torch.float32)
+    # float32's (and float64's) linear range. In log space the weights b / mean b stay
+    # exact: float32 views give float64's loss and gradients.
+    h1, h2 = views(n=12, dtype=torch.float64)
     h1, h2 = h1.detach() * 1e-3 + 1, h2.detach() * 1e-3 + 1  # cosines ~1: s' ~ 1
-    m = fitted_mixture(alpha=(2.0, 200.0), beta=(400.0, 2.0), weight=(1e-6, 1 - 1e-6)).float()
-    assert float(m.hardness_(torch.tensor([(0.99 + 1) / 2])).max()) == 0.0
+    m = fitted_mixture(alpha=(2.0, 200.0), beta=(400.0, 2.0), weight=(1e-6, 1 - 1e-6))
+    assert float(m.hardness_(torch.tensor([(0.99 + 1) / 2], dtype=torch.float64))) == 0.0
     loss = ProGCLLoss(0.5, mixture=m, **options)
-    torch.testing.assert_close(seeded(loss, h1, h2), seeded(InfoNCELoss(0.5, **options), h1, h2))
+    out = {}
+    for dtype in (torch.float32, torch.float64):
+        a, b = (h.to(dtype).requires_grad_() for h in (h1, h2))
+        value = seeded(loss, a, b)
+        out[dtype] = (value, *torch.autograd.grad(value, (a, b)))
+    for got, want in zip(out[torch.float32], out[torch.float64]):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -823,7 +817,7 @@ def test_progcl_weight_with_underflowing_weighted_terms_stays_finite(monkeypatch
     # The weights are uniform, so the loss is GRACE's; log-sum-exp must recover it.
     h = torch.eye(20).requires_grad_()
     loss = ProGCLLoss(0.03, mixture=fitted_mixture().float(), **options)
-    monkeypatch.setattr(BetaMixture, "hardness_", lambda self, s, *args: s.fill_(1e-31))
+    monkeypatch.setattr(BetaMixture, "log_hardness", lambda self, s, *a: torch.full_like(s, -71.4))
     out = seeded(loss, h, h)
     torch.testing.assert_close(out, seeded(InfoNCELoss(0.03, **options), h, h))
     (grad,) = torch.autograd.grad(out, h)
@@ -915,36 +909,30 @@ def test_an_anchor_whose_hardness_underflows_gets_uniform_weights(options):
 @pytest.mark.parametrize(
     "options", [{}, {"block_size": 5}, {"num_negatives": 15, "block_size": 6}], ids=path_id
 )
-def test_progcl_mix_rows_of_underflowed_b_mix_their_first_negatives(monkeypatch, options):
-    # Anchors u_0, u_1 are (almost) e_1, as is every v_k: their b (made 0 at cosines ~1,
-    # an underflow) vanish, and their rows fall back to b = 1 (GRACE's row): they mix
-    # their first k negatives in column order. Every other row keeps its b (v_i's only
-    # lose u_0, u_1). The reference does the same, in a row of b = 1 - j·1e-13 (its top k
-    # are the first k; the formula changes by 1e-21); π is the identity, and the sampled
-    # path's columns are in node order. Row chunks of one row: each tied row on its own.
+def test_progcl_mix_rows_of_vanished_b_mix_to_zero(monkeypatch, options):
+    # Anchors u_0, u_1 are (almost) e_1, as is every v_k: their b are made 0 at cosines ~1,
+    # and their mixed negatives are θ_mix = 0 / ε = 0 whichever they select, as in the
+    # formula (no fallback). Every other row keeps its b (v_i's only lose u_0, u_1); π is
+    # the identity, and the sampled path's columns are in node order.
     n, d, k = 16, 6, 4
     nodes_in_order(monkeypatch, n, k)
-    monkeypatch.setattr(engine, "CHUNK_ELEMENTS", 20)
     g = torch.Generator().manual_seed(0)
     e1 = torch.zeros(d, dtype=torch.float64)
     e1[0] = 1.0
     h2 = e1 + 1e-3 * torch.randn(n, d, generator=g, dtype=torch.float64)
     h1 = torch.randn(n, d, generator=g, dtype=torch.float64)
     h1[:2] = e1 + 1e-3 * torch.randn(2, d, generator=g, dtype=torch.float64)
-    hardness, ref_hardness = BetaMixture.hardness_, ref.hardness
+    log_hardness, ref_hardness = BetaMixture.log_hardness, ref.hardness
 
-    def cut(self, s, floor=0.0, out=None):
-        high = s > 0.999
-        return hardness(self, s, floor, out).masked_fill_(high, 0.0)
+    def cut(self, s, floor=0.0):
+        return log_hardness(self, s, floor).masked_fill_(s > 0.999, float("-inf"))
 
     def ref_cut(theta, *args, **kwargs):
         b = ref_hardness(theta, *args, **kwargs).clone()
         b[(theta + 1) / 2 > 0.999] = 0.0
-        dead = (b == 0).all(dim=1)
-        b[dead] = 1 - 1e-13 * torch.arange(b.size(1), dtype=b.dtype)
         return b
 
-    monkeypatch.setattr(BetaMixture, "hardness_", cut)
+    monkeypatch.setattr(BetaMixture, "log_hardness", cut)
     monkeypatch.setattr(ref, "hardness", ref_cut)
     u, v = (torch.nn.functional.normalize(h, dim=1) for h in (h1, h2))
     assert bool(((u @ v.T)[:2] > 0.998).all()) and bool(((u @ v.T)[2:] < 0.99).all())

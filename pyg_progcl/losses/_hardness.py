@@ -3,91 +3,66 @@ hard negatives synthesised from the hardest (mix) (docs/algorithms.md §5.2-5.3)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from typing import Optional
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ..mixture import BetaMixture
-from ._engine import NegativeBlock, row_chunks, transpose_, underflow_threshold
+from ._engine import NegativeBlock
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
 
 
 class Hardness:
-    """The hardness ``b = s'·p(TN | s')`` of a fitted mixture, on the blocks of one call.
+    """The hardness ``b = s'·p(TN | s')`` of a fitted mixture on the blocks of one loss
+    call, in log space: ``log b`` is exact however small ``b`` is, so weights
+    ``w = b / mean b`` and the selection of the hardest negatives never underflow.
 
     Args:
         mixture: The fitted :class:`~pyg_progcl.BetaMixture`.
         schedule: The loss's :class:`~pyg_progcl.losses.FitSchedule`: which similarities
             ``b`` comes from (:meth:`~pyg_progcl.losses.FitSchedule.weight_logits`) and its
-            floor of ``p(TN | s')`` now.
+            floor of ``p(TN | s')`` now (a device value: no host read).
     """
 
     def __init__(self, mixture: BetaMixture, schedule):
         self.mixture, self.schedule = mixture, schedule
-        self.floor = schedule.posterior_floor
+        self.floor = schedule.floor_now()
+        self._dense: Optional[Tensor] = None
+        self.selection: Optional[list] = None  # (ProGCL-mix's, dense path: both views')
 
-    @torch.no_grad()
-    def weights(self, block: NegativeBlock, log: bool = True) -> tuple[Tensor, Tensor, bool]:
-        """``(log b, log mean_k b, uniform)`` of the block's anchors (``[B, C]``, ``[B]``;
-        with ``log=False``, ``b`` itself); ``uniform``: whether some rows were made uniform.
-
-        Weights are scale-free, so ``b`` stays exact in log space however small it is. An
-        anchor whose ``b`` all underflowed gets uniform weights (GRACE's row). On the dense
-        path both views share one matrix: ``b`` of the first view's pairs, read transposed
-        for the second (as it is with the schedule's ``shared_weights``).
-        """
-        own_view = 0 if self.schedule.shared_weights else block.view
+    def log_b(self, block: NegativeBlock) -> Tensor:
+        """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded. On the dense
+        path one ``N×N`` matrix serves both views: the second view's is its transpose (or
+        the first's itself with the schedule's ``shared_weights``)."""
+        shared = self.schedule.shared_weights
         if block.dense:
-            b, *sums = block.memo(f"b:{log}", lambda: self._hardness(block, 0, log, True))
-            b, sums = (b.T, sums[1]) if own_view == 1 else (b, sums[0])
-        else:
-            b, sums, _ = self._hardness(block, own_view, log)
-        return _uniform_where_underflowed(block, b, sums, log)
+            if self._dense is None:
+                self._dense = self._log_b(block, 0)
+            return self._dense.T if block.view == 1 and not shared else self._dense
+        return self._log_b(block, 0 if shared else block.view)
 
-    @torch.no_grad()
-    def each_view(self, block: NegativeBlock) -> Iterator[tuple[Tensor, Tensor, bool]]:
-        """Both views' :meth:`weights` (``log=False``) on the dense path, in one ``N×N`` matrix
-        (one hardness pass): the second's is the first's transposed (not shared_weights)."""
-        b, rows, cols = self._hardness(block, 0, False, not self.schedule.shared_weights)
-        yield _uniform_where_underflowed(block, b, rows, False)
-        yield _uniform_where_underflowed(block, transpose_(b), cols, False)
+    def _log_b(self, block: NegativeBlock, view: int) -> Tensor:
+        with torch.no_grad():
+            logits = self.schedule.weight_logits(block, view)
+            s = logits.mul(block.tau / 2).add_(1.0)  # (θ + 1)/2 of the shifted logits
+            lb = self.mixture.log_hardness(s, self.floor)
+            return lb.scatter_(1, block.excluded.unsqueeze(1), float("-inf"))
 
-    def _hardness(self, block: NegativeBlock, view: int, log: bool, columns: bool = False):
-        """``(b, row sums, column sums or None)`` of the pairs of ``view``'s anchors, ``b``
-        (or ``log b``) 0 (``-inf``) where excluded."""
-        logits = self.schedule.weight_logits(block, view)
-        b = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        rows, cols = b.new_empty(b.size(0)), b.new_zeros(b.size(1)) if columns else None
-        work = None  # (every pass on a chunk in cache, the formula's in one reused buffer)
-        for part in row_chunks(b):
-            s = torch.mul(logits[part], block.tau / 2, out=b[part])
-            work = s.new_empty(2, *s.shape) if work is None else work[:, : s.size(0)]
-            s = self.mixture.hardness_(s.add_(1.0), self.floor, work)  # (θ+1)/2
-            at = torch.arange(s.size(0), device=s.device)
-            s.index_put_((at, block.excluded[part]), s.new_zeros(()))
-            rows[part] = s.sum(dim=1)
-            if columns:
-                cols += s.sum(dim=0)
-            if log:
-                s.log_()
-        return b, rows, cols
+    def log_weights(self, block: NegativeBlock) -> tuple[Tensor, Tensor]:
+        """``(log b, log mean_k b)`` of the block's anchors (``[B, C]``, ``[B]``)."""
+        lb = self.log_b(block)
+        return lb, lb.logsumexp(dim=1) - math.log(block.count)
 
 
-def _uniform_where_underflowed(block: NegativeBlock, b: Tensor, sums: Tensor, log: bool):
-    """``(b, log mean_k b, uniform)`` with the rows whose sum ``sums`` underflowed made
-    uniform (a new matrix if any: ``b`` itself is left as it is)."""
-    small = sums < underflow_threshold(sums.dtype)
-    if bool(small.any()):
-        b = torch.where(small.unsqueeze(1), b.new_full((), 0.0 if log else 1.0), b)
-        rows = torch.arange(b.size(0), device=b.device)
-        b.index_put_((rows, block.excluded), b.new_full((), float("-inf") if log else 0.0))
-        sums = torch.where(small, sums.new_full((), block.count), sums)
-        return b, torch.log(sums / block.count), True
-    return b, torch.log(sums / block.count), False
+def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
+    """ProGCL-weight's ``log Ng = log Σ_k w_k (e^{inter_k} + e^{intra_k})``,
+    ``w = b / mean b``."""
+    lb, log_mean = hardness.log_weights(block)
+    return block.log_sum_exp_both(1.0, lb) - log_mean
 
 
 def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, eps: float):
@@ -96,112 +71,76 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
     over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``.
 
-    The dense path selects both views' negatives at once, so that one inter-view matrix
-    gives both views' logits. A row block's selection is kept in the call's values for its
-    recomputation in backward (the same negatives, without selecting them again).
+    The dense path selects both views' negatives at its first view, so that one
+    inter-view matrix gives both views' GRACE sums and selected logits. A row block
+    selects again when it is recomputed in backward: the selection is deterministic and
+    the pairing is drawn from the restored random state.
     """
     k = min(num_mix, block.count)
     if block.dense:
-        both = block.memo("selection", lambda: _select_both(block, hardness, k))
-        index, (_, b, perm) = (both[0][0], both[1][0]), both[block.view]
+        if hardness.selection is None:
+            both = (hardness.log_b(block), _other_view(block, hardness))
+            first = select_hardest(both[0], k)
+            second = (
+                (*first[:2], _pairing(k, first[0])) if hardness.schedule.shared_weights else None
+            )
+            hardness.selection = [first, second or select_hardest(both[1], k)]
+        index = (hardness.selection[0][0], hardness.selection[1][0])
+        _, b, perm = hardness.selection[block.view]
     else:
-        key = ("selection", block.view, block.rows.start)
-        selection = block.call.pop(key, None)
-        if selection is None:
-            selection = select_hardest(hardness.weights(block, log=False)[0], k)
-            if torch.is_grad_enabled() and block.anchors.requires_grad:
-                block.call[key] = selection
-        index, b, perm = selection
-    log_grace, logit = block._log_sum_exp_gathered(index)
-    return torch.logaddexp(log_grace, _MixedLogSum.apply(logit, b, perm, eps, block.tau))
+        index, b, perm = select_hardest(hardness.log_b(block), k)
+    if block.exp_fits():
+        inter, logit = block._inter_sums((1.0,), gather=index)
+        log_grace = torch.log(inter[0] + block._intra_sums((1.0,))[0])
+    else:
+        own = index[block.view] if block.dense else index
+        log_grace, logit = block.log_sum_exp_both(), block.inter.gather(1, own)
+    return torch.logaddexp(log_grace, mixed_logits(logit, b, perm, eps, block.tau).logsumexp(1))
 
 
-class _MixedLogSum(torch.autograd.Function):
-    """``log Σ_a exp((θ_mix(a) - 1)/τ)`` of a block's ``[B, K]`` shifted logits of the
-    selected negatives, their ``b`` and the pairing ``π``, with a gradient in the logits
-    only. Written by hand for memory: it keeps the logits and ``b`` (autograd would keep
-    four more ``[B, K]`` intermediates) and recomputes the mixed logits in backward."""
-
-    @staticmethod
-    def forward(ctx, logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float):
-        ctx.eps, ctx.tau = eps, tau
-        out = logit.new_empty(logit.size(0))
-        for part in row_chunks(logit):
-            out[part] = _mixed_logits(logit[part], b[part], perm, eps, tau)[0].logsumexp(dim=1)
-        ctx.save_for_backward(logit, b, perm, out)
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor):
-        logit, b, perm, out = ctx.saved_tensors
-        g = torch.empty_like(logit)
-        for part in row_chunks(logit):
-            mixed, own, pair = _mixed_logits(logit[part], b[part], perm, ctx.eps, ctx.tau)
-            p = mixed.sub_(out[part, None]).exp_().mul_(grad[part, None])  # softmax · grad
-            g[part] = own.mul_(p).index_add_(1, perm, pair.mul_(p))  # (θ_π(a) through a)
-        return g.masked_fill_(logit < -2.0 / ctx.tau, 0.0), None, None, None, None
+def _other_view(block: NegativeBlock, hardness: Hardness) -> Tensor:
+    """The dense second view's ``log b`` in its own orientation (a copy along memory)."""
+    lb = hardness.log_b(block)
+    return lb if hardness.schedule.shared_weights else lb.T.contiguous()
 
 
-def _mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float):
-    """``((θ_mix - 1)/τ, w, w_π)`` of the shifted logits ``(θ - 1)/τ``:
+def mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float) -> Tensor:
+    """``(θ_mix - 1)/τ`` of the shifted logits ``(θ - 1)/τ`` of the selected negatives:
     ``w θ_a + w_π θ_π(a) - ε/((b_a + b_π + ε)τ)`` with ``w = b_a/(b_a + b_π + ε)``,
     ``w_π = b_π/(b_a + b_π + ε)``; logits below ``θ = -1`` (rounding) count as ``-1``."""
     logit = logit.clamp(min=-2.0 / tau)
     b_pair = b.index_select(1, perm)
     norm = (b + b_pair).add_(eps).reciprocal_()
-    own, pair = b * norm, b_pair.mul_(norm)
-    mixed = (logit * own).addcmul_(logit.index_select(1, perm), pair)
-    return mixed.sub_(norm.mul_(eps / tau)), own, pair
+    mixed = logit * (b * norm) + logit.index_select(1, perm) * (b_pair * norm)
+    return mixed - norm * (eps / tau)
 
 
-def _select_both(block: NegativeBlock, hardness: Hardness, k: int) -> list[tuple]:
-    """Both views' selections on the dense path, the second's from the first's ``b``
-    transposed (``shared_weights``: the same negatives, each view its own pairing)."""
-    views = hardness.each_view(block)
-    first = select_hardest(next(views)[0], k)
-    if hardness.schedule.shared_weights:
-        return [first, (*first[:2], torch.randperm(k, device=first[0].device))]
-    return [first, select_hardest(next(views)[0], k)]
+def _pairing(k: int, like: Tensor) -> Tensor:
+    return torch.randperm(k, device=like.device)
 
 
-@torch.no_grad()
-def select_hardest(b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The ``k`` hardest negatives of each row (column indices, ascending), their ``b``, and
-    a random pairing ``π`` of their positions. ``b`` is used as it is, as in the formula:
-    where both ``b`` of a pair lie far below ``ε``, ``θ_mix`` tends to 0 continuously."""
-    idx = largest(b, k)
-    return idx, b.gather(1, idx), torch.randperm(k, device=idx.device)
+def select_hardest(log_b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The ``k`` hardest negatives of each row (column indices, ascending), their ``b``,
+    and a random pairing ``π`` of their positions."""
+    with torch.no_grad():
+        idx = largest(log_b, k)
+        return idx, log_b.gather(1, idx).exp_(), _pairing(k, idx)
 
 
 def largest(x: Tensor, k: int) -> Tensor:
     """Column indices of the ``k`` largest entries of each row of ``x`` (no NaN), ascending;
     ties at the ``k``-th value go to the lowest columns, so the order (which decides the
-    pairs of ``π``) is canonical whatever the selection algorithm."""
-    n = x.size(1)
+    pairs of ``π``) is canonical whatever the selection algorithm. Whole-matrix operations
+    with shapes known in advance: nothing is read on the host."""
+    rows, n = x.shape
     if k >= n:
-        return torch.arange(n, device=x.device).expand(x.size(0), n)
+        return torch.arange(n, device=x.device).expand(rows, n)
     kth = torch.topk(x, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
-    keep = x >= kth
-    # Ties at the k-th value (more than k kept in a row): the first ones by column, resolved
-    # in the tied rows only, a chunk of them at a time.
-    if int(torch.count_nonzero(keep)) > x.size(0) * k:
-        tied = (_row_counts(keep) > k).nonzero().squeeze(1)
-        for part in row_chunks(x[: tied.numel()]):  # (chunks of as many rows as are tied)
-            rows = tied[part]
-            sub, at = x[rows], kth[rows]
-            above, ties = sub > at, sub == at
-            first = ties.cumsum(dim=1, dtype=torch.int32) <= k - _row_counts(above).unsqueeze(1)
-            keep[rows] = above.logical_or_(ties.logical_and_(first))
-    # (The flat positions hold no row index: half the memory of nonzero's (row, column).)
-    flat = torch.nonzero(keep.reshape(-1)).view(x.size(0), k)
-    return flat.sub_(torch.arange(0, flat.size(0) * n, n, device=x.device).unsqueeze(1))
-
-
-def _row_counts(mask: Tensor) -> Tensor:
-    """``True`` entries per row of a boolean matrix, summed as bytes a row chunk at a time
-    (the int32 copy the sum makes stays a chunk's, in cache, not four times the matrix)."""
-    out = torch.empty(mask.size(0), dtype=torch.int32, device=mask.device)
-    for part in row_chunks(mask):
-        torch.sum(mask[part].view(torch.uint8), dim=1, dtype=torch.int32, out=out[part])
-    return out
+    above, ties = x > kth, x == kth
+    room = k - above.sum(dim=1, keepdim=True, dtype=torch.int32)
+    keep = above.logical_or_(ties.logical_and_(ties.cumsum(1, dtype=torch.int32) <= room))
+    # Each kept entry's rank among its row's kept ones: its slot in the result (the rest
+    # go to a spare slot k).
+    slot = torch.where(keep, keep.cumsum(1).sub_(1), k)
+    columns = torch.arange(n, device=x.device).expand(rows, n)
+    return x.new_empty(rows, k + 1, dtype=torch.long).scatter_(1, slot, columns)[:, :k]

@@ -8,7 +8,15 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
-from ._engine import NegativeBlock, contrastive_losses, full_precision
+from ._engine import (
+    NegativeBlock,
+    Plan,
+    contrastive_losses,
+    full_precision,
+    normalize_views,
+    plan,
+    step_budget,
+)
 
 __all__ = ["ContrastiveLoss"]
 
@@ -46,13 +54,22 @@ class ContrastiveLoss(torch.nn.Module):
         tau: Temperature :math:`\tau` in ``[1e-20, 1e20]`` (``TAU_RANGE``: float32
             logits :math:`\theta/\tau` and their gradients stay finite and exact).
         block_size: Anchors per row block (exact, ``O(B·N)`` memory, each block recomputed
-            in backward). ``None`` computes all anchors at once up to 8192 nodes and in
-            blocks of ``2^23 / N`` anchors above; ``block_size >= N`` forces one block.
+            in backward). ``None`` computes all anchors at once where the loss's ``N×N``
+            matrices fit ``memory_budget``, else in blocks as large as it allows
+            (:meth:`plan`); ``block_size >= N`` forces all anchors at once.
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)
             instead of all ``2(N-1)``; ``None`` uses all of them.
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'``: the ``[2, N]``
             losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1), as torch's losses take it.
+        memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
+            half the device's free memory at each call (``torch.cuda.mem_get_info`` on
+            CUDA, the host's available memory on the CPU; unbounded under
+            ``torch.compile``).
     """
+
+    #: How many ``B×C`` matrices of the computing dtype a step of the loss holds at its
+    #: peak (forward and backward; measured, docs/design.md): the budget's unit.
+    peak_matrices = 5
 
     def __init__(
         self,
@@ -60,6 +77,7 @@ class ContrastiveLoss(torch.nn.Module):
         block_size: Optional[int] = None,
         num_negatives: Optional[int] = None,
         reduction: str = "mean",
+        memory_budget: Optional[float] = None,
     ):
         super().__init__()
         self.tau = check_positive("tau", tau)
@@ -74,6 +92,9 @@ class ContrastiveLoss(torch.nn.Module):
             None if num_negatives is None else check_int("num_negatives", num_negatives, 1)
         )
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.memory_budget = (
+            None if memory_budget is None else check_positive("memory_budget", memory_budget)
+        )
 
     def reset_parameters(self):
         """Losses without state have nothing to reset."""
@@ -83,16 +104,12 @@ class ContrastiveLoss(torch.nn.Module):
         shift cancels in the loss); every subclass defines it."""
         raise NotImplementedError
 
-    # The path is picked from the data's size, which torch.compile would guard on and
-    # recompile for: the loss runs eagerly.
-    @torch.compiler.disable
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
         """The loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``, reduced.
 
         Computed in float32 (float64 for float64 views) under autocast too: half-precision
-        views are upcast and autocast is off inside the loss. Under ``torch.compile`` it
-        runs eagerly (compile the encoder or the model, not the loss). A subclass
-        overrides :meth:`compute_loss`, not this method:
+        views are upcast and autocast is off inside the loss. A subclass overrides
+        :meth:`compute_loss`, not this method:
         :class:`~pyg_progcl.distributed.DistributedLoss` calls ``compute_loss`` and
         refuses a loss whose ``forward`` is its own."""
         self.check_inputs(h1, h2)
@@ -108,17 +125,33 @@ class ContrastiveLoss(torch.nn.Module):
 
         Args:
             h1, h2: The projected views ``[N, d]`` (checked by :meth:`check_inputs`).
-            anchors: The rows whose losses are returned, each against all ``N`` nodes
-                (default: all). ``DistributedLoss`` passes a rank's own rows; an override
-                without this argument is called on all rows there and its losses cut to
-                the rank's, ``W`` times the work.
+            anchors: The rows whose losses are returned (a ``slice`` of step 1), each
+                against all ``N`` nodes (default: all). ``DistributedLoss`` passes a rank's
+                own rows; an override without this argument is called on all rows there
+                and its losses cut to the rank's, ``W`` times the work.
 
         Returns:
             ``[2, M]`` losses of the ``M`` anchors (``[2, N]`` by default).
         """
+        rows = anchor_rows(anchors, h1.size(0))
+        how = self.plan(h1, rows)
+        u, v = normalize_views(h1, h2)
         return contrastive_losses(
-            h1, h2, self.tau, self.negative_term, self.block_size, self.num_negatives,
-            anchors=anchors,
+            u, v, self.tau, self.negative_term, how, rows, self.num_negatives
+        )  # fmt: skip
+
+    def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
+        """The path and block size this loss takes for views like ``h`` (``[N, d]``): all
+        anchors at once (``'dense'``) when :attr:`peak_matrices` ``N×N`` matrices fit the
+        memory budget, else row blocks (``'rows'``) as large as it allows, or
+        ``'sampled'`` blocks with ``num_negatives``; ``block_size`` overrides the budget."""
+        rows = anchor_rows(anchors, h.size(0))
+        dtype = h.dtype if h.dtype in (torch.float32, torch.float64) else torch.float32
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        budget = step_budget(h.device, self.memory_budget)
+        return plan(
+            h.size(0), rows.stop - rows.start, itemsize, budget, self.peak_matrices,
+            self.block_size, self.num_negatives,
         )  # fmt: skip
 
     def reduce(self, losses: Tensor) -> Tensor:
@@ -144,9 +177,21 @@ class ContrastiveLoss(torch.nn.Module):
             parts.append(f"block_size={self.block_size}")
         if self.num_negatives is not None:
             parts.append(f"num_negatives={self.num_negatives}")
+        if self.memory_budget is not None:
+            parts.append(f"memory_budget={self.memory_budget:g}")
         if self.reduction != "mean":
             parts.append(f"reduction={self.reduction!r}")
         return ", ".join(parts)
 
     def _options(self) -> dict:
         return {}
+
+
+def anchor_rows(anchors: Optional[slice], num_nodes: int) -> slice:
+    """``anchors`` (default: all rows) as a ``slice(start, stop)`` within ``num_nodes``."""
+    if anchors is None:
+        return slice(0, num_nodes)
+    if not isinstance(anchors, slice) or anchors.step not in (None, 1):
+        raise ValueError(f"`anchors` must be a slice of consecutive rows, step 1 (got {anchors!r})")
+    start, stop, _ = anchors.indices(num_nodes)
+    return slice(start, max(start, stop))

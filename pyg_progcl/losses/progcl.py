@@ -10,7 +10,7 @@ from torch import Tensor
 from .._checks import check_choice, check_int, check_positive, check_views, short_repr
 from ..mixture import BetaMixture
 from ._engine import NegativeBlock
-from ._hardness import MIX_EPS, Hardness, mixed_log_negatives
+from ._hardness import MIX_EPS, Hardness, mixed_log_negatives, weighted_log_negatives
 from ._sampling import sample_negative_similarities
 from .base import ContrastiveLoss
 from .schedules import DEFAULT_SCHEDULE, FitSchedule, FrozenFit, as_schedule
@@ -92,6 +92,11 @@ class ProGCLLoss(ContrastiveLoss):
             ``floor``).
         block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
     """
+
+    #: ``N×N`` matrices at the peak of a step (see :class:`ContrastiveLoss`): four kept
+    #: exponentials and ``log b`` with its normalised copies (weight), or three and the
+    #: selection's masks and ranks (mix).
+    peak_matrices = 8
 
     def __init__(
         self,
@@ -194,18 +199,17 @@ class ProGCLLoss(ContrastiveLoss):
         self.schedule.check_nodes(h1)
 
     def negative_term(self, block: NegativeBlock) -> Tensor:
-        if "progcl" not in block.call:  # (once per call: the floor and the fit now)
-            block.call["progcl"] = Hardness(self.mixture, self.schedule) if self.fitted else None
-        hardness = block.call["progcl"]
-        if hardness is None:  # GRACE's until the first fit
+        if not self.fitted:  # GRACE's until the first fit
             return block.log_sum_exp_both()
+        if block.dense:  # (one hardness for both views of the dense path)
+            if block.pair.progcl is None:
+                block.pair.progcl = Hardness(self.mixture, self.schedule)
+            hardness = block.pair.progcl
+        else:
+            hardness = Hardness(self.mixture, self.schedule)
         if self.mode == "mix":
             return mixed_log_negatives(block, hardness, self.num_mix, self.mix_eps)
-        log_b, log_mean_b, uniform = hardness.weights(block)
-        # (dense: one weighted matrix for both views where their weights are transposes)
-        share = None if self.schedule.shared_weights or uniform else "b"
-        # log Σ_k w_k (e^{inter_k} + e^{intra_k}) with w = b / mean b
-        return block.log_sum_exp_both(1.0, log_b, share) - log_mean_b
+        return weighted_log_negatives(block, hardness)
 
     def _options(self) -> dict:
         opts = {"mode": self.mode, "num_samples": self.num_samples, "fit_iters": self.fit_iters}

@@ -59,6 +59,11 @@ class FitSchedule(torch.nn.Module):
         """The lower bound the schedule puts on ``p(TN | s')`` in ``b`` now (0: none)."""
         return self.floor
 
+    def floor_now(self) -> Union[float, Tensor]:
+        """:attr:`posterior_floor` as the loss step uses it: a number, or a device value
+        where it depends on the schedule's state (read without waiting for the device)."""
+        return self.floor
+
     def fit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
         """Refits ``loss``'s mixture on ``h1``, ``h2`` (with :meth:`refit`) if due."""
         raise NotImplementedError
@@ -149,6 +154,9 @@ class FlooredFit(OnlineFit):
     @property
     def posterior_floor(self) -> float:
         return self.floor if bool(self.degenerated) else 0.0
+
+    def floor_now(self) -> Tensor:
+        return torch.where(self.degenerated, self.floor, 0.0)
 
     def extra_repr(self) -> str:
         return ", ".join(_floor_repr(self.floor, DEGENERATE_FLOOR))
