@@ -14,8 +14,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import check_int, check_nonnegative, check_positive, check_probability
+from ._compat import is_compiling
 
 __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
+
+
+#: EM iterations between two host reads of its convergence (a refit of ProGCL's 10
+#: iterations reads it once, at the end).
+CHECK_EVERY = 10
 
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
@@ -156,16 +162,19 @@ class BetaMixture(torch.nn.Module):
         self.weight.copy_(torch.tensor([1.0 - self.weight_init, self.weight_init]))
         self.weight.clamp_(min=self.min_weight).div_(self.weight.sum())
         self.num_fits.zero_()
-        self._fitted = False  # (num_fits > 0, kept on the host: no device read per step)
+        self._fitted_key, self._fitted = None, False  # (fitted's host copy of num_fits > 0)
 
     @property
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run since construction or the last reset."""
+        # Read on the host once per change of the buffer (its storage or version), not at
+        # every loss step: in-place writes and loaded states are seen.
+        if is_compiling():  # (data pointers do not trace: the host copy, guarded on)
+            return self._fitted
+        key = (self.num_fits.data_ptr(), self.num_fits._version)
+        if key != self._fitted_key:
+            self._fitted_key, self._fitted = key, bool(self.num_fits > 0)
         return self._fitted
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._fitted = bool(self.num_fits > 0)  # (read once here, not at every loss step)
 
     @property
     def means(self) -> Tensor:
@@ -289,31 +298,36 @@ class BetaMixture(torch.nn.Module):
         x = self._check_values(x)
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
         reduce = reduce or (lambda stats: stats)
-        swapped_from = self.true_negative_index if self.fitted else None
+        swapped_from = torch.argmin(self.means) if self.fitted else None
         x = self._clamp(x.double())
         # Sufficient statistics, computed once: the E-step is one [n, 3] @ [3, 2] product
         # and the M-step one [2, n] @ [n, 3] product.
         logs = torch.stack([torch.log(x), torch.log1p(-x), torch.ones_like(x)], dim=1)
         moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
         total = reduce(moments.sum(dim=0))
-        n = float(total[0])
-        previous, converged = -math.inf, False
+        # EM runs on the device: an iteration after convergence leaves the parameters as
+        # they are, and the host reads the state once every CHECK_EVERY iterations.
+        previous = total.new_full((), -math.inf)
+        done = torch.zeros((), dtype=torch.bool, device=x.device)
+        steps = torch.zeros((), dtype=torch.long, device=x.device)
         for it in range(1, budget + 1):
             # Two components: r_1 = σ(joint_1 - joint_0) and log-lik = joint_0 + softplus(·).
             joint = logs @ self._log_coefficients()
             diff = joint[:, 1] - joint[:, 0]
             loglik = (joint[:, 0] + F.softplus(diff)).sum().view(1)
             stats = reduce(torch.cat([torch.sigmoid(diff) @ moments, loglik]))
-            self._m_step(torch.stack([total - stats[:3], stats[:3]]), n)
-            current = float(stats[3]) / n
-            self.n_iter_ = it
-            if abs(current - previous) < self.tol:
-                converged = True
-                break
+            self._m_step(torch.stack([total - stats[:3], stats[:3]]), total[0], done)
+            current = stats[3] / total[0]
+            steps.add_(~done)
+            done = done | ((current - previous).abs() < self.tol)
             previous = current
+            if it % CHECK_EVERY == 0 and it < budget and done.item():
+                break
+        n_iter, converged = (int(v) for v in torch.stack([steps, done.long()]).tolist())
+        self.n_iter_ = n_iter
         self.num_fits += 1
-        self._fitted = True
-        self._record_problems(swapped_from, converged or max_iter is not None)
+        self._fitted_key, self._fitted = (self.num_fits.data_ptr(), self.num_fits._version), True
+        self._record_problems(swapped_from, bool(converged) or max_iter is not None)
         return self
 
     def degeneracy(self, swapped_from: int | None = None) -> list[str]:
@@ -328,8 +342,15 @@ class BetaMixture(torch.nn.Module):
     def _findings(self, swapped_from: int | None = None) -> list[tuple[str, str]]:
         """:meth:`degeneracy`'s problems as ``(kind, text)`` pairs (kinds: see
         :attr:`degenerate_fits`)."""
-        tn, fn = self.true_negative_index, 1 - self.true_negative_index
-        a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
+        parts = [self.alpha, self.beta, self.weight, self.means]
+        if isinstance(swapped_from, Tensor):  # (read with the parameters: one host read)
+            parts.append(swapped_from.to(self.alpha.dtype).view(1))
+        values = torch.cat(parts).tolist()
+        a, b, w, means = values[0:2], values[2:4], values[4:6], values[6:8]
+        tn = 0 if means[0] <= means[1] else 1
+        fn = 1 - tn
+        if isinstance(swapped_from, Tensor):
+            swapped_from = int(values[8])
         found = []
         if b[fn] < 1:
             found.append(("spike", f"the false-negative component Beta({a[fn]:.3g}, "
@@ -339,7 +360,6 @@ class BetaMixture(torch.nn.Module):
             if a[c] < 1 or (c == tn and b[c] < 1):
                 found.append(("not-unimodal", f"the {name}-negative component Beta("
                               f"{a[c]:.3g}, {b[c]:.3g}) is not unimodal (alpha or beta < 1)"))  # fmt: skip
-        means = self.means.tolist()
         if min(w) <= 1.01 * self.min_weight or abs(means[0] - means[1]) < 1e-3:
             found.append(("merged", f"the components merged (weights {w[0]:.3g}, {w[1]:.3g}; "
                           f"means {means[0]:.3g}, {means[1]:.3g})"))  # fmt: skip
@@ -378,17 +398,19 @@ class BetaMixture(torch.nn.Module):
             )
         if x.layout != torch.strided:
             raise ValueError(f"`x` must be a dense tensor (got {x.layout}); pass x.to_dense()")
-        if not bool(((x >= 0) & (x <= 1)).all()):
+        if not ((x >= 0) & (x <= 1)).all().item():
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
         return x
 
-    def _m_step(self, stats: Tensor, n: int) -> None:
+    def _m_step(self, stats: Tensor, n, frozen: Tensor | None = None) -> None:
         """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``.
 
-        A component whose mass vanished keeps its previous parameters.
+        A component whose mass vanished keeps its previous parameters, and all of them do
+        where ``frozen`` (EM converged).
         """
         mass, first, second = stats.unbind(dim=1)
-        alive = mass > 1e-8 * n
+        frozen = torch.zeros((), dtype=torch.bool, device=mass.device) if frozen is None else frozen
+        alive = (mass > 1e-8 * n) & ~frozen
         mass = mass.clamp(min=1e-300)
         mean = (first / mass).clamp(self.eps, 1.0 - self.eps)
         var = second / mass - mean * mean
@@ -403,7 +425,7 @@ class BetaMixture(torch.nn.Module):
             high = torch.arange(2, device=self.beta.device) == 1 - torch.argmin(self.means)
             self.beta.copy_(torch.where(high, self.beta.clamp(min=self.min_beta_high), self.beta))
         weight = (mass / n).clamp(min=self.min_weight)
-        self.weight.copy_((weight / weight.sum()).to(dtype))
+        self.weight.copy_(torch.where(frozen, self.weight, (weight / weight.sum()).to(dtype)))
 
     def extra_repr(self) -> str:
         a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
