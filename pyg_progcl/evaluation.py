@@ -1,6 +1,6 @@
 """Evaluation of frozen node embeddings: the linear probe (docs/algorithms.md §6), link
-prediction on held-out edges (:func:`split_edges`, :func:`link_prediction_scores`) and node
-clustering (:func:`cluster_scores`).
+prediction on held-out edges (:func:`split_edges`, :meth:`EdgeSplit.scores`,
+:func:`link_scores`) and node clustering (:func:`cluster_scores`).
 
 .. code-block:: python
 
@@ -48,14 +48,8 @@ from ._checks import (
     check_nonnegative,
     check_positive,
 )
-from .clustering import cluster_scores, matched_accuracy
-from .link_prediction import (
-    EdgeSplit,
-    hits_at_k,
-    link_prediction_scores,
-    link_scores,
-    split_edges,
-)
+from ._clusters import cluster_scores
+from ._links import EdgeSplit, link_scores, split_edges
 
 __all__ = [
     "evaluate",
@@ -64,10 +58,7 @@ __all__ = [
     "split_edges",
     "EdgeSplit",
     "link_scores",
-    "link_prediction_scores",
-    "hits_at_k",
     "cluster_scores",
-    "matched_accuracy",
 ]
 
 #: The protocols of :func:`evaluate`.

@@ -1,6 +1,6 @@
 """The harness's evaluation: the library's linear-probe protocols, link prediction and
 clustering (:mod:`pyg_progcl.evaluation`, re-exported here), the probes a run may ask for
-(:data:`PROBES`, :func:`check_probes`) and :func:`mean_std`, the summary of scores over
+(``PROBES``, ``check_probes``) and :func:`mean_std`, the summary of scores over
 seeds that results report."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..evaluation import cluster_scores as cluster_scores
 from ..evaluation import evaluate as evaluate
 from ..evaluation import gca_protocol as gca_protocol
 from ..evaluation import grace_protocol as grace_protocol
-from ..evaluation import link_prediction_scores as link_prediction_scores
+from ..evaluation import link_scores as link_scores
 from ..evaluation import logistic_regression_probe as logistic_regression_probe
 from ..evaluation import public_splits as public_splits
 from ..evaluation import random_split as random_split

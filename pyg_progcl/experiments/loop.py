@@ -208,10 +208,10 @@ def train_seed(
             (:func:`~pyg_progcl.experiments.parallel.join`): data parallel mini-batch
             training; rank 0 alone writes checkpoints and shows progress, and a SIGTERM
             on any rank stops every rank after the same epoch.
-        probes: The evaluations, one or more of :data:`~pyg_progcl.experiments.evaluation.PROBES`:
-            ``"linear"`` (the linear probe), ``"link"`` (link prediction on held-out
-            edges), ``"cluster"`` (k-means against the labels). With ``"link"`` the model
-            trains, augments and is evaluated on ``edges.train_data`` only.
+        probes: The evaluations, one or more of ``"linear"`` (the linear probe),
+            ``"link"`` (link prediction on held-out edges), ``"cluster"`` (k-means against
+            the labels). With ``"link"`` the model trains, augments and is evaluated on
+            ``edges.train_data`` only.
         edges: Link prediction's split (:func:`~pyg_progcl.evaluation.split_edges`);
             default, with ``"link"``: ``split_edges(data, seed=seed)``.
 

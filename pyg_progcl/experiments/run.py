@@ -30,7 +30,7 @@ from .checkpoint import (
     save_checkpoint,
     warmup_checkpoint_path,
 )
-from .evaluation import EdgeSplit, cluster_scores, evaluate, link_prediction_scores
+from .evaluation import EdgeSplit, cluster_scores, evaluate
 from .parallel import ONE, Ranks
 from .presets import TrainConfig
 
@@ -95,7 +95,7 @@ def evaluate_embeddings(z, data, config, seed, probes, edges=None) -> dict[str, 
             ogb_name=config.dataset if config.dataset.startswith("ogbn-") else None,
         )
     if "link" in probes:
-        result["link"] = link_prediction_scores(z, edges)
+        result["link"] = edges.scores(z)
     if "cluster" in probes and has_labels(data):
         result["cluster"] = cluster_scores(z, data.y, seed=seed)
     return result

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ._checks import check_bool, check_int, check_labels, check_matrix
 
-__all__ = ["cluster_scores", "matched_accuracy"]
+__all__ = ["cluster_scores"]
 
 
 def matched_accuracy(y_true, y_pred) -> float:
@@ -73,8 +73,9 @@ def cluster_scores(
 
     Returns:
         ``{"nmi", "ari", "acc", "n_clusters"}``: scikit-learn's
-        ``normalized_mutual_info_score`` and ``adjusted_rand_score``, and
-        :func:`matched_accuracy`.
+        ``normalized_mutual_info_score`` and ``adjusted_rand_score``, and the accuracy
+        after the one-to-one map of clusters to classes that maximises it
+        (``scipy.optimize.linear_sum_assignment`` on the contingency table).
 
     Raises:
         ValueError: without labels, or with fewer than two classes.

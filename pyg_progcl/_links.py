@@ -2,13 +2,13 @@
 
 .. code-block:: python
 
-    from pyg_progcl.evaluation import link_prediction_scores, split_edges
+    from pyg_progcl.evaluation import split_edges
 
     split = split_edges(data, seed=0)  # 85 / 5 / 10 % of the undirected edges
     # ... train the encoder on split.train_data only (its edge_index lacks the held-out
     # edges in both directions), then embed that graph:
     z = model(split.train_data.x, split.train_data.edge_index).detach()
-    print(link_prediction_scores(z, split)["test"])  # auc, ap, hits@20, hits@50, hits@100
+    print(split.scores(z)["test"])  # auc, ap, hits@20, hits@50, hits@100
 
 The split holds out whole undirected edges (``u-v`` and ``v-u`` together) for validation
 and test, each with one negative pair per positive drawn from the node pairs that are no
@@ -33,7 +33,7 @@ from torch_geometric.data import Data
 
 from ._checks import check_choice, check_edge_index, check_int, check_matrix, check_nonnegative
 
-__all__ = ["EdgeSplit", "hits_at_k", "link_prediction_scores", "link_scores", "split_edges"]
+__all__ = ["EdgeSplit", "link_scores", "split_edges"]
 
 #: How :func:`link_scores` scores a node pair from its two embeddings.
 LINK_SCORES = ("cosine", "inner")
@@ -74,6 +74,25 @@ class EdgeSplit:
             "test_edges": int(self.test_edges.size(1)),
             "seed": int(self.seed),
         }
+
+    def scores(self, z: Tensor, *, score: str = "cosine") -> dict[str, Any]:
+        """:func:`link_scores` of the validation and the test pairs (validation for
+        choosing, test for reporting).
+
+        Args:
+            z: Embeddings ``[N, d]`` of :attr:`train_data` (made without the held-out
+                edges).
+            score: ``"cosine"`` or ``"inner"``.
+
+        Returns:
+            ``{"val": {...}, "test": {...}}``, each as :func:`link_scores` (``"val"`` is
+            ``None`` without validation pairs).
+        """
+        val = None
+        if self.val_edges.size(1):
+            val = link_scores(z, self.val_edges, self.val_negatives, score=score)
+        test = link_scores(z, self.test_edges, self.test_negatives, score=score)
+        return {"val": val, "test": test}
 
 
 def _pair_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -201,7 +220,7 @@ def link_scores(
 
     Args:
         z: Frozen embeddings ``[N, d]``.
-        edges: Positive pairs ``[2, P]`` (e.g. :attr:`EdgeSplit.test_edges`).
+        edges: Positive pairs ``[2, P]`` (e.g. a split's ``test_edges``).
         negatives: Negative pairs ``[2, Q]``.
         score: ``"cosine"`` (cosine similarity of the two embeddings) or ``"inner"``
             (their inner product, GAE's decoder; the sigmoid would not change a ranking).
@@ -210,8 +229,9 @@ def link_scores(
     Returns:
         ``{"auc", "ap", "hits@20", "hits@50", "hits@100"}`` (one ``hits@K`` per ``ks``):
         scikit-learn's ``roc_auc_score`` and ``average_precision_score`` of positives
-        (label 1) against negatives (label 0), and :func:`hits_at_k`; fractions in
-        ``[0, 1]``.
+        (label 1) against negatives (label 0), and OGB's Hits@K (the fraction of positives
+        scoring above the ``K``-th highest negative score; 1 with fewer than ``K``
+        negatives); fractions in ``[0, 1]``.
     """
     from sklearn.metrics import average_precision_score, roc_auc_score
 
@@ -241,22 +261,3 @@ def pair_scores(z: Tensor, pairs: Tensor, score: str = "cosine") -> Tensor:
     if score == "cosine":
         a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
     return (a * b).sum(dim=-1)
-
-
-def link_prediction_scores(z: Tensor, split: EdgeSplit, *, score: str = "cosine") -> dict[str, Any]:
-    """:func:`link_scores` of ``split``'s validation and test pairs (validation for choosing,
-    test for reporting).
-
-    Args:
-        z: Embeddings ``[N, d]`` of ``split.train_data`` (made without the held-out edges).
-        split: The :class:`EdgeSplit`.
-        score: ``"cosine"`` or ``"inner"``.
-
-    Returns:
-        ``{"val": {...}, "test": {...}}``, each as :func:`link_scores` (``"val"`` is
-        ``None`` without validation pairs).
-    """
-    val = None
-    if split.val_edges.size(1):
-        val = link_scores(z, split.val_edges, split.val_negatives, score=score)
-    return {"val": val, "test": link_scores(z, split.test_edges, split.test_negatives, score=score)}
