@@ -320,3 +320,24 @@ def test_cli_impossible_split_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert not out.exists()
     status, _, err = run_main(capsys, "train", *TINY, "--probe", "links")
     assert status == 2 and "invalid choice" in err
+
+
+def test_cli_saved_embeddings_of_a_link_run_are_of_the_training_graph(tmp_path, capsys):
+    from pyg_progcl import load_model
+
+    data = small_graph()
+    path = tmp_path / "g.pt"
+    torch.save(data, path)
+    z_path, m_path = tmp_path / "z.pt", tmp_path / "m.pt"
+    status, _, err = run_main(
+        capsys, "train", "--data", str(path), *TINY, "--probe", "link", "--seed", "4",
+        "--save-embeddings", str(z_path), "--save-model", str(m_path),
+    )  # fmt: skip
+    assert status == 0, err
+    model = load_model(m_path).eval()
+    train_graph = split_edges(data, seed=4).train_data
+    with torch.no_grad():
+        expected = model(train_graph.x, train_graph.edge_index)
+        full = model(data.x, data.edge_index)
+    saved = torch.load(z_path, weights_only=True)
+    assert torch.allclose(saved, expected, atol=1e-5) and not torch.allclose(saved, full, atol=1e-5)

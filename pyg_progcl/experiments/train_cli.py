@@ -26,7 +26,7 @@ from .checkpoint import (
     stored_warmup,
 )
 from .datasets import DATASETS, canonical_name, load_dataset
-from .evaluation import PROBES
+from .evaluation import PROBES, split_edges
 from .loop import command_line_warnings, owned_folder, resolve_device, train
 from .parallel import ONE, join, leave
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
@@ -173,7 +173,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-embeddings", metavar="FILE",
         help="write every node's final embedding (N x hidden, float32, node order) to FILE.npy "
-        "or FILE.pt (the first seed's model)",
+        "or FILE.pt (the first seed's model; with --probe link, of the graph without the "
+        "held-out edges, as the run embedded it)",
     )  # fmt: skip
     parser.add_argument(
         "--save-model", metavar="FILE",
@@ -304,9 +305,13 @@ def _check_graph_args(args: argparse.Namespace) -> None:
 
 
 def _save_outputs(args, config: TrainConfig, model, data) -> None:
-    """Writes ``--save-embeddings`` (every node, exact) and ``--save-model``, atomically."""
+    """Writes ``--save-embeddings`` (every node, exact) and ``--save-model``, atomically.
+    With ``--probe link`` the embeddings are of the graph the model trained on, without the
+    held-out edges (the run's split, made again: it depends on the first seed alone)."""
     if data is None:
         data = load_dataset(config.dataset, args.root, quiet=args.quiet)
+    if "link" in args.probe:
+        data = split_edges(data, seed=args.seed).train_data
     if args.save_embeddings:
         z = embed(model, data, batch_size=config.batch_size, progress=not args.quiet)
         save_embeddings(z, args.save_embeddings)
