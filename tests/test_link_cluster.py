@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY, one_line_error, run_main, small_config, small_graph
+from helpers import (
+    TINY,
+    InterruptError,
+    one_line_error,
+    run_main,
+    small_config,
+    small_graph,
+    stop_at,
+)
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torch_geometric.data import Data
 from torch_geometric.utils import stochastic_blockmodel_graph, to_dense_adj, to_undirected
@@ -239,6 +247,25 @@ def test_no_held_out_edge_reaches_training_its_views_or_the_embeddings():
     finally:
         hook.remove()
     assert any(pair_set(e) & held for e in seen)
+
+
+def test_a_resumed_link_run_equals_an_uninterrupted_one(tmp_path):
+    """The split depends on the seed alone, so a resumed run trains on the same graph
+    (its checkpoint's graph record matches) and ends with the same scores."""
+    data, probes = small_graph(), ("linear", "link", "cluster")
+    config = small_config("grace", epochs=8, eval_every=4, probe_epochs=30)
+    _, _, whole = train_seed(config, data, 2, progress=False, probes=probes)
+    with pytest.raises(InterruptError):
+        train_seed(config, data, 2, checkpoint_dir=tmp_path, checkpoint_every=2,
+                   progress=False, probes=probes, callback=stop_at(5))  # fmt: skip
+    _, _, resumed = train_seed(
+        config, data, 2, checkpoint_dir=tmp_path, resume=True, progress=False, probes=probes
+    )
+    assert resumed["link"] == whole["link"] and resumed["cluster"] == whole["cluster"]
+    assert resumed["history"] == whole["history"]
+    with pytest.raises(ValueError, match="graph"):  # the full graph is another graph
+        train_seed(config.replace(epochs=10), data, 2, checkpoint_dir=tmp_path, resume=True,
+                   progress=False)  # fmt: skip
 
 
 def test_link_prediction_scores_of_a_trained_model_beat_chance():
