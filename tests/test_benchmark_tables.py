@@ -73,3 +73,29 @@ def test_fit_sampling_compares_both_samples_on_a_frozen_checkpoint(tmp_path):
     rows = fit_sampling.run(tmp_path / "s.pt", draws=2, num_anchors=20)
     assert len(rows) == 5 and rows[0].startswith("| Cora, fit at epoch 101 | ours 0 |")
     assert "| – | – |" in rows[0] and "Δw median: ours" in rows[-1]
+
+
+def _link_run(method, seeds, auc, split_seed=0):
+    values = {k: [auc] * len(seeds) for k in ("auc", "ap", "hits@20", "hits@50", "hits@100")}
+    cluster = {k: [0.5] * len(seeds) for k in ("nmi", "ari", "acc")}
+    return {
+        "dataset": "Cora", "method": method, "seeds": seeds, "accuracies": [0.8] * len(seeds),
+        "link": {**values, "split": {"seed": split_seed}}, "cluster": cluster,
+    }  # fmt: skip
+
+
+def test_link_cluster_pairs_each_method_with_grace_on_common_seeds():
+    script = _script("link_cluster")
+    runs = [
+        _link_run("grace", [0, 1], 0.90),
+        _link_run("grace", [2], 0.80),
+        _link_run("progcl-weight", [1, 2, 3], 0.87),
+    ]
+    lines = script.table(script.merge(runs)).splitlines()
+    (delta,) = [line for line in lines if "Δ" in line]
+    # Seeds 1 and 2 are common: AUC -3 and +7 points, ahead on one; accuracy equal.
+    assert delta.split(" | ")[2:5] == ["2", "+0.00 (0 / 2)", "+2.00 (1 / 2)"], delta
+    with pytest.raises(ValueError, match="seed 0 twice"):
+        script.merge([_link_run("grace", [0], 0.9), _link_run("grace", [0], 0.9)])
+    unpaired = [_link_run("grace", [0], 0.9), _link_run("dcl", [0], 0.9, split_seed=1)]
+    assert "Δ" not in script.table(script.merge(unpaired))  # another split: not paired

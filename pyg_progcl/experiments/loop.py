@@ -31,12 +31,19 @@ from .checkpoint import (
     stop_requests,
 )
 from .datasets import load_dataset
-from .evaluation import mean_std
+from .evaluation import EdgeSplit, check_probes, mean_std, split_edges
 from .parallel import ONE, Ranks
 from .presets import TrainConfig, get_preset, is_graph_file
-from .run import NO_LABELS, has_labels, mixture_state, start_seed
+from .run import NO_LABELS, NOT_ASKED, has_labels, mixture_state, start_seed
 
 __all__ = ["train"]
+
+#: The link prediction scores a result holds per seed.
+LINK_KEYS = ("auc", "ap", "hits@20", "hits@50", "hits@100")
+#: The clustering scores a result holds per seed.
+CLUSTER_KEYS = ("nmi", "ari", "acc")
+#: What a result's ``cluster`` object says on a graph without labels.
+NO_CLUSTERS = "skipped: the graph has no labels to score clusters against"
 
 
 def resolve_device(device: Union[str, torch.device]) -> torch.device:
@@ -156,6 +163,8 @@ def train_seed(
     callback: Optional[Callable[[int, dict[str, Any]], None]] = None,
     loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
     ranks: Ranks = ONE,
+    probes: Sequence[str] = ("linear",),
+    edges: Optional[EdgeSplit] = None,
 ) -> tuple[GRACEModel, torch.nn.Module, dict[str, Any]]:
     """Trains and evaluates one model with one seed.
 
@@ -199,13 +208,24 @@ def train_seed(
             (:func:`~pyg_progcl.experiments.parallel.join`): data parallel mini-batch
             training; rank 0 alone writes checkpoints and shows progress, and a SIGTERM
             on any rank stops every rank after the same epoch.
+        probes: The evaluations, one or more of ``"linear"`` (the linear probe),
+            ``"link"`` (link prediction on held-out edges), ``"cluster"`` (k-means against
+            the labels). With ``"link"`` the model trains, augments and is evaluated on
+            ``edges.train_data`` only.
+        edges: Link prediction's split (:func:`~pyg_progcl.evaluation.split_edges`);
+            default, with ``"link"``: ``split_edges(data, seed=seed)``.
 
     Returns:
         ``(model, loss_fn, record)``; ``record`` holds ``seed``, ``accuracy``,
         ``history`` (evaluations), ``losses``, ``epoch_times``, ``wall_time_s`` (over
-        every part of a resumed run), ``mixture``.
+        every part of a resumed run), ``mixture``, and ``link`` (``{"val", "test"}``
+        scores) and ``cluster`` as ``probes`` asks.
     """
     device = resolve_device(device)
+    probes = check_probes(probes)
+    if "link" in probes and edges is None:
+        edges = split_edges(data, seed=seed)
+    edges = edges if "link" in probes else None
     checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs a checkpoint folder (--checkpoint DIR)")
@@ -214,9 +234,12 @@ def train_seed(
     fresh = None if resume else (lambda folder: check_fresh(folder, [seed]))
     with owned_folder(checkpoint_dir, ranks, check=fresh):
         run, start = start_seed(
-            config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks
-        )
+            config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks, probes,
+            edges,
+        )  # fmt: skip
         if start >= config.epochs and "accuracy" in run.record:
+            if any(p not in run.record for p in probes if p != "linear"):
+                run.evaluate(start, run.record["losses"][-1])  # (a probe the run lacked)
             return run.model, run.loss_fn, run.record
         return _train_epochs(run, start, checkpoint_every, progress, callback)
 
@@ -269,9 +292,9 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
             bar.set_postfix_str(progress_postfix(value, run.loss_fn, degenerate), refresh=False)
             last = epoch == config.epochs
             if last or (config.eval_every and epoch % config.eval_every == 0):
-                accuracy = run.evaluate(epoch, value)
-                if progress and ranks.main and not last and accuracy is not None:
-                    bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  accuracy {accuracy:.4f}")
+                scores = run.evaluate(epoch, value)
+                if progress and ranks.main and not last and scores:
+                    bar.write(f"  epoch {epoch:5d}  loss {value:.4f}  {score_text(scores)}")
             if config.diagnose_every and (last or epoch % config.diagnose_every == 0):
                 run.diagnose(epoch)
             saved = last or epoch % checkpoint_every == 0 or run.ends_warmup(epoch)
@@ -287,12 +310,69 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
     return run.model, run.loss_fn, run.record
 
 
-def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any]:
+def score_text(scores: dict[str, Any]) -> str:
+    """An evaluation's scores in one line: the linear probe's accuracy, the link
+    prediction's test AUC and AP, the clustering's NMI, ARI and accuracy."""
+    parts = []
+    if "linear" in scores:
+        parts.append(f"accuracy {scores['linear']['accuracy']:.4f}")
+    if "link" in scores:
+        test = scores["link"]["test"]
+        parts.append(f"link auc {test['auc']:.4f} ap {test['ap']:.4f}")
+    if "cluster" in scores:
+        c = scores["cluster"]
+        parts.append(f"cluster nmi {c['nmi']:.4f} ari {c['ari']:.4f} acc {c['acc']:.4f}")
+    return "  ".join(parts)
+
+
+def _per_seed(records, probe: str, keys: Sequence[str]) -> dict[str, Any]:
+    """The result's ``link`` / ``cluster`` object: per-seed lists of ``keys`` (link
+    prediction: the test scores, and the validation ones under ``val``), their means and
+    standard deviations."""
+    scores = [r[probe]["test"] if probe == "link" else r[probe] for r in records]
+    out: dict[str, Any] = {k: [s[k] for s in scores] for k in keys}
+    stats = {k: mean_std(out[k]) for k in keys}
+    out["mean"] = {k: m for k, (m, _) in stats.items()}
+    out["std"] = {k: sd for k, (_, sd) in stats.items()}
+    if probe == "link":
+        vals = [r["link"]["val"] for r in records]
+        out["val"] = None if None in vals else {k: [v[k] for v in vals] for k in keys}
+    return out
+
+
+def _probe_results(probes, data, records, edges) -> dict[str, Any]:
+    """The result's ``link`` and ``cluster`` objects (absent where not asked for; a
+    graph without labels: ``cluster`` says why there is none)."""
+    out: dict[str, Any] = {}
+    if "link" in probes:
+        out["link"] = {
+            **_per_seed(records, "link", LINK_KEYS),
+            "score": "cosine",
+            "split": edges.sizes(),
+        }
+    if "cluster" in probes:
+        if has_labels(data):
+            out["cluster"] = {
+                **_per_seed(records, "cluster", CLUSTER_KEYS),
+                "n_clusters": records[0]["cluster"]["n_clusters"],
+            }
+        else:
+            out["cluster"] = {"skipped": NO_CLUSTERS}
+    return out
+
+
+def _summarize(
+    config, data, device, records, wall_time: float, probes=("linear",), edges=None
+) -> dict[str, Any]:
     """The JSON-serialisable result of :func:`train` from its per-seed records."""
     accs = [r["accuracy"] for r in records]
     labelled = all(a is not None for a in accs)  # (unlabelled graphs train without a probe)
     mean, std = mean_std(accs) if labelled else (None, None)
     times = [t for r in records for t in r["epoch_times"]]
+    if labelled:
+        probe = f"linear probe, {config.protocol} protocol"
+    else:
+        probe = NO_LABELS if "linear" in probes else NOT_ASKED
     return {
         "dataset": config.dataset,
         "method": config.method,
@@ -301,7 +381,9 @@ def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any
         "accuracies": accs if labelled else None,
         "accuracy_mean": mean,
         "accuracy_std": std,
-        "probe": f"linear probe, {config.protocol} protocol" if labelled else NO_LABELS,
+        "probe": probe,
+        "probes": list(probes),
+        **_probe_results(probes, data, records, edges),
         "epoch_time_s": float(np.mean(times)) if times else 0.0,
         "epoch_time_s_per_seed": [float(np.mean(r["epoch_times"])) for r in records],
         "wall_time_s": wall_time,
@@ -335,6 +417,7 @@ def train(
     loss_factory: Optional[Callable[[TrainConfig], torch.nn.Module]] = None,
     ranks: Ranks = ONE,
     return_model: bool = False,
+    probes: Sequence[str] = ("linear",),
 ) -> Union[dict[str, Any], tuple[dict[str, Any], GRACEModel]]:
     """Trains ``config`` with several seeds and reports the probe accuracy.
 
@@ -362,6 +445,9 @@ def train(
             :class:`~pyg_progcl.GRACEModel` of the first seed, in eval mode, for
             ``model(x, edge_index)``, :func:`~pyg_progcl.io.embed` or
             :func:`~pyg_progcl.io.save_model`.
+        probes: The evaluations (see :func:`train_seed`). With ``"link"`` one edge split,
+            ``split_edges(data, seed=<the first seed>)``, is made before any training and
+            every seed trains on its training graph.
 
     Returns:
         A JSON-serialisable dict: ``dataset``, ``method``, ``config``,
@@ -370,7 +456,12 @@ def train(
         embeddings), ``epoch_time_s`` (mean seconds per training epoch),
         ``wall_time_s`` (seconds of training and evaluation, summed over the seeds; a
         resumed run's includes the time before the interruption), ``history``, ``final_loss``, ``mixture``, ``device``,
-        ``versions``.
+        ``versions``; ``probes``, and the ``link`` object (per-seed lists ``auc``,
+        ``ap``, ``hits@20``, ``hits@50``, ``hits@100`` of the test pairs, their ``mean``
+        and ``std``, the validation scores under ``val``, the pair ``score`` and the
+        ``split``'s sizes and seed) and the ``cluster`` object (per-seed lists ``nmi``,
+        ``ari``, ``acc``, their ``mean`` and ``std``, ``n_clusters``) where ``probes``
+        names them.
     """
     if config is None:
         config = get_preset("synthetic", "progcl-weight")
@@ -383,6 +474,7 @@ def train(
     seed_list = list(range(check_int("seeds", seeds))) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise ValueError("`seeds` must name at least one seed")
+    probes = check_probes(probes)
     repeated = sorted({s for s in seed_list if seed_list.count(s) > 1})
     if repeated:
         raise ValueError(f"`seeds` names seed {repeated[0]} more than once")
@@ -405,6 +497,8 @@ def train(
         warnings.simplefilter("default", GraphFieldWarning)
         if data is None:
             data = load_dataset(config.dataset, root, quiet=not progress)
+        # Link prediction's edges are held out once, before any seed trains.
+        edges = split_edges(data, seed=seed_list[0]) if "link" in probes else None
         for seed in seed_list:
             model, _, record = train_seed(
                 config,
@@ -418,12 +512,14 @@ def train(
                 callback=callback,
                 loss_factory=loss_factory,
                 ranks=ranks,
+                probes=probes,
+                edges=edges,
             )
             records.append(record)
             if return_model and len(records) == 1:
                 first_model = model.eval()
         wall_time = sum(r.get("wall_time_s", 0.0) for r in records)  # earlier parts included
-        result = _summarize(config, data, device, records, wall_time)
+        result = _summarize(config, data, device, records, wall_time, probes, edges)
         result["world_size"] = ranks.world_size
         if output is not None and ranks.main:
             _write_json(result, output)

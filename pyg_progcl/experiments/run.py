@@ -30,7 +30,7 @@ from .checkpoint import (
     save_checkpoint,
     warmup_checkpoint_path,
 )
-from .evaluation import evaluate
+from .evaluation import EdgeSplit, cluster_scores, evaluate
 from .parallel import ONE, Ranks
 from .presets import TrainConfig
 
@@ -38,6 +38,8 @@ __all__: list[str] = []
 
 #: What a result says in place of a probe accuracy on a graph without labels.
 NO_LABELS = "skipped: the graph has no labels"
+#: What a result says in place of a probe accuracy when the run asked for other probes.
+NOT_ASKED = "skipped: not among the run's probes"
 
 
 def has_labels(data: Data) -> bool:
@@ -58,9 +60,11 @@ def mixture_state(loss: torch.nn.Module) -> Optional[dict[str, Any]]:
     }
 
 
-def probe(model, data, config, seed, ranks: Ranks = ONE) -> dict[str, Any]:
-    """Linear-probe evaluation of the encoder output (OGB graphs: the official evaluator).
-    With several ranks each embeds its part of the nodes, rank 0 probes, every rank gets
+def probe(
+    model, data, config, seed, ranks: Ranks = ONE, probes=("linear",), edges=None
+) -> dict[str, Any]:
+    """The evaluations ``probes`` names of the encoder output (:func:`evaluate_embeddings`).
+    With several ranks each embeds its part of the nodes, rank 0 evaluates, every rank gets
     rank 0's result."""
     was_training = model.training
     model.eval()
@@ -71,19 +75,30 @@ def probe(model, data, config, seed, ranks: Ranks = ONE) -> dict[str, Any]:
             gather = ranks.row_gather(data.num_nodes)
             z = embed_minibatch(model, data, config.batch_size, part=ranks.part(), gather=gather)
     model.train(was_training)
-    return ranks.from_main(_probe(z, data, config, seed) if ranks.main else None)
+    result = evaluate_embeddings(z, data, config, seed, probes, edges) if ranks.main else None
+    return ranks.from_main(result)
 
 
-def _probe(z, data, config, seed) -> dict[str, Any]:
-    return evaluate(
-        z,
-        data,
-        config.protocol,
-        split=config.split,
-        seed=seed,
-        probe_epochs=config.probe_epochs,
-        ogb_name=config.dataset if config.dataset.startswith("ogbn-") else None,
-    )
+def evaluate_embeddings(z, data, config, seed, probes, edges=None) -> dict[str, Any]:
+    """``{"linear": ..., "link": ..., "cluster": ...}``, the evaluations ``probes`` names
+    that the graph allows: the linear probe (OGB graphs: the official evaluator) and
+    clustering with labels only; link prediction on ``edges``' held-out pairs."""
+    result: dict[str, Any] = {}
+    if "linear" in probes and has_labels(data):
+        result["linear"] = evaluate(
+            z,
+            data,
+            config.protocol,
+            split=config.split,
+            seed=seed,
+            probe_epochs=config.probe_epochs,
+            ogb_name=config.dataset if config.dataset.startswith("ogbn-") else None,
+        )
+    if "link" in probes:
+        result["link"] = edges.scores(z)
+    if "cluster" in probes and has_labels(data):
+        result["cluster"] = cluster_scores(z, data.y, seed=seed)
+    return result
 
 
 def full_graph_epoch(model, loss_fn, optimizer, data: Data, refit: bool) -> float:
@@ -142,6 +157,8 @@ class SeedRun:
     views: Optional[torch.nn.Module] = None  # the seeds' views, DDP-wrapped with several ranks
     graph: Optional[dict[str, Any]] = None  # what a checkpoint records of the graph
     clock: float = dataclasses.field(default_factory=time.perf_counter)  # see tick()
+    probes: tuple[str, ...] = ("linear",)  # the evaluations (PROBES) the run asked for
+    edges: Optional[EdgeSplit] = None  # link prediction's held-out edges, with "link"
 
     def tick(self) -> None:
         """Adds the time since the last call to the record's ``wall_time_s`` (which a
@@ -181,23 +198,36 @@ class SeedRun:
             noted = self.record.setdefault("degenerate_fits", [])
             noted.append({"epoch": epoch, "problems": list(problems), "floor": floor})
 
-    def evaluate(self, epoch: int, value: float) -> Optional[float]:
-        """Probes the current embeddings; at the last epoch also stores the final result.
-        A graph without labels has nothing to probe: ``None``, and the record says why."""
-        if not has_labels(self.data):
-            if epoch == self.config.epochs:
-                self.record.update(accuracy=None, probe=NO_LABELS)
-                self.record["mixture"] = mixture_state(self.loss_fn)
-            return None
-        result = probe(self.model, self.data, self.config, self.seed, self.ranks)
-        self.record["history"].append(
-            {"epoch": epoch, "accuracy": result["accuracy"], "loss": value}
-        )
-        if epoch == self.config.epochs:
-            self.record["accuracy"] = result["accuracy"]
-            self.record["evaluation"] = {k: v for k, v in result.items() if k != "accuracy"}
+    def evaluate(self, epoch: int, value: float) -> dict[str, Any]:
+        """Evaluates the current embeddings as :attr:`probes` asks (``{}`` when nothing
+        applies); at the last epoch also stores the final results. A graph without labels
+        has no linear probe and no clustering: the record says why."""
+        final = epoch == self.config.epochs
+        result: dict[str, Any] = {}
+        if has_labels(self.data) or "link" in self.probes:
+            result = probe(
+                self.model, self.data, self.config, self.seed, self.ranks, self.probes,
+                self.edges,
+            )  # fmt: skip
+            entry: dict[str, Any] = {"epoch": epoch, "loss": value}
+            if "linear" in result:
+                entry["accuracy"] = result["linear"]["accuracy"]
+            entry.update({k: result[k] for k in ("link", "cluster") if k in result})
+            self.record["history"].append(entry)
+        if final:
+            linear = result.get("linear")
+            if linear is not None:
+                self.record["accuracy"] = linear["accuracy"]
+                self.record["evaluation"] = {k: v for k, v in linear.items() if k != "accuracy"}
+            else:
+                self.record["accuracy"] = None
+                why = NO_LABELS if "linear" in self.probes else NOT_ASKED
+                self.record["probe"] = why
+            for name in ("link", "cluster"):
+                if name in result:
+                    self.record[name] = result[name]
             self.record["mixture"] = mixture_state(self.loss_fn)
-        return result["accuracy"]
+        return result
 
     def diagnose(self, epoch: int) -> None:
         """Appends the false-negative summary of this epoch to the record."""
@@ -233,12 +263,17 @@ class SeedRun:
 
 
 def start_seed(
-    config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks: Ranks = ONE
-) -> tuple[SeedRun, int]:
+    config, data, seed, device, checkpoint_dir, resume, loss_factory, ranks: Ranks = ONE,
+    probes=("linear",), edges: Optional[EdgeSplit] = None,
+) -> tuple[SeedRun, int]:  # fmt: skip
     """Builds a seed's model, loss and optimiser (restored from its checkpoint when
     resuming); returns the run and the number of epochs already done. With several ranks:
     data parallel mini-batch training (DistributedDataParallel over the seeds' views, a
-    :class:`~pyg_progcl.distributed.DistributedLoss`), each rank seeded ``seed + rank``."""
+    :class:`~pyg_progcl.distributed.DistributedLoss`), each rank seeded ``seed + rank``.
+    With ``edges`` (link prediction's split) the run trains, augments and evaluates on
+    ``edges.train_data``, not on ``data``: no held-out edge reaches the model."""
+    if edges is not None:
+        data = edges.train_data
     if ranks.distributed and config.batch_size is None:
         raise ValueError("--distributed trains on mini-batches of seed nodes: set --batch-size")
     if has_labels(data):  # before the training, not at its end's probe
@@ -272,7 +307,7 @@ def start_seed(
         )
     run = SeedRun(
         config, data, seed, device, model, loss_fn, optimizer, loader, path, record, ranks,
-        objective, views, graph,
+        objective, views, graph, probes=tuple(probes), edges=edges,
     )  # fmt: skip
     if start and run.ends_warmup(start) and ranks.any(not warmup_checkpoint_path(path).exists()):
         run.checkpoint(start, warmup_only=True)  # (restores a lost warm-up checkpoint)

@@ -26,6 +26,7 @@ from .checkpoint import (
     stored_warmup,
 )
 from .datasets import DATASETS, canonical_name, load_dataset
+from .evaluation import PROBES, split_edges
 from .loop import command_line_warnings, owned_folder, resolve_device, train
 from .parallel import ONE, join, leave
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
@@ -172,7 +173,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-embeddings", metavar="FILE",
         help="write every node's final embedding (N x hidden, float32, node order) to FILE.npy "
-        "or FILE.pt (the first seed's model)",
+        "or FILE.pt (the first seed's model; with --probe link, of the graph without the "
+        "held-out edges, as the run embedded it)",
     )  # fmt: skip
     parser.add_argument(
         "--save-model", metavar="FILE",
@@ -196,6 +198,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue from --checkpoint (a seed without a checkpoint there starts from epoch "
         "0; a note says so when no seed has one); keeps the checkpoint's warm-up unless "
         "--warmup-epochs is given; refuses a checkpoint of another graph or config",
+    )  # fmt: skip
+    parser.add_argument(
+        "--probe", nargs="+", choices=PROBES, default=["linear"], metavar="PROBE",
+        help="how the embeddings are evaluated, one or more of: linear (the linear probe's "
+        "node classification accuracy; default), link (link prediction: 5%% / 10%% of the "
+        "edges held out before training, for validation / test, scored by AUC, AP and "
+        "Hits@20/50/100; the model trains only on the rest), cluster (k-means with as many "
+        "clusters as classes: NMI, ARI, accuracy); linear and cluster need labels",
     )  # fmt: skip
     parser.add_argument("--config", help="JSON file of config fields (before the flags below)")
     parser.add_argument(
@@ -295,9 +305,13 @@ def _check_graph_args(args: argparse.Namespace) -> None:
 
 
 def _save_outputs(args, config: TrainConfig, model, data) -> None:
-    """Writes ``--save-embeddings`` (every node, exact) and ``--save-model``, atomically."""
+    """Writes ``--save-embeddings`` (every node, exact) and ``--save-model``, atomically.
+    With ``--probe link`` the embeddings are of the graph the model trained on, without the
+    held-out edges (the run's split, made again: it depends on the first seed alone)."""
     if data is None:
         data = load_dataset(config.dataset, args.root, quiet=args.quiet)
+    if "link" in args.probe:
+        data = split_edges(data, seed=args.seed).train_data
     if args.save_embeddings:
         z = embed(model, data, batch_size=config.batch_size, progress=not args.quiet)
         save_embeddings(z, args.save_embeddings)
@@ -382,6 +396,8 @@ def _run(args: argparse.Namespace) -> int:
             result, model, data = _train(args, config, seeds, ranks, device)
             if not args.quiet and ranks.main:
                 print(_summary_line(result, config, seeds))
+                for line in _probe_lines(result):
+                    print(line)
                 if args.output:
                     print(f"wrote {args.output}")
             if model is not None and ranks.main:
@@ -418,10 +434,45 @@ def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], rank
             output=args.output,
             ranks=ranks,
             return_model=saving,
+            probes=args.probe,
         )
     finally:
         leave()
     return (*result, data) if saving else (result, None, data)
+
+
+def _mean_std(scores: dict[str, Any], key: str, name: str) -> str:
+    """``name mean ± std`` of one score of a result's ``link`` / ``cluster`` object."""
+    return f"{name} {scores['mean'][key]:.4f} ± {scores['std'][key]:.4f}"
+
+
+def _probe_lines(result: dict[str, Any]) -> list[str]:
+    """The summary's lines of link prediction and clustering (where the run asked for
+    them): the test scores' means ± standard deviations over the seeds, or why there are
+    none."""
+    lines = []
+    link = result.get("link")
+    if link is not None:
+        split = link["split"]
+        scores = ", ".join(
+            _mean_std(link, key, name)
+            for key, name in [("auc", "AUC"), ("ap", "AP")]
+            + [(f"hits@{k}", f"Hits@{k}") for k in (20, 50, 100)]
+        )
+        lines.append(
+            f"  link prediction ({split['test_edges']} held-out test edges and as many "
+            f"non-edges, {link['score']} scores; split seed {split['seed']}): {scores}"
+        )
+    cluster = result.get("cluster")
+    if cluster is not None and "skipped" in cluster:
+        lines.append(f"  clustering {cluster['skipped']}")
+    elif cluster is not None:
+        scores = ", ".join(
+            _mean_std(cluster, key, name) for key, name in [("nmi", "NMI"), ("ari", "ARI"),
+                                                             ("acc", "accuracy")]
+        )  # fmt: skip
+        lines.append(f"  clustering (k-means, {cluster['n_clusters']} clusters): {scores}")
+    return lines
 
 
 def _summary_line(result: dict[str, Any], config: TrainConfig, seeds: list[int]) -> str:

@@ -1,0 +1,370 @@
+"""Link prediction and node clustering: the edge split (no held-out edge reaches training),
+the scores against scikit-learn and brute force, and the command line's ``--probe``."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import (
+    TINY,
+    InterruptError,
+    one_line_error,
+    run_main,
+    small_config,
+    small_graph,
+    stop_at,
+)
+from sklearn.metrics import average_precision_score, roc_auc_score
+from torch_geometric.data import Data
+from torch_geometric.utils import stochastic_blockmodel_graph, to_dense_adj, to_undirected
+
+from pyg_progcl._clusters import matched_accuracy
+from pyg_progcl._links import hits_at_k
+from pyg_progcl.evaluation import cluster_scores, link_scores, split_edges
+from pyg_progcl.experiments import train
+from pyg_progcl.experiments.loop import train_seed
+
+
+def pair_set(edge_index):
+    """The unordered pairs of ``edge_index``."""
+    return {(min(u, v), max(u, v)) for u, v in edge_index.t().tolist()}
+
+
+def directed_set(edge_index):
+    return {(u, v) for u, v in edge_index.t().tolist()}
+
+
+# ----------------------------------------------------------------------------- the split
+
+
+def test_split_holds_out_whole_undirected_edges_with_negatives_from_non_edges():
+    data = small_graph()
+    data.edge_weight = torch.rand(data.num_edges)
+    split = split_edges(data, seed=3)
+    edges = pair_set(data.edge_index)
+    train = directed_set(split.train_data.edge_index)
+    held = pair_set(split.val_edges) | pair_set(split.test_edges)
+    sizes = split.sizes()
+    num_pairs = len({p for p in edges if p[0] != p[1]})
+    assert sizes["test_edges"] == num_pairs // 10 and sizes["val_edges"] == num_pairs // 20
+    assert sizes["train_edges"] == num_pairs - sizes["test_edges"] - sizes["val_edges"]
+    assert sizes["seed"] == 3
+    assert held <= edges and not pair_set(split.val_edges) & pair_set(split.test_edges)
+    # No held-out pair is in the training graph, in either direction.
+    assert not any((u, v) in train or (v, u) in train for u, v in held)
+    # Every other edge is, with its weight.
+    kept = [
+        i
+        for i, (u, v) in enumerate(data.edge_index.t().tolist())
+        if (min(u, v), max(u, v)) not in held
+    ]
+    assert split.train_data.edge_index.tolist() == data.edge_index[:, kept].tolist()
+    assert torch.equal(split.train_data.edge_weight, data.edge_weight[kept])
+    assert torch.equal(split.train_data.x, data.x) and torch.equal(split.train_data.y, data.y)
+    # One negative per positive: distinct non-edges, u < v.
+    for pos, neg in (
+        (split.val_edges, split.val_negatives),
+        (split.test_edges, split.test_negatives),
+    ):
+        assert neg.shape == pos.shape and bool((neg[0] < neg[1]).all())
+        assert not pair_set(neg) & edges
+    negatives = pair_set(split.val_negatives) | pair_set(split.test_negatives)
+    assert len(negatives) == split.val_negatives.size(1) + split.test_negatives.size(1)
+
+
+def test_split_is_seeded_and_leaves_the_global_rng_alone():
+    data = small_graph()
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    a, b, c = split_edges(data, seed=1), split_edges(data, seed=1), split_edges(data, seed=2)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(a.test_edges, b.test_edges) and torch.equal(
+        a.test_negatives, b.test_negatives
+    )
+    assert not torch.equal(a.test_edges, c.test_edges)
+
+
+def test_split_of_a_directed_graph_drops_held_out_edges_stored_either_way():
+    # Edges stored as u > v only (RandomLinkSplit's undirected split would lose them).
+    row = torch.arange(1, 60)
+    data = Data(edge_index=torch.stack([row, row - 1]), num_nodes=60)
+    split = split_edges(data, seed=0)
+    assert split.test_edges.size(1) == 5 and split.val_edges.size(1) == 2
+    held = pair_set(split.val_edges) | pair_set(split.test_edges)
+    assert not held & pair_set(split.train_data.edge_index)
+    assert split.train_data.num_edges == 59 - 7
+
+
+def test_a_nearly_complete_graph_draws_its_few_non_edges():
+    edge_index = torch.combinations(torch.arange(12)).t()
+    keep = torch.ones(edge_index.size(1), dtype=torch.bool)
+    keep[:20] = False  # 20 non-edges for 4 + 2 negatives (of 46 edges)
+    split = split_edges(Data(edge_index=to_undirected(edge_index[:, keep]), num_nodes=12))
+    negatives = pair_set(split.val_negatives) | pair_set(split.test_negatives)
+    assert len(negatives) == 6 and negatives <= pair_set(edge_index[:, :20])
+
+
+@pytest.mark.parametrize(
+    "edge_index, num_nodes, words",
+    [
+        (torch.empty(2, 0, dtype=torch.long), 10, ["at least 20 undirected edges", "has 0 edges"]),
+        # Mostly isolated nodes: 5 edges, too few to hold any out for validation.
+        (to_undirected(torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])), 100, ["has 5 edges"]),
+        (torch.tensor([[0, 0], [0, 0]]), 5, ["has 0 edges"]),  # self-loops only
+        (to_undirected(torch.combinations(torch.arange(8)).t()), 8, ["no edge", "only 0"]),
+    ],
+)
+def test_an_impossible_split_is_one_clear_error(edge_index, num_nodes, words):
+    with pytest.raises(ValueError) as info:
+        split_edges(Data(edge_index=edge_index, num_nodes=num_nodes))
+    message = str(info.value)
+    assert "\n" not in message and "link prediction needs" in message
+    for word in words:
+        assert word in message, message
+
+
+# ----------------------------------------------------------------------------- link scores
+
+
+def test_auc_and_ap_equal_scikit_learns_on_the_same_scores():
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(50, 8, generator=gen)
+    pos, neg = torch.randint(50, (2, 40), generator=gen), torch.randint(50, (2, 60), generator=gen)
+    labels = np.r_[np.ones(40), np.zeros(60)]
+    for score, fn in [
+        ("cosine", lambda p: F.cosine_similarity(z[p[0]], z[p[1]])),
+        ("inner", lambda p: (z[p[0]] * z[p[1]]).sum(-1)),
+    ]:
+        values = torch.cat([fn(pos), fn(neg)]).double().numpy()
+        got = link_scores(z, pos, neg, score=score)
+        assert got["auc"] == pytest.approx(roc_auc_score(labels, values), abs=1e-12)
+        assert got["ap"] == pytest.approx(average_precision_score(labels, values), abs=1e-12)
+    cos, inner = link_scores(z, pos, neg), link_scores(z, pos, neg, score="inner")
+    assert cos["auc"] != inner["auc"]  # (the two scores differ, so each was checked)
+
+
+def brute_force_hits(pos, neg, k):
+    """A positive is a hit when fewer than ``k`` negatives score at least as high."""
+    return sum(sum(n >= p for n in neg) < k for p in pos) / len(pos)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10, 40])
+def test_hits_at_k_equals_a_brute_force_count(k):
+    gen = torch.Generator().manual_seed(k)
+    pos = torch.randint(0, 12, (30,), generator=gen).double()  # many ties
+    neg = torch.randint(0, 12, (35,), generator=gen).double()
+    assert hits_at_k(pos, neg, k) == pytest.approx(brute_force_hits(pos.tolist(), neg.tolist(), k))
+
+
+def test_hits_with_fewer_negatives_than_k_is_one_as_in_ogb():
+    assert hits_at_k(torch.zeros(3), torch.ones(5), 20) == 1.0
+
+
+def test_link_scores_name_each_score():
+    z = torch.randn(10, 4)
+    pairs = torch.tensor([[0, 1], [2, 3]])
+    assert set(link_scores(z, pairs, pairs)) == {"auc", "ap", "hits@20", "hits@50", "hits@100"}
+    with pytest.raises(ValueError, match="outside the 10 embeddings"):
+        link_scores(z, pairs, torch.tensor([[0], [10]]))
+    with pytest.raises(ValueError, match="score"):
+        link_scores(z, pairs, pairs, score="dot")
+
+
+# ----------------------------------------------------------------------------- clustering
+
+
+def test_on_a_planted_partition_nmi_and_ari_reach_one():
+    sizes = [40, 30, 50, 35]
+    probs = torch.full((4, 4), 0.01) + torch.eye(4) * 0.29  # 0.3 within a block, 0.01 across
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        edge_index = stochastic_blockmodel_graph(sizes, probs)
+    y = torch.repeat_interleave(torch.tensor([2, 0, 3, 1]), torch.tensor(sizes))
+    # Two steps of propagation from each node: mostly the own block's coordinates.
+    adj = to_dense_adj(edge_index, max_num_nodes=sum(sizes))[0] + torch.eye(sum(sizes))
+    scores = cluster_scores(adj @ adj, y, seed=0)
+    assert scores["nmi"] == pytest.approx(1.0) and scores["ari"] == pytest.approx(1.0)
+    assert scores["acc"] == pytest.approx(1.0) and scores["n_clusters"] == 4
+
+
+def test_clustering_scores_are_low_on_noise_and_need_labels():
+    gen = torch.Generator().manual_seed(0)
+    scores = cluster_scores(torch.randn(200, 8, generator=gen), torch.arange(200) % 4)
+    assert scores["nmi"] < 0.1 and scores["ari"] < 0.1
+    with pytest.raises(ValueError, match="labels"):
+        cluster_scores(torch.randn(20, 3), None)
+    with pytest.raises(ValueError, match="two classes"):
+        cluster_scores(torch.randn(20, 3), torch.zeros(20, dtype=torch.long))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matched_accuracy_equals_a_brute_force_search_over_permutations(seed):
+    rng = np.random.default_rng(seed)
+    k = 4
+    y_true = rng.integers(0, k, 60)
+    y_pred = (y_true + (rng.random(60) < 0.4) * rng.integers(0, k, 60)) % k
+    best = max(
+        np.mean(np.asarray(perm)[y_pred] == y_true) for perm in itertools.permutations(range(k))
+    )
+    assert matched_accuracy(torch.as_tensor(y_true), y_pred) == pytest.approx(best)
+    assert best < 1.0
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_no_held_out_edge_reaches_training_its_views_or_the_embeddings():
+    """Every edge_index any module sees in a run with the link probe (the augmenters' input,
+    each augmented view, the probe's embedding) holds no held-out pair, in either
+    direction; the pairs are edges of the full graph that a model would otherwise see."""
+    data = small_graph()
+    split = split_edges(data, seed=0)
+    held = pair_set(split.val_edges) | pair_set(split.test_edges)
+    seen = []
+
+    def record(module, args):
+        seen.extend(a for a in args if torch.is_tensor(a) and a.dim() == 2 and a.size(0) == 2
+                    and not a.is_floating_point())  # fmt: skip
+
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(record)
+    try:
+        config = small_config("gca", epochs=6, warmup_epochs=3, eval_every=3)  # adaptive views
+        _, _, record_ = train_seed(config, data, 0, progress=False, probes=("link",), edges=split)
+    finally:
+        hook.remove()
+    assert len(seen) >= 6 * 2  # (each epoch's two views at least)
+    for edge_index in seen:
+        assert not pair_set(edge_index) & held
+    assert set(record_["link"]) == {"val", "test"}
+    # Without the split, the same run sees them.
+    seen.clear()
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(record)
+    try:
+        train_seed(config.replace(epochs=1), data, 0, progress=False, probes=("linear",))
+    finally:
+        hook.remove()
+    assert any(pair_set(e) & held for e in seen)
+
+
+def test_a_resumed_link_run_equals_an_uninterrupted_one(tmp_path):
+    """The split depends on the seed alone, so a resumed run trains on the same graph
+    (its checkpoint's graph record matches) and ends with the same scores."""
+    data, probes = small_graph(), ("linear", "link", "cluster")
+    config = small_config("grace", epochs=8, eval_every=4, probe_epochs=30)
+    _, _, whole = train_seed(config, data, 2, progress=False, probes=probes)
+    with pytest.raises(InterruptError):
+        train_seed(config, data, 2, checkpoint_dir=tmp_path, checkpoint_every=2,
+                   progress=False, probes=probes, callback=stop_at(5))  # fmt: skip
+    _, _, resumed = train_seed(
+        config, data, 2, checkpoint_dir=tmp_path, resume=True, progress=False, probes=probes
+    )
+    assert resumed["link"] == whole["link"] and resumed["cluster"] == whole["cluster"]
+    assert resumed["history"] == whole["history"]
+    with pytest.raises(ValueError, match="graph"):  # the full graph is another graph
+        train_seed(config.replace(epochs=10), data, 2, checkpoint_dir=tmp_path, resume=True,
+                   progress=False)  # fmt: skip
+
+
+def test_link_prediction_scores_of_a_trained_model_beat_chance():
+    data = small_graph()
+    result = train(
+        small_config("grace", epochs=40), data, progress=False, probes=["link", "cluster"]
+    )
+    assert result["accuracies"] is None and "not among" in result["probe"]
+    assert result["link"]["mean"]["auc"] > 0.6 and result["cluster"]["mean"]["nmi"] > 0.1
+
+
+def test_library_scores_match_the_runs():
+    data = small_graph()
+    split = split_edges(data, seed=0)
+    model = train(small_config("grace", epochs=5), data, progress=False, probes=["link"],
+                  return_model=True)  # fmt: skip
+    result, model = model
+    z = model(split.train_data.x, split.train_data.edge_index).detach()
+    assert split.scores(z)["test"]["auc"] == pytest.approx(result["link"]["auc"][0])
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def test_cli_probes_write_the_link_and_cluster_objects(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    status, stdout, err = run_main(
+        capsys, "train", *[a for a in TINY if a != "--quiet"], "--seeds", "2", "--probe",
+        "linear", "link", "cluster", "--output", str(out),
+    )  # fmt: skip
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    link, cluster = result["link"], result["cluster"]
+    for key in ("auc", "ap", "hits@20", "hits@50", "hits@100"):
+        assert len(link[key]) == 2 and link["mean"][key] == pytest.approx(np.mean(link[key]))
+    assert set(link["split"]) == {"train_edges", "val_edges", "test_edges", "seed"}
+    for key in ("nmi", "ari", "acc"):
+        assert len(cluster[key]) == 2 and cluster["mean"][key] == pytest.approx(
+            np.mean(cluster[key])
+        )
+    assert len(result["accuracies"]) == 2 and result["probes"] == ["linear", "link", "cluster"]
+    assert "link prediction" in stdout and "AUC" in stdout and "Hits@50" in stdout
+    assert "clustering (k-means" in stdout and "NMI" in stdout
+
+
+def test_cli_default_probe_is_linear_only(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    status, stdout, err = run_main(capsys, "train", *TINY, "--output", str(out))
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    assert result["probes"] == ["linear"] and "link" not in result and "cluster" not in result
+
+
+def test_cli_link_and_cluster_on_an_unlabelled_graph_file(tmp_path, capsys):
+    data = small_graph()
+    path = tmp_path / "g.pt"
+    torch.save(Data(x=data.x, edge_index=data.edge_index), path)
+    out = tmp_path / "r.json"
+    argv = ["train", "--data", str(path), *[a for a in TINY if a != "--quiet"]]
+    status, stdout, err = run_main(
+        capsys, *argv, "--probe", "link", "cluster", "--output", str(out)
+    )
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    assert len(result["link"]["auc"]) == 1 and "labels" in result["cluster"]["skipped"]
+    assert "clustering skipped: the graph has no labels" in stdout
+
+
+def test_cli_impossible_split_is_one_line_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "g.pt"
+    torch.save(
+        Data(x=torch.randn(30, 4), edge_index=to_undirected(torch.tensor([[0, 1], [1, 2]]))), path
+    )
+    out = tmp_path / "r.json"
+    status, _, err = run_main(
+        capsys, "train", "--data", str(path), *TINY, "--probe", "link", "--output", str(out)
+    )
+    one_line_error(status, err, "link prediction needs", "has 2 edges")
+    assert not out.exists()
+    status, _, err = run_main(capsys, "train", *TINY, "--probe", "links")
+    assert status == 2 and "invalid choice" in err
+
+
+def test_cli_saved_embeddings_of_a_link_run_are_of_the_training_graph(tmp_path, capsys):
+    from pyg_progcl import load_model
+
+    data = small_graph()
+    path = tmp_path / "g.pt"
+    torch.save(data, path)
+    z_path, m_path = tmp_path / "z.pt", tmp_path / "m.pt"
+    status, _, err = run_main(
+        capsys, "train", "--data", str(path), *TINY, "--probe", "link", "--seed", "4",
+        "--save-embeddings", str(z_path), "--save-model", str(m_path),
+    )  # fmt: skip
+    assert status == 0, err
+    model = load_model(m_path).eval()
+    train_graph = split_edges(data, seed=4).train_data
+    with torch.no_grad():
+        expected = model(train_graph.x, train_graph.edge_index)
+        full = model(data.x, data.edge_index)
+    saved = torch.load(z_path, weights_only=True)
+    assert torch.allclose(saved, expected, atol=1e-5) and not torch.allclose(saved, full, atol=1e-5)
