@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -142,6 +142,7 @@ class SeedRun:
     views: Optional[torch.nn.Module] = None  # the seeds' views, DDP-wrapped with several ranks
     graph: Optional[dict[str, Any]] = None  # what a checkpoint records of the graph
     clock: float = dataclasses.field(default_factory=time.perf_counter)  # see tick()
+    batch_progress: Optional[Callable[[int, Optional[int]], None]] = None  # mini-batch epochs
 
     def tick(self) -> None:
         """Adds the time since the last call to the record's ``wall_time_s`` (which a
@@ -159,7 +160,7 @@ class SeedRun:
             value = minibatch_epoch(
                 self.model, self.objective or self.loss_fn, self.loader(epoch),
                 self.optimizer, device=self.device, fit=refit, data=self.data,
-                views=self.views,
+                views=self.views, progress=self.batch_progress,
             )  # fmt: skip
         else:
             value = full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)
