@@ -113,6 +113,8 @@ def test_diagnose_prints_the_estimate_unless_quiet(capsys, monkeypatch, tmp_path
     lines = [line for line in err.splitlines() if "estimate:" in line]
     assert len(lines) == 1 and "6 epochs x 2 encoders" in lines[0]
     assert "--encoder gcn" in lines[0]
+    # The two runs' progress bars say which encoder trains.
+    assert "synthetic/progcl-weight seed 0" in err and "synthetic/progcl-weight MLP seed 0" in err
     fake_clock(monkeypatch)
     status, out, err = run_main(capsys, *argv, "--quiet")
     assert status == 0 and "estimate" not in err + out

@@ -294,7 +294,8 @@ def run_cli(args: argparse.Namespace) -> int:
         plot_comparison(diags, out / "similarity.png", suptitle=config.dataset)
         written.append(out / "similarity.png")
         if history:
-            plot_tracking(history, out / "tracking.png")
+            title = f"{config.dataset}, {config.method}: false negatives over training"
+            plot_tracking(history, out / "tracking.png", title=title)
             written.append(out / "tracking.png")
     if not args.quiet:
         print(format_table(result["runs"], accuracy))

@@ -256,7 +256,7 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
     bar = tqdm(
         total=config.epochs,
         initial=start,
-        desc=f"{config.dataset}/{config.method} seed {seed}",
+        desc=f"{config.dataset}/{config.method}{_encoder_tag(config)} seed {seed}",
         disable=not (progress and ranks.main),
         dynamic_ncols=True,
         leave=False,
@@ -290,6 +290,11 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
                 raise TrainingInterruptedError(epoch, run.path)
     run.tick()
     return run.model, run.loss_fn, run.record
+
+
+def _encoder_tag(config: TrainConfig) -> str:
+    """`` MLP`` for the MLP encoder (``diagnose`` trains both), else nothing."""
+    return "" if config.encoder == "gcn" else f" {config.encoder.upper()}"
 
 
 def _summarize(config, data, device, records, wall_time: float) -> dict[str, Any]:
