@@ -25,12 +25,21 @@ for arg in "$@"; do
         *) echo "setup.sh: unknown option '$arg' (use --dev, --with-sparse or nothing)" >&2; exit 2 ;;
     esac
 done
-[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+say() { echo "setup.sh: $*" >&2; }
 
-# pip warns about each configured local index that lacks a package; only those lines go.
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv with ${PYTHON:-python3}"
+    "${PYTHON:-python3}" -m venv .venv
+fi
+
+# pip says what it collects, downloads and installs, line by line; the lines about what
+# is already installed, and pip's warnings about each configured local index that lacks
+# a package, go.
 pip_install() {
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-        -c constraints-dev.txt "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; }
+    .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+        -c constraints-dev.txt "$@" 2>&1 \
+        | { grep --line-buffered -v -e "^WARNING: Location 'file://" \
+            -e "^Requirement already satisfied" || true; }
     return "${PIPESTATUS[0]}"
 }
 
@@ -38,8 +47,18 @@ needs="pyg_progcl torch_geometric sklearn networkx tqdm filelock"
 [ "$dev" = 1 ] && needs="$needs pytest ruff sphinx importlinter ogb matplotlib"
 installed='import importlib.util as u, sys; sys.exit(any(not u.find_spec(m) for m in sys.argv[1:]))'
 if ! .venv/bin/python -c "$installed" $needs 2>/dev/null; then
+    say "step 1/2: torch 2.13.0 (a download of some 200 MB for the CPU build, more with CUDA; a few minutes)"
     pip_install torch==2.13.0  # first, so that no dependency pulls another torch build
-    if [ "$dev" = 1 ]; then pip_install -e ".[dev]"; else pip_install -e .; fi
+    if [ "$dev" = 1 ]; then
+        say "step 2/2: pyg_progcl and its dependencies with the development tools (torch_geometric, scikit-learn, pytest, ruff, Sphinx, ogb, matplotlib, ...; a few minutes)"
+        pip_install -e ".[dev]"
+    else
+        say "step 2/2: pyg_progcl and its dependencies (torch_geometric, scikit-learn, networkx, tqdm, filelock; a minute or two)"
+        pip_install -e .
+    fi
+    say "done: .venv is ready"
+else
+    say ".venv already has everything (${needs// /, }): nothing to install"
 fi
 
 # torch_scatter (optional at run time; the tests cover its code path) is source-only on

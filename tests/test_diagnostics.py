@@ -8,6 +8,7 @@ separator).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -365,6 +366,56 @@ def test_plots_write_non_empty_pngs(tmp_path, sbm):
     plot_similarity_histogram(diag.sample)  # a bare sample: cold fit, no file
     with pytest.raises(ValueError, match="history"):
         plot_tracking([])
+
+
+def _bars(ax) -> int:
+    """Bars of non-zero height in ``ax``."""
+    return sum(1 for patch in ax.patches if patch.get_height() > 0)
+
+
+@pytest.mark.slow  # matplotlib: renders four figures
+@pytest.mark.filterwarnings("ignore::pyg_progcl.mixture.MixtureDegeneracyWarning")
+def test_figures_a_reader_understands_without_the_code(sbm):
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgb
+
+    from pyg_progcl.diagnostics.plots import TRACKED
+
+    g = torch.Generator().manual_seed(0)
+    same = torch.rand(2000, generator=g) < 0.2
+    # An untrained encoder: every cosine within 1e-4 of 1 (shown as 1.000): the panel
+    # zooms in and says so, instead of one bar at the right edge of an empty axis.
+    narrow = NegativeSample(1 - 2e-4 * torch.rand(2000, generator=g), same)
+    ax = plot_similarity_histogram(narrow).axes[0]
+    assert _bars(ax) >= 20
+    lo, hi = ax.get_xlim()
+    assert lo <= float(narrow.scaled.min()) and hi >= float(narrow.scaled.max()) and hi - lo < 1e-3
+    assert any("zoomed" in t.get_text() for t in ax.texts)
+    # Similarities that coincide: a labelled note, no bars.
+    ax = plot_similarity_histogram(NegativeSample(torch.ones(500), same[:500])).axes[0]
+    assert _bars(ax) == 0
+    assert any("all 500 negative pairs at s' = 1.000000" in t.get_text() for t in ax.texts)
+
+    diag = diagnose(make_model(GCNEncoder), sbm, num_samples=3000)
+    history = [{"epoch": float(e), **diag.summary, "loss_auc_posterior": 0.6} for e in (0, 5)]
+    figures = [
+        plot_comparison({"GCN": diag, "MLP": diag}, suptitle="SBM"),
+        plot_tracking({"GCN": history, "MLP": history}, title="SBM: over training"),
+    ]
+    assert figures[1].get_suptitle() == "SBM: over training"
+    for fig in figures:
+        fig.savefig(io.BytesIO(), format="png")  # (lays the figure out)
+        # One legend, below the panels: off every panel's data.
+        assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+        box = fig.legends[0].get_window_extent()
+        assert not any(box.overlaps(ax.get_window_extent()) for ax in fig.axes)
+        assert all(ax.get_title() for ax in fig.axes)
+    # The curves of one panel in colours that differ (not two greens).
+    for panel in (("fn_",), ("auc", "loss_auc")):
+        colours = [to_rgb(c) for k, (_, c, _) in TRACKED.items() if k.startswith(panel)]
+        for i, a in enumerate(colours):
+            for b in colours[i + 1 :]:
+                assert sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 > 0.3, (a, b)
 
 
 def test_missing_matplotlib_names_the_extra(monkeypatch):

@@ -61,7 +61,7 @@ def _component_densities(mixture: BetaMixture, grid: torch.Tensor) -> torch.Tens
     return torch.exp(log_p) * mixture.weight.double()
 
 
-def _caption(summary: dict) -> str:
+def _caption(summary: dict, mixture: Optional[BetaMixture] = None) -> str:
     lines = []
     if "fn_share_topk" in summary:
         k = int(summary["top_k"])
@@ -71,6 +71,10 @@ def _caption(summary: dict) -> str:
     if "auc_similarity" in summary:
         lines.append(
             f"AUC sim {summary['auc_similarity']:.3f}, posterior {summary['auc_posterior']:.3f}"
+        )
+    if mixture is not None:
+        lines.append(
+            f"mixture: FN part λ={float(mixture.weight[1 - mixture.true_negative_index]):.2f}"
         )
     return "\n".join(lines)
 
@@ -94,35 +98,85 @@ def _draw_bars(ax, sample: NegativeSample, lo: float, hi: float, bins: int) -> f
 
 
 def _draw_mixture(ax, mixture: BetaMixture, lo: float, hi: float) -> None:
-    """The mixture's two weighted component densities and their sum."""
-    grid = torch.linspace(max(lo, mixture.eps), min(hi, 1 - mixture.eps), 400, dtype=torch.float64)
+    """The mixture's two weighted component densities and their sum (nothing where the
+    range lies within ``eps`` of 1, where the densities are not evaluated)."""
+    start, stop = max(lo, mixture.eps), min(hi, 1 - mixture.eps)
+    if start >= stop:
+        return
+    grid = torch.linspace(start, stop, 400, dtype=torch.float64)
     dens = _component_densities(mixture, grid)
     t, g = mixture.true_negative_index, grid.numpy()
     for c, color, tag in ((t, TN_COLOR, "TN"), (1 - t, FN_COLOR, "FN")):
-        label = f"mixture {tag} part (λ={float(mixture.weight[c]):.2f})"
-        ax.plot(g, dens[:, c].numpy(), color=color, lw=2, label=label)
+        ax.plot(g, dens[:, c].numpy(), color=color, lw=2, label=f"mixture: {tag} part")
     ax.plot(g, dens.sum(1).numpy(), color="black", lw=1, ls="--", label="mixture total")
 
 
+#: Similarities spread over less than this are said to coincide (no histogram to draw).
+COINCIDE = 1e-6
+#: Ranges narrower than this are zoomed into, and the panel says so.
+NARROW = 0.01
+
+
 def draw_similarity_histogram(ax, diagnosis, mixture=None, title=None, bins: int = 60):
-    """Draws the histogram of :func:`plot_similarity_histogram` into a matplotlib ``ax``."""
+    """Draws the histogram of :func:`plot_similarity_histogram` into a matplotlib ``ax``.
+
+    The x axis spans the similarities (0.1 % to 99.9 % quantiles), however narrow, so
+    that no panel is empty; a panel whose similarities coincide (e.g. an untrained
+    encoder, every cosine 1.000) says so in place of a histogram."""
     sample, mixture, summary = _as_parts(diagnosis, mixture)
     s = sample.scaled.double().clamp(0, 1)
+    ax.set_xlabel("s' = (cos + 1) / 2 of negative pairs")
+    ax.set_ylabel("density (all negatives = 1)")
+    if title:
+        ax.set_title(title, fontsize=10)
+    if s.numel() == 0 or float(s.max() - s.min()) < COINCIDE:
+        _note_coinciding(ax, s)
+        return ax
     lo, hi = torch.quantile(s, torch.tensor([0.001, 0.999], dtype=s.dtype)).tolist()
-    pad = max(0.02, 0.05 * (hi - lo))
+    if hi - lo < COINCIDE:  # (a few outliers around one value)
+        lo, hi = float(s.min()), float(s.max())
+    pad = 0.05 * (hi - lo) if hi - lo < NARROW else max(0.02, 0.05 * (hi - lo))
     lo, hi = max(0.0, lo - pad), min(1.0, hi + pad)
     top = _draw_bars(ax, sample, lo, hi, bins)
     _draw_mixture(ax, mixture, lo, hi)
     ax.set_ylim(0, 1.35 * top)
     ax.set_xlim(lo, hi)
-    ax.set_xlabel("s' = (cos + 1) / 2 of negative pairs")
-    ax.set_ylabel("density (all negatives = 1)")
-    if title:
-        ax.set_title(title, fontsize=10)
-    caption = _caption(summary)
+    caption = _caption(summary, mixture)
+    if hi - lo < NARROW:
+        caption += f"\nzoomed: all s' within {lo:.5f} .. {hi:.5f}"
+        ax.ticklabel_format(axis="x", useOffset=True)
     if caption:
         ax.text(0.02, 0.97, caption, transform=ax.transAxes, va="top", fontsize=7.5)
     return ax
+
+
+def _note_coinciding(ax, s: torch.Tensor) -> None:
+    """The note of a panel whose similarities coincide."""
+    if s.numel() == 0:
+        text = "no negative pairs sampled"
+    else:
+        value = float(s.mean())
+        ax.set_xlim(max(0.0, value - 0.01), min(1.0, value + 0.01))
+        text = (
+            f"all {s.numel():,} negative pairs at s' = {value:.6f}\n(cosine {2 * value - 1:.6f}):"
+            " nothing tells\ntrue from false negatives here"
+        )
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=8.5,
+            bbox={"boxstyle": "round", "facecolor": "whitesmoke", "edgecolor": "gray"})  # fmt: skip
+
+
+def _figure_legend(fig, axes, ncols: int) -> None:
+    """One legend for the figure, below its panels (off the data): the labels of
+    ``axes``, each once."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(
+            list(seen.values()), list(seen), loc="outside lower center", ncols=ncols, fontsize=7
+        )
 
 
 def plot_similarity_histogram(
@@ -150,7 +204,7 @@ def plot_similarity_histogram(
     fig = _figure(figsize=(5.5, 3.8), layout="constrained")
     ax = fig.add_subplot()
     draw_similarity_histogram(ax, diagnosis, mixture, title, bins)
-    ax.legend(fontsize=7, loc="upper right")
+    _figure_legend(fig, [ax], ncols=3)
     _save(fig, path, dpi)
     return fig
 
@@ -176,7 +230,7 @@ def plot_comparison(
         draw_similarity_histogram(ax, diag, title=title, bins=bins)
     for ax in axes[n:]:
         ax.set_visible(False)
-    axes[0].legend(fontsize=6.5, loc="upper right")
+    _figure_legend(fig, axes[:n], ncols=5)
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
     _save(fig, path, dpi)
@@ -186,10 +240,10 @@ def plot_comparison(
 TRACKED = {
     "fn_share_topk": ("FN share, top-k by similarity", "tab:red", "-"),
     "fn_share_topk_hardness": ("FN share, top-k by ProGCL hardness b", "tab:purple", "-"),
-    "fn_rate": ("FN share, chance (all negatives)", "gray", ":"),
+    "fn_rate": ("FN share, chance (all negatives)", "black", ":"),
     "auc_similarity": ("AUC, raw similarity", "tab:orange", "-"),
     "auc_posterior": ("AUC, mixture posterior (cold fit)", "tab:green", "-"),
-    "loss_auc_posterior": ("AUC, the loss's online mixture", "tab:olive", "--"),
+    "loss_auc_posterior": ("AUC, the loss's online mixture", "tab:brown", "--"),
 }
 
 
@@ -210,7 +264,9 @@ def draw_tracking(left, right, history, legend: bool = True) -> None:
             values = [rec.get(key, math.nan) for rec in records]
             ax.plot(epochs, values, color=color, ls=style, label=name, marker="o", ms=2)
     left.set_ylabel("share of false negatives")
+    left.set_title("false negatives among the top-k most similar", fontsize=9)
     right.set_ylabel("ROC-AUC, true vs false neg.")
+    right.set_title("telling true from false negatives", fontsize=9)
     right.axhline(0.5, color="gray", lw=0.8, ls=":")
     for ax in (left, right):
         ax.set_xlabel("epoch")
@@ -222,21 +278,27 @@ def plot_tracking(
     history: Union[Sequence[dict], Mapping[str, Sequence[dict]]],
     path: Optional[Union[str, os.PathLike]] = None,
     *,
+    title: str = "False negatives over training",
     dpi: int = 80,
 ):
-    """The summaries over training: false-negative shares (left) and AUCs (right).
+    """The summaries over training: false-negative shares (left) and AUCs (right), one
+    legend below both.
 
     Args:
         history: ``[{'epoch': e, **summary}, ...]`` (e.g. a
             :class:`~.tracker.DiagnosticsTracker`'s ``history``), or ``{run: history}``
             to overlay several runs (one line style each).
         path: Write a PNG here; ``None``: only return the figure.
+        title: The figure's title.
         dpi: Resolution of the PNG.
 
     Returns:
         The :class:`matplotlib.figure.Figure`.
     """
-    fig = _figure(figsize=(9.0, 3.4), layout="constrained")
-    draw_tracking(*fig.subplots(1, 2), history)
+    fig = _figure(figsize=(9.0, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2)
+    draw_tracking(*axes, history, legend=False)
+    _figure_legend(fig, axes, ncols=3)
+    fig.suptitle(title, fontsize=11)
     _save(fig, path, dpi)
     return fig

@@ -50,6 +50,7 @@ def diagnose_training(
     every: int = 0,
     device="cpu",
     progress: bool = False,
+    callback=None,
     **diagnose_kwargs,
 ) -> EncoderReport:
     """Diagnoses one preset's model at initialisation and after training.
@@ -64,6 +65,8 @@ def diagnose_training(
         every: Track the summary every this many epochs (``0``: off).
         device: Torch device.
         progress: Show the trainer's progress bar.
+        callback: Called after every training epoch as
+            :func:`~pyg_progcl.experiments.loop.train_seed` calls it (after the tracker).
         **diagnose_kwargs: Passed to :func:`~pyg_progcl.diagnostics.diagnose`.
     """
     seed_everything(seed)
@@ -76,13 +79,25 @@ def diagnose_training(
         tracker = DiagnosticsTracker(data.to(device), every, **diagnose_kwargs)
         tracker.record(0, model, build_loss(config))
     model, loss, record = train_seed(
-        config, data, seed, device=device, progress=progress, callback=tracker
+        config, data, seed, device=device, progress=progress, callback=_both(tracker, callback)
     )
     report.after = diagnose(model, data.to(device), loss=loss, **diagnose_kwargs)
     report.history = [] if tracker is None else tracker.history
     report.accuracy = float(record["accuracy"])
     report.model = model
     return report
+
+
+def _both(first, second):
+    """A callback calling ``first`` then ``second`` (either may be ``None``)."""
+    if first is None or second is None:
+        return first or second
+
+    def call(epoch, info):
+        first(epoch, info)
+        second(epoch, info)
+
+    return call
 
 
 def compare_encoders(

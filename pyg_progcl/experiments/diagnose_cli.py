@@ -29,7 +29,10 @@ from .._files import check_distinct
 from ..diagnostics import diagnose
 from ..io import read_graph
 from ..mixture import MixtureDegeneracyWarning, first_warning_only
-from .train_cli import add_preset_overrides, int_at_least
+from .loop import resolve_device
+from .planning import RunEstimate
+from .threads import set_threads
+from .train_cli import THREADS_HELP, add_preset_overrides, int_at_least, note
 
 __all__: list[str] = []
 
@@ -100,6 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help="a `train --checkpoint` folder or .pt file")
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed (default 0)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1")
+    parser.add_argument("--threads", type=int_at_least(1), help=THREADS_HELP)
     parser.add_argument("--config", help="JSON file of config fields")
     parser.add_argument("--out", default="diagnostics", help="output folder")
     parser.add_argument("--no-plot", action="store_true", help="write no PNG files")
@@ -229,9 +233,15 @@ def _from_preset(args, kwargs):
     data = _load_graph(args, config)
     encoders = ("gcn", "mlp") if args.encoders in (None, "both") else (args.encoders,)
     trained = args.train_epochs > 0
+    estimate = None
+    if trained and not args.quiet:  # each encoder trains the preset's epochs
+        device = resolve_device(args.device)
+        estimate = RunEstimate(
+            config, len(encoders), device, note, data=data, unit="encoder", one="--encoder gcn"
+        )
     reports = compare_encoders(
         data, config, encoders=encoders, train=trained, every=args.every if trained else 0,
-        device=args.device, progress=not args.quiet, **kwargs,
+        device=args.device, progress=not args.quiet, callback=estimate, **kwargs,
     )  # fmt: skip
     diags, history, accuracy = {}, {}, {}
     for enc, rep in reports.items():
@@ -259,6 +269,8 @@ def run_cli(args: argparse.Namespace) -> int:
             "(diagnostics.json and the table only)"
         )
     kwargs = _diagnose_kwargs(args)
+    small = args.data is None and args.dataset in (None, "synthetic") and not args.checkpoint
+    set_threads(args.threads, None if args.quiet else note, small)
     make = _from_checkpoint if args.checkpoint else _from_preset
     # One line per warning, through the progress bars; one about the mixture in all (the
     # cold fits' and the runs'); none with --quiet.
@@ -282,7 +294,8 @@ def run_cli(args: argparse.Namespace) -> int:
         plot_comparison(diags, out / "similarity.png", suptitle=config.dataset)
         written.append(out / "similarity.png")
         if history:
-            plot_tracking(history, out / "tracking.png")
+            title = f"{config.dataset}, {config.method}: false negatives over training"
+            plot_tracking(history, out / "tracking.png", title=title)
             written.append(out / "tracking.png")
     if not args.quiet:
         print(format_table(result["runs"], accuracy))

@@ -30,7 +30,8 @@ import torch
 from .._files import check_distinct
 from ..io import check_embedding_path, embed, load_model, read_graph, save_embeddings
 from .loop import resolve_device
-from .train_cli import int_at_least
+from .threads import set_threads
+from .train_cli import THREADS_HELP, int_at_least, note
 
 __all__: list[str] = []
 
@@ -60,9 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the default)",
     )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 or auto")
-    parser.add_argument(
-        "--threads", type=int_at_least(1), help="torch CPU threads (default: torch's choice)"
-    )
+    parser.add_argument("--threads", type=int_at_least(1), help=THREADS_HELP)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
 
 
@@ -99,8 +98,7 @@ def run_cli(args: argparse.Namespace) -> int:
     inputs = [("the --model file", args.model), ("the --data graph file", args.data)]
     check_distinct([("--output", output)], inputs)  # (writing it would replace an input)
     device = resolve_device(args.device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads, None if args.quiet else note)
     before = _identity(output)
     handler = _OnSigterm()
     previous = signal.getsignal(signal.SIGTERM)

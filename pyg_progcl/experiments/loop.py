@@ -20,6 +20,7 @@ from torch_geometric.data import Data
 from .._checks import check_int
 from .._files import atomic_write_text, check_distinct, check_writable
 from ..io import GraphFieldWarning
+from ..io.progress import BatchBar
 from ..losses import ProGCLLoss
 from ..losses.schedules import DEFAULT_SCHEDULE, schedule_name
 from ..model import GRACEModel
@@ -278,13 +279,17 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
     bar = tqdm(
         total=config.epochs,
         initial=start,
-        desc=f"{config.dataset}/{config.method} seed {seed}",
+        desc=f"{config.dataset}/{config.method}{_encoder_tag(config)} seed {seed}",
         disable=not (progress and ranks.main),
         dynamic_ncols=True,
         leave=False,
     )
     run.model.train()
-    with stop_requests(run.path is not None) as stop, contextlib.closing(bar):
+    # A mini-batch epoch's batches, on a line below the epochs'.
+    batches = BatchBar(disable=not (progress and ranks.main and run.loader), position=1)
+    run.batch_progress = batches if run.loader is not None else None
+    closing = contextlib.closing
+    with stop_requests(run.path is not None) as stop, closing(bar), closing(batches):
         for epoch in range(start + 1, config.epochs + 1):
             value = run.step(epoch)
             bar.update(1)
@@ -308,6 +313,11 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
                 raise TrainingInterruptedError(epoch, run.path)
     run.tick()
     return run.model, run.loss_fn, run.record
+
+
+def _encoder_tag(config: TrainConfig) -> str:
+    """`` MLP`` for the MLP encoder (``diagnose`` trains both), else nothing."""
+    return "" if config.encoder == "gcn" else f" {config.encoder.upper()}"
 
 
 def score_text(scores: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -159,6 +159,7 @@ class SeedRun:
     clock: float = dataclasses.field(default_factory=time.perf_counter)  # see tick()
     probes: tuple[str, ...] = ("linear",)  # the evaluations (PROBES) the run asked for
     edges: Optional[EdgeSplit] = None  # link prediction's held-out edges, with "link"
+    batch_progress: Optional[Callable[[int, Optional[int]], None]] = None  # mini-batch epochs
 
     def tick(self) -> None:
         """Adds the time since the last call to the record's ``wall_time_s`` (which a
@@ -176,7 +177,7 @@ class SeedRun:
             value = minibatch_epoch(
                 self.model, self.objective or self.loss_fn, self.loader(epoch),
                 self.optimizer, device=self.device, fit=refit, data=self.data,
-                views=self.views,
+                views=self.views, progress=self.batch_progress,
             )  # fmt: skip
         else:
             value = full_graph_epoch(self.model, self.loss_fn, self.optimizer, self.data, refit)

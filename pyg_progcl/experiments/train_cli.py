@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .._files import check_distinct, check_folder, check_writable
 from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
 from .checkpoint import (
@@ -29,7 +27,9 @@ from .datasets import DATASETS, canonical_name, load_dataset
 from .evaluation import PROBES, split_edges
 from .loop import command_line_warnings, owned_folder, resolve_device, train
 from .parallel import ONE, join, leave
+from .planning import RunEstimate, path_note
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
+from .threads import set_threads
 
 __all__: list[str] = []
 
@@ -75,6 +75,22 @@ _FIELD_HELP = {
     "diagnose_every": "record the false-negative diagnostics (as `diagnose` prints them) every "
     "N epochs and at the end into the result (0: never)",
 }
+
+
+#: ``--threads``' help, of every command.
+THREADS_HELP = (
+    "torch CPU threads (default: torch's, one per core, unless other processes keep the "
+    "cores busy (the load average), then fewer, as OpenMP threads wait for each other on "
+    "a busy machine; 1 for the small synthetic graph; a line says which when not torch's)"
+)
+
+
+def note(text: str) -> None:
+    """Writes one line of the command's planning (threads, estimate, path) on stderr,
+    through any progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(text, file=sys.stderr)
 
 
 def _optional(kind: type, what: str):
@@ -163,8 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         type=int_at_least(1),
-        help="torch CPU threads (default: 1 for the small synthetic graph, where OpenMP "
-        "overhead dominates; else torch's choice; 1 is also faster on a busy machine)",
+        help=THREADS_HELP,
     )
     parser.add_argument(
         "--output", help="write the result as JSON to this file (in an existing folder; every "
@@ -285,13 +300,8 @@ def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
     config = config_from_args(args)
     if is_graph_file(config.dataset) and not getattr(args, "data", None):
         raise ValueError(f"the config names a graph file ({config.dataset}): pass --data FILE")
-    threads = args.threads
-    if threads is None and config.dataset == "synthetic":
-        # Measured on a shared 2-core machine: 43 ms/epoch with 1 thread, 2 s/epoch
-        # with 2 threads while other processes kept the cores busy (OpenMP barriers).
-        threads = 1
-    if threads is not None:
-        torch.set_num_threads(threads)
+    speaks = not args.quiet and (not args.distributed or os.environ.get("RANK", "0") == "0")
+    set_threads(args.threads, note if speaks else None, config.dataset == "synthetic")
     return config, seeds
 
 
@@ -421,6 +431,13 @@ def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], rank
         else:
             data = load_dataset(config.dataset, args.root, quiet=args.quiet)
         saving = bool(getattr(args, "save_embeddings", None) or getattr(args, "save_model", None))
+        estimate = None
+        if not args.quiet and ranks.main:
+            single = ranks.world_size == 1  # (several ranks need mini-batches)
+            planned = path_note(data, config, resolve_device(device)) if single else None
+            if planned is not None:
+                note(planned)
+            estimate = RunEstimate(config, len(seeds), resolve_device(device), note, data=data)
         result = train(
             config,
             data,
@@ -435,6 +452,7 @@ def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], rank
             ranks=ranks,
             return_model=saving,
             probes=args.probe,
+            callback=estimate,
         )
     finally:
         leave()

@@ -20,6 +20,7 @@ from .._files import atomic_write, check_writable
 from ..encoders import parameter_dtype
 from ._common import PathLike
 from .graphs import graph_for_model
+from .progress import BatchBar
 
 __all__ = ["embed", "save_embeddings"]
 
@@ -61,7 +62,8 @@ def embed(
         num_neighbors: With ``batch_size``: neighbours sampled per layer (approximate);
             ``None`` or all ``-1``: every neighbour (exact, layer by layer).
         device: Where to compute (default: the model's device); the result is on the CPU.
-        progress: Show a progress bar over the layers (with ``batch_size``).
+        progress: Show a progress bar of the batches (with ``batch_size``): batches
+            done of all layers', time per batch and time left.
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings in node order, in the dtype of the
@@ -159,8 +161,6 @@ def _stored_values(x: Tensor) -> Tensor:
 
 
 def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> Tensor:
-    from tqdm.auto import tqdm
-
     from ..minibatch import embed_minibatch
     from ..minibatch.sampling import check_num_neighbors
 
@@ -174,17 +174,9 @@ def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> 
             )
         if all(k == -1 for k in num_neighbors):
             num_neighbors = None  # every neighbour: exact, layer by layer
-    steps = (
-        getattr(getattr(model, "encoder", model), "num_layers", 1) if num_neighbors is None else 1
-    )
-    bar = tqdm(total=steps, desc="embedding (layers)", disable=not progress, dynamic_ncols=True)
-
-    def step(out: Tensor) -> Tensor:  # called once per layer (once when sampling)
-        bar.update(1)
-        return out
-
+    bar = BatchBar("embedding: batch", disable=not progress)
     try:
-        return embed_minibatch(model, data, batch_size, num_neighbors, device=device, gather=step)
+        return embed_minibatch(model, data, batch_size, num_neighbors, device=device, progress=bar)
     finally:
         bar.close()
 

@@ -15,6 +15,10 @@ from .sampling import seed_count
 
 __all__ = ["SeedViews", "minibatch_epoch"]
 
+#: A progress callback ``progress(done, total)``: batches done (0 before the first) of
+#: ``total`` (``None`` where unknown).
+Progress = Callable[[int, Optional[int]], None]
+
 
 def _graph_of(loader, data: Optional[Data]) -> Data:
     """The full graph: ``data``, else the loader's ``.data``."""
@@ -81,6 +85,7 @@ def minibatch_epoch(
     fit: bool = False,
     data: Optional[Data] = None,
     views: Optional[torch.nn.Module] = None,
+    progress: Optional[Progress] = None,
 ) -> float:
     r"""One epoch of contrastive training on sampled subgraphs.
 
@@ -110,6 +115,9 @@ def minibatch_epoch(
         views: The module computing a batch's ``(h1, h2)`` (default:
             :class:`SeedViews` of ``model``); e.g. a ``DistributedDataParallel`` wrapping
             one, built once, for multi-process training.
+        progress: Called as ``progress(done, total)`` with ``done = 0`` before the first
+            batch and after every batch (skipped ones included), ``total`` the loader's
+            length (``None`` for a loader without one); e.g. to drive a progress bar.
 
     Returns:
         The epoch's mean loss over its seeds.
@@ -125,15 +133,19 @@ def minibatch_epoch(
     model.train()
     views = views if views is not None else SeedViews(model, _graph_of(loader, data))
     min_seeds = max(2, (getattr(loss_fn, "num_negatives", None) or 0) + 1)
+    batches = len(loader) if hasattr(loader, "__len__") else None
+    if progress is not None:
+        progress(0, batches)
     total, seen = 0.0, 0
-    for batch in loader:
+    for done, batch in enumerate(loader, 1):
         seeds = seed_count(batch)
-        if seeds < min_seeds:
-            continue
-        first = seen == 0  # ProGCL refits on the epoch's first batch
-        loss = _train_step(views, loss_fn, optimizer, device, batch, fit and first)
-        total += loss * seeds
-        seen += seeds
+        if seeds >= min_seeds:
+            first = seen == 0  # ProGCL refits on the epoch's first batch
+            loss = _train_step(views, loss_fn, optimizer, device, batch, fit and first)
+            total += loss * seeds
+            seen += seeds
+        if progress is not None:
+            progress(done, batches)
     if seen == 0:
         raise ValueError(
             f"no batch had at least {min_seeds} seed nodes; increase `batch_size` (the "

@@ -126,14 +126,26 @@ def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Te
     return out
 
 
+#: Values of a batch's messages (edges x width) gathered at a time: a layer's batch holds
+#: about ``batch_size x mean degree`` edges, whose messages all at once outweigh the whole
+#: graph's forward (several GB for 65,536 targets of a graph of 2.7 M edges).
+MESSAGE_CHUNK = 1 << 22
+
+
 def _aggregate_on_targets(conv, xw: Tensor, graph: InEdges, targets: Tensor, device) -> Tensor:
     """A linear-first layer's output at ``targets``: the (weighted) sum of their
-    in-neighbours' transformed rows ``xw``, plus the bias."""
+    in-neighbours' transformed rows ``xw``, plus the bias. The messages are gathered and
+    summed :data:`MESSAGE_CHUNK` values at a time, so that memory stays that of the
+    output, not of every in-edge's row."""
     pos, slot = graph.sample(targets, -1)
-    messages = xw[graph.source[pos].to(xw.device)].to(device)
-    if graph.weight is not None:
-        messages = messages * graph.weight[pos].to(device).unsqueeze(-1)
-    h = messages.new_zeros(targets.numel(), xw.size(1)).index_add_(0, slot.to(device), messages)
+    h = torch.zeros(targets.numel(), xw.size(1), dtype=xw.dtype, device=device)
+    step = max(1, MESSAGE_CHUNK // max(1, xw.size(1)))
+    for start in range(0, pos.numel(), step):
+        part = pos[start : start + step]
+        messages = xw[graph.source[part].to(xw.device)].to(device)
+        if graph.weight is not None:
+            messages.mul_(graph.weight[part].to(device, messages.dtype).unsqueeze(-1))
+        h.index_add_(0, slot[start : start + step].to(device), messages)
     return h if conv.bias is None else h + conv.bias
 
 
@@ -156,14 +168,20 @@ def _layerwise(
     device,
     part,
     gather,
+    progress=None,
 ) -> Tensor:
     """Exact encoder output, one layer at a time over target-node batches: a layer's
     output at a node needs only its in-neighbours' inputs and edge weights (and, for GCN,
     weighted degrees). Each layer computes the ``part``'s nodes and ``gather`` assembles
     all of them. GCN layers transform every node's row once (``x @ W``) and sum the
-    transformed rows per batch."""
+    transformed rows per batch. ``progress(done, total)`` counts the batches of all
+    layers."""
     n = x.size(0)
     own = node_part(n, part)
+    per_layer = -(-(own.stop - own.start) // batch_size)
+    total, done = per_layer * len(encoder.layers), 0
+    if progress is not None:
+        progress(0, total)
     local = torch.full((n,), -1, dtype=torch.long)
     keyword = getattr(encoder, "_edge_weight_arg", None)  # how GCNEncoder passes weights
     weight = None if edge_weight is None else edge_weight.cpu()
@@ -186,12 +204,15 @@ def _layerwise(
             if out is None:
                 out = x.new_empty(own.stop - own.start, h.size(1))
             out[start - own.start : start - own.start + targets.numel()] = h.to(out.device)
+            done += 1
+            if progress is not None:
+                progress(done, total)
         x = out if gather is None else gather(out)
     return x
 
 
 def _embed_sampled(
-    model, data: Data, num_neighbors, batch_size: int, device, part, gather
+    model, data: Data, num_neighbors, batch_size: int, device, part, gather, progress=None
 ) -> Tensor:
     """Each batch's seed rows of ``model``'s output on the subgraph sampled around them,
     for the ``part``'s nodes, assembled by ``gather``."""
@@ -200,7 +221,9 @@ def _embed_sampled(
     loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False, input_nodes=nodes)
     out = None
     unchecked = {"check": False} if accepts_check(model) else {}  # (subgraphs of a checked graph)
-    for batch in loader:
+    if progress is not None:
+        progress(0, len(loader))
+    for done, batch in enumerate(loader, 1):
         seeds = seed_count(batch)
         batch = batch.to(device)
         weight = batch.get("edge_weight")  # the sampled edges' weights
@@ -211,6 +234,8 @@ def _embed_sampled(
         if out is None:
             out = data.x.new_empty(own.stop - own.start, z.size(1))
         out[batch.n_id[:seeds].to(out.device) - own.start] = z.to(out.device)
+        if progress is not None:
+            progress(done, len(loader))
     return out if gather is None else gather(out)
 
 
@@ -232,6 +257,7 @@ def embed_minibatch(
     device: str | torch.device | None = None,
     part: tuple[int, int] = (0, 1),
     gather: Optional[Gather] = None,
+    progress: Optional[Callable[[int, Optional[int]], None]] = None,
 ) -> Tensor:
     r"""Encoder embeddings ``f(G)`` of every node, computed in batches of nodes.
 
@@ -258,6 +284,9 @@ def embed_minibatch(
             (:func:`~pyg_progcl.minibatch.inference.node_part`), the work of one of ``P`` processes.
         gather: With several parts: assembles every part's rows (in part order) from this
             part's (an all-gather over the processes); called once per layer.
+        progress: Called as ``progress(done, total)``: ``done = 0`` before the first batch,
+            then after every batch; ``total`` counts the batches of every layer (exact
+            inference) or of the one sampled pass; e.g. to drive a progress bar.
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings.
@@ -282,10 +311,13 @@ def embed_minibatch(
         if num_neighbors is None and _layerwise_supported(encoder):
             check_data(data)  # (the sampled path's loader checks it)
             return _layerwise(
-                encoder, data.x, data.edge_index, weight, batch_size, device, part, gather
-            )
+                encoder, data.x, data.edge_index, weight, batch_size, device, part, gather,
+                progress,
+            )  # fmt: skip
         if num_neighbors is None:
             num_neighbors = _full_neighbourhoods(encoder)
-        return _embed_sampled(model, data, num_neighbors, batch_size, device, part, gather)
+        return _embed_sampled(
+            model, data, num_neighbors, batch_size, device, part, gather, progress
+        )
     finally:
         model.train(was_training)
