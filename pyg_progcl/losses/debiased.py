@@ -29,15 +29,15 @@ def debiased_log_negatives(
     is ``-inf`` (so the floor wins) when the correction exceeds ``neg``.
     """
     m = 2 * count
-    log_floor = torch.full_like(log_neg, math.log(m) - 2.0 / tau)
+    log_floor = math.log(m) - 2.0 / tau
     if tau_plus == 0:
-        return torch.maximum(log_neg, log_floor)
-    a = math.log(tau_plus * m) + pos - log_neg
-    below = a < 0
-    safe = torch.where(below, a, torch.full_like(a, -1.0))
+        return log_neg.clamp(min=log_floor)
+    a = (pos - log_neg).add_(math.log(tau_plus * m))
+    # log(1 - e^a) for a < 0; a >= 0 (the correction exceeds neg) gives -inf, through a
+    # clamped a so that the unused branch's gradient stays finite (0 after the where).
+    safe = a.clamp(max=-torch.finfo(a.dtype).tiny)
     log_diff = log_neg + torch.log(-torch.expm1(safe)) - math.log1p(-tau_plus)
-    log_diff = torch.where(below, log_diff, torch.full_like(a, float("-inf")))
-    return torch.maximum(log_diff, log_floor)
+    return torch.where(a < 0, log_diff, float("-inf")).clamp(min=log_floor)
 
 
 class DebiasedInfoNCELoss(ContrastiveLoss):
