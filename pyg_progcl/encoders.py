@@ -285,14 +285,17 @@ class GCNEncoder(_StackEncoder):
         conv_kwargs (dict, optional): Extra keyword arguments of every ``conv``.
         sparse (bool, optional): Propagate over a sparse CSR adjacency built once per
             forward (``torch_geometric.utils.to_torch_csr_tensor``) instead of
-            materialising one message per edge, which saves time and memory on large
-            graphs. :obj:`None` uses it for the convolutions that implement sparse
-            aggregation without edge features (GCNConv, SAGEConv, GINConv,
-            GraphConv). Graphs with self-loops or repeated edges keep the edge list,
-            so both paths give the same result. (default: :obj:`None`)
+            materialising one message per edge, for the convolutions that implement
+            sparse aggregation without edge features (GCNConv, SAGEConv, GINConv,
+            GraphConv): less time and memory on a CPU, at the price of building the
+            matrix (a sort and several host reads) at every forward. :obj:`None` or
+            :obj:`False` keep PyG's edge list, the path of every device (no host read
+            besides PyG's own). Graphs with self-loops or repeated edges keep the edge
+            list, so both paths give the same result. (default: :obj:`None`)
         sparse_features (bool, optional): Hand mostly-zero CPU feature matrices to the
             first layer as sparse CSR matrices (:func:`sparse_features`) when it starts
-            with a linear map (GCNConv). (default: :obj:`True`)
+            with a linear map (GCNConv): a CPU option (it reads the density on the
+            host at every forward). (default: :obj:`False`)
     """
 
     def __init__(
@@ -304,7 +307,7 @@ class GCNEncoder(_StackEncoder):
         activation: Activation = "relu",
         conv_kwargs: Optional[dict[str, Any]] = None,
         sparse: Optional[bool] = None,
-        sparse_features: bool = True,
+        sparse_features: bool = False,
     ):
         if not (isinstance(conv, type) and issubclass(conv, torch.nn.Module)):
             raise ValueError(f"`conv` must be a PyG convolution class (got {conv!r})")
@@ -315,7 +318,7 @@ class GCNEncoder(_StackEncoder):
         self.conv_kwargs = dict(conv_kwargs or {})
         self._edge_weight_arg = _edge_weight_keyword(conv)
         self._sparse_arg = sparse
-        self.sparse = conv in SPARSE_CONVS if sparse is None else bool(sparse)
+        self.sparse = bool(sparse) and conv in SPARSE_CONVS
         self.sparse_features = bool(sparse_features) and conv in LINEAR_FIRST_CONVS
         self._build_layers(lambda a, b: conv(a, b, **self.conv_kwargs))
 
@@ -403,10 +406,10 @@ class GCNEncoder(_StackEncoder):
         text = f", conv={self.conv.__name__}"
         if self.conv_kwargs:
             text += f", conv_kwargs={self.conv_kwargs!r}"
-        if self._sparse_arg is not None:
-            text += f", sparse={self.sparse}"
-        if self.conv in LINEAR_FIRST_CONVS and not self.sparse_features:  # where it has effect
-            text += ", sparse_features=False"
+        if self.sparse:
+            text += ", sparse=True"
+        if self.sparse_features:
+            text += ", sparse_features=True"
         return text
 
 
@@ -432,7 +435,7 @@ class MLPEncoder(_StackEncoder):
             :class:`GCNEncoder`. (default: :obj:`'relu'`)
         conv_kwargs (dict, optional): Ignored.
         sparse (bool, optional): Ignored.
-        sparse_features (bool, optional): As in :class:`GCNEncoder`. (default: :obj:`True`)
+        sparse_features (bool, optional): As in :class:`GCNEncoder`. (default: :obj:`False`)
     """
 
     def __init__(
@@ -444,7 +447,7 @@ class MLPEncoder(_StackEncoder):
         activation: Activation = "relu",
         conv_kwargs: Optional[dict[str, Any]] = None,
         sparse: Optional[bool] = None,
-        sparse_features: bool = True,
+        sparse_features: bool = False,
     ):
         super().__init__(in_channels, hidden_channels, num_layers, activation)
         self.sparse_features = bool(sparse_features)

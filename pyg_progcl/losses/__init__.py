@@ -12,7 +12,7 @@ Modules whose names start with ``_`` (the engine, ProGCL's terms, the sampling o
 negative pairs) are internal.
 """
 
-from ._engine import NegativeBlock
+from ._engine import NegativeBlock, Plan
 from .base import ContrastiveLoss
 from .debiased import DebiasedInfoNCELoss, HardInfoNCELoss
 from .infonce import InfoNCELoss
@@ -26,6 +26,7 @@ __all__ = [
     "HardInfoNCELoss",
     "ProGCLLoss",
     "NegativeBlock",
+    "Plan",
     "FitSchedule",
     "OnlineFit",
     "FlooredFit",

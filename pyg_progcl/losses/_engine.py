@@ -27,7 +27,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -182,7 +182,7 @@ class NegativeBlock:
     view: int = 0
     rows: Optional[slice] = None
     cols: Optional[Tensor] = None
-    pair: Optional[DensePair] = field(default=None, repr=False)
+    pair: Any = field(default=None, repr=False)  # (the dense path's DensePair)
     _own: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -241,7 +241,7 @@ class NegativeBlock:
         negatives, with detached weights ``w = exp(log_weight)`` (``[B, C]``; default 1). A
         tuple of scales gives ``[S, B]``, one row per scale, from the same products.
 
-        Sums of exponentials kept for backward (:class:`_ExpGram`; the weights shifted by
+        Sums of exponentials kept for backward (``_ExpGram``; the weights shifted by
         their row maximum so that no row's sum underflows), or, where an exponential could
         underflow (very small ``τ``), a max-shifted log-sum-exp of :attr:`inter` and
         :attr:`intra`. Unweighted, the dense path's two views share one inter-view matrix.
