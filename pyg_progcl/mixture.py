@@ -299,6 +299,7 @@ class BetaMixture(torch.nn.Module):
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
         reduce = reduce or (lambda stats: stats)
         swapped_from = torch.argmin(self.means) if self.fitted else None
+        before = [t.clone() for t in (self.alpha, self.beta, self.weight)]
         x = self._clamp(x.double())
         # Sufficient statistics, computed once: the E-step is one [n, 3] @ [3, 2] product
         # and the M-step one [2, n] @ [n, 3] product.
@@ -323,7 +324,18 @@ class BetaMixture(torch.nn.Module):
             previous = current
             if it % CHECK_EVERY == 0 and it < budget and done.item():
                 break
-        n_iter, converged = (int(v) for v in torch.stack([steps, done.long()]).tolist())
+        params = torch.cat([self.alpha, self.beta, self.weight])
+        valid = (torch.isfinite(params) & (params > 0)).all()
+        n_iter, converged, ok = torch.stack([steps, done.long(), valid.long()]).tolist()
+        if not ok:  # (statistics that were not finite: a bad sample, or a rank's `reduce`)
+            bad = self._describe(params)
+            for buffer, old in zip((self.alpha, self.beta, self.weight), before):
+                buffer.copy_(old)
+            raise ValueError(
+                f"BetaMixture.fit: EM gave parameters that are not finite and positive ({bad}); "
+                "the sufficient statistics were not finite (check `reduce` and the sample); "
+                "the previous parameters are kept"
+            )
         self.n_iter_ = n_iter
         self.num_fits += 1
         self._fitted_key, self._fitted = (self.num_fits.data_ptr(), self.num_fits._version), True
@@ -387,6 +399,24 @@ class BetaMixture(torch.nn.Module):
         log_norm = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
         return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
 
+    @staticmethod
+    def _describe(params: Tensor) -> str:
+        a0, a1, b0, b1, w0, w1 = params.tolist()
+        return f"alpha [{a0:.3g}, {a1:.3g}], beta [{b0:.3g}, {b1:.3g}], weight [{w0:.3g}, {w1:.3g}]"
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A state's parameters are checked before they are loaded (one host read).
+        names = ("alpha", "beta", "weight")
+        given = [state_dict.get(prefix + name) for name in names]
+        if all(isinstance(t, Tensor) and t.shape == (2,) for t in given):
+            params = torch.cat([t.detach().to("cpu", torch.float64) for t in given])
+            if not bool((torch.isfinite(params) & (params > 0)).all()):
+                raise ValueError(
+                    "BetaMixture state: alpha, beta and weight must be finite and > 0 (got "
+                    f"{self._describe(params)})"
+                )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def _check_values(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 1 or x.numel() < 2:
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
@@ -398,6 +428,8 @@ class BetaMixture(torch.nn.Module):
             )
         if x.layout != torch.strided:
             raise ValueError(f"`x` must be a dense tensor (got {x.layout}); pass x.to_dense()")
+        if x.device.type == "meta":
+            raise ValueError("`x` is a meta tensor, which holds no values: fit real similarities")
         if not ((x >= 0) & (x <= 1)).all().item():
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
         return x

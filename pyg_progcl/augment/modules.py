@@ -12,7 +12,6 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 from torch_geometric.transforms import BaseTransform
-from torch_geometric.utils import dropout_edge
 
 from .._checks import check_edge_index, check_probability
 from .functional import mask_feature, num_nodes_of
@@ -211,8 +210,9 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
 class EdgeDrop(Augmenter):
     r"""Drops every edge independently with probability ``p`` (GRACE, Zhu et al.,
-    2020, https://arxiv.org/abs/2006.04131): ``keep_e ~ Bernoulli(1 - p)``, drawn by
-    :func:`torch_geometric.utils.dropout_edge` (docs/algorithms.md §2).
+    2020, https://arxiv.org/abs/2006.04131): ``keep_e ~ Bernoulli(1 - p)``, drawn as
+    :func:`torch_geometric.utils.dropout_edge` draws it (the same mask from the same
+    random state; docs/algorithms.md §2).
 
     Args:
         p (float): Drop probability in ``[0, 1]``.
@@ -223,8 +223,9 @@ class EdgeDrop(Augmenter):
         self.p = check_probability("p", p)
 
     def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
-        """Keeps each edge with probability ``1 - p``."""
-        return dropout_edge(edge_index, p=self.p, training=True)[1]
+        """Keeps each edge with probability ``1 - p`` (only the mask: the edges are
+        selected once, by the caller)."""
+        return torch.rand(edge_index.size(1), device=edge_index.device) >= self.p
 
 
 class FeatureMask(Augmenter):
