@@ -50,7 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 import torch  # noqa: E402
-from loss_step import METHODS, loss_step, make_loss, noisy_views  # noqa: E402 (benchmarks/)
+from calls import count  # noqa: E402 (benchmarks/)
+from loss_step import METHODS, loss_step, make_loss, noisy_views  # noqa: E402
 
 from pyg_progcl.experiments import get_preset, load_dataset, synthetic_graph  # noqa: E402
 from pyg_progcl.experiments.run import start_seed  # noqa: E402
@@ -361,6 +362,10 @@ def loss_step_row(method: str, h1, h2, device: torch.device, steps: int, grace) 
     row["peak_mib"], grace = peak_mib(device), grace or row
     row["vs_grace"] = round(row["median_step_s"] / grace["median_step_s"], 2)
     row["peak_vs_grace"] = row["peak_mib"] and round(row["peak_mib"] / grace["peak_mib"], 2)
+    # (the operator calls and host reads of one step, refit included, as the device ran it)
+    row["calls"], row["host_reads"], row["products"] = count(
+        lambda: loss_step(loss_fn, h1, h2, fit)
+    )
     return {**row, "median_step_s": round(row["median_step_s"], 5), "loss": round(value, 4)}
 
 

@@ -207,7 +207,7 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
         data, preset = load_dataset(spec["data"], args.root), spec["data"]
     config = get_preset(preset, "progcl-weight", schedule=spec.get("schedule", "online"))
     data = data.to(device)
-    model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
+    model = build_model(config, data.num_features, data.num_nodes, data.x, device).to(device)
     loss_fn = build_loss(config).to(device)
     assert isinstance(loss_fn, ProGCLLoss)
     loss_fn.block_size = None  # the automatic choice (presets may pin a block size)

@@ -11,8 +11,6 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import is_sparse
 
-from ._compat import is_compiling
-
 
 def _number(name: str, value, form: str) -> float:
     """``float(value)``, or a ``ValueError`` naming ``name`` and ``form`` (None, a string)."""
@@ -119,7 +117,7 @@ def check_views(h1: Tensor, h2: Tensor) -> None:
             f"`h1` and `h2` must have the same shape [N, d] (got {list(h1.shape)} and "
             f"{list(h2.shape)})"
         )
-    if is_compiling():
+    if getattr(torch.compiler, "is_compiling", lambda: False)():  # (torch >= 2.3)
         return
     finite = torch.isfinite(torch.stack([h1.detach().abs().amax(), h2.detach().abs().amax()]))
     if not finite.all().item():

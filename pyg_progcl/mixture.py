@@ -19,9 +19,10 @@ from ._compat import is_compiling
 __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
 
 
-#: EM iterations between two host reads of its convergence (a refit of ProGCL's 10
-#: iterations reads it once, at the end).
+#: EM iterations between two host reads of its convergence, besides one after
+#: ``EARLY_CHECK`` iterations (a warm-started refit has mostly converged by then).
 CHECK_EVERY = 10
+EARLY_CHECK = 3
 
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
@@ -298,7 +299,9 @@ class BetaMixture(torch.nn.Module):
         x = self._check_values(x)
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
         reduce = reduce or (lambda stats: stats)
-        swapped_from = torch.argmin(self.means) if self.fitted else None
+        flags = [((x >= 0) & (x <= 1)).all()]  # (read with the result: one host read)
+        if self.fitted:
+            flags.append(torch.argmin(self.means))  # (the roles before: see degeneracy)
         before = [t.clone() for t in (self.alpha, self.beta, self.weight)]
         x = self._clamp(x.double())
         # Sufficient statistics, computed once: the E-step is one [n, 3] @ [3, 2] product
@@ -307,7 +310,7 @@ class BetaMixture(torch.nn.Module):
         moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
         total = reduce(moments.sum(dim=0))
         # EM runs on the device: an iteration after convergence leaves the parameters as
-        # they are, and the host reads the state once every CHECK_EVERY iterations.
+        # they are, and the host reads whether it converged only at a few iterations.
         previous = total.new_full((), -math.inf)
         done = torch.zeros((), dtype=torch.bool, device=x.device)
         steps = torch.zeros((), dtype=torch.long, device=x.device)
@@ -322,24 +325,29 @@ class BetaMixture(torch.nn.Module):
             steps.add_(~done)
             done = done | ((current - previous).abs() < self.tol)
             previous = current
-            if it % CHECK_EVERY == 0 and it < budget and done.item():
+            if it < budget and (it == EARLY_CHECK or it % CHECK_EVERY == 0) and done.item():
                 break
         params = torch.cat([self.alpha, self.beta, self.weight])
         valid = (torch.isfinite(params) & (params > 0)).all()
-        n_iter, converged, ok = torch.stack([steps, done.long(), valid.long()]).tolist()
-        if not ok:  # (statistics that were not finite: a bad sample, or a rank's `reduce`)
-            bad = self._describe(params)
+        state = torch.cat([torch.stack([steps, done, valid, *flags]).double(), params.double()])
+        state = state.tolist()  # (the fit's one read at its end)
+        n_iter, converged, ok, in_range = (int(v) for v in state[:4])
+        if not (ok and in_range):
             for buffer, old in zip((self.alpha, self.beta, self.weight), before):
                 buffer.copy_(old)
+        if not in_range:
+            raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
+        if not ok:  # (statistics that were not finite: a bad sample, or a rank's `reduce`)
             raise ValueError(
-                f"BetaMixture.fit: EM gave parameters that are not finite and positive ({bad}); "
-                "the sufficient statistics were not finite (check `reduce` and the sample); "
-                "the previous parameters are kept"
+                "BetaMixture.fit: EM gave parameters that are not finite and positive "
+                f"({self._describe(state[-6:])}); the sufficient statistics were not finite "
+                "(check `reduce` and the sample); the previous parameters are kept"
             )
         self.n_iter_ = n_iter
         self.num_fits += 1
         self._fitted_key, self._fitted = (self.num_fits.data_ptr(), self.num_fits._version), True
-        self._record_problems(swapped_from, bool(converged) or max_iter is not None)
+        swapped_from = int(state[4]) if len(flags) > 1 else None
+        self._record_problems(swapped_from, bool(converged) or max_iter is not None, state[-6:])
         return self
 
     def degeneracy(self, swapped_from: int | None = None) -> list[str]:
@@ -351,18 +359,16 @@ class BetaMixture(torch.nn.Module):
         that swapped roles (docs/algorithms.md §5.1)."""
         return [text for _, text in self._findings(swapped_from)]
 
-    def _findings(self, swapped_from: int | None = None) -> list[tuple[str, str]]:
+    def _findings(self, swapped_from: int | None = None, params=None) -> list[tuple[str, str]]:
         """:meth:`degeneracy`'s problems as ``(kind, text)`` pairs (kinds: see
-        :attr:`degenerate_fits`)."""
-        parts = [self.alpha, self.beta, self.weight, self.means]
-        if isinstance(swapped_from, Tensor):  # (read with the parameters: one host read)
-            parts.append(swapped_from.to(self.alpha.dtype).view(1))
-        values = torch.cat(parts).tolist()
-        a, b, w, means = values[0:2], values[2:4], values[4:6], values[6:8]
+        :attr:`degenerate_fits`), of the parameters ``params`` (alpha, beta and weight as
+        six numbers already read; default: the buffers)."""
+        if params is None:
+            params = torch.cat([self.alpha, self.beta, self.weight]).tolist()
+        a, b, w = params[0:2], params[2:4], params[4:6]
+        means = [a[c] / (a[c] + b[c]) for c in range(2)]
         tn = 0 if means[0] <= means[1] else 1
         fn = 1 - tn
-        if isinstance(swapped_from, Tensor):
-            swapped_from = int(values[8])
         found = []
         if b[fn] < 1:
             found.append(("spike", f"the false-negative component Beta({a[fn]:.3g}, "
@@ -381,10 +387,10 @@ class BetaMixture(torch.nn.Module):
             )
         return found
 
-    def _record_problems(self, swapped_from: int | None, converged: bool) -> None:
+    def _record_problems(self, swapped_from: int | None, converged: bool, params=None) -> None:
         """Records the fit's problems: ``problems_`` and a count per kind in
         :attr:`degenerate_fits`."""
-        found = self._findings(swapped_from)
+        found = self._findings(swapped_from, params)
         if not converged:
             found.append(
                 ("not-converged", f"EM did not converge within {self.max_iter} iterations")
@@ -400,8 +406,8 @@ class BetaMixture(torch.nn.Module):
         return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
 
     @staticmethod
-    def _describe(params: Tensor) -> str:
-        a0, a1, b0, b1, w0, w1 = params.tolist()
+    def _describe(params) -> str:
+        a0, a1, b0, b1, w0, w1 = params.tolist() if isinstance(params, Tensor) else params
         return f"alpha [{a0:.3g}, {a1:.3g}], beta [{b0:.3g}, {b1:.3g}], weight [{w0:.3g}, {w1:.3g}]"
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -430,9 +436,7 @@ class BetaMixture(torch.nn.Module):
             raise ValueError(f"`x` must be a dense tensor (got {x.layout}); pass x.to_dense()")
         if x.device.type == "meta":
             raise ValueError("`x` is a meta tensor, which holds no values: fit real similarities")
-        if not ((x >= 0) & (x <= 1)).all().item():
-            raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
-        return x
+        return x  # (its range is read with the fit's result: fit)
 
     def _m_step(self, stats: Tensor, n, frozen: Tensor | None = None) -> None:
         """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``.

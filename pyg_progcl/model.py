@@ -234,6 +234,11 @@ class GRACEModel(torch.nn.Module):
             self._view(self.augment2, x, edge_index, edge_weight),
         )
 
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        state["_checked"] = ()  # (weak references: a copy checks its first graph anew)
+        return state
+
     def _check_once(self, x, edge_index, edge_weight) -> None:
         """``check_graph`` of a graph unless it is the very tensors (the same objects,
         unchanged since: their version counters) that the last call checked: a training

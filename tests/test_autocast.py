@@ -113,7 +113,7 @@ def test_distributed_loss_computes_in_float32_under_autocast(one_process_group, 
 def test_default_encoder_and_model_under_autocast(dtype, rtol):
     x, edge_index = graph()
     m = model()
-    assert m.encoder.sparse  # the default: a CSR adjacency and CSR features
+    assert not m.encoder.sparse  # the default: PyG's edge list and dense features
     with torch.no_grad():
         expected = m(x, edge_index)
         torch.manual_seed(5)

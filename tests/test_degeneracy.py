@@ -115,7 +115,9 @@ def test_the_trainer_records_every_degenerate_epoch_and_warns_only_without_a_flo
 ):
     from pyg_progcl.experiments import get_preset, synthetic_graph, train_seed
 
-    monkeypatch.setattr(BetaMixture, "_findings", lambda self, swapped_from=None: [("x", "test")])
+    monkeypatch.setattr(
+        BetaMixture, "_findings", lambda self, swapped_from=None, params=None: [("x", "test")]
+    )
     config = get_preset(
         "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, probe_epochs=20, schedule=schedule
     )
@@ -153,7 +155,7 @@ def test_a_fit_every_epoch_warns_once_and_counts_every_degenerate_fit():
 
 def test_later_kinds_of_degeneration_are_counted_not_warned(monkeypatch):
     kinds = iter([[]] * 2 + [["spike"]] * 3 + [["spike", "merged"]] * 4 + [["merged"]])
-    found = lambda self, swapped_from=None: [(k, f"problem {k}") for k in next(kinds)]  # noqa: E731
+    found = lambda self, swapped_from=None, params=None: [(k, f"problem {k}") for k in next(kinds)]  # noqa: E731
     monkeypatch.setattr(BetaMixture, "_findings", found)
     loss = ProGCLLoss(0.5, num_samples=500, schedule="online")
     with warnings.catch_warnings(record=True) as caught:
@@ -161,7 +163,9 @@ def test_later_kinds_of_degeneration_are_counted_not_warned(monkeypatch):
         refits(loss, class_views(spread=0.6), epochs=10)
         loss.reset_parameters()  # the same loss: warned already
         monkeypatch.setattr(
-            BetaMixture, "_findings", lambda self, swapped_from=None: [("swapped", "s")]
+            BetaMixture,
+            "_findings",
+            lambda self, swapped_from=None, params=None: [("swapped", "s")],
         )
         refits(loss, class_views(spread=0.6), epochs=1)
     (warning,) = caught  # at the first degenerate fit (the third): the fix is the same

@@ -184,7 +184,8 @@ def test_encoder_reprs():
     assert "activation=tanh" in repr(GCNEncoder(4, 2, activation=torch.tanh))
     gat = GCNEncoder(4, 2, conv=GATConv, conv_kwargs={"heads": 2, "concat": False})
     assert "conv=GATConv, conv_kwargs={'heads': 2, 'concat': False}," in repr(gat)
-    assert ", sparse_features=False," in repr(GCNEncoder(4, 2, sparse_features=False))
+    assert ", sparse_features=True," in repr(GCNEncoder(4, 2, sparse_features=True))
+    assert "sparse" not in repr(GCNEncoder(4, 2))
     model = GRACEModel(GCNEncoder(4, 2), 2, 2, recompute_views=True)
     assert repr(model).endswith("  recompute_views=True,\n)")
 
@@ -446,14 +447,15 @@ def test_sparse_propagation_equals_edge_index_path(conv):
     x = torch.randn(40, 6, generator=g)
     raw = torch.randint(40, (2, 160), generator=g)  # with self-loops and repeats
     edge_index = to_undirected(raw[:, raw[0] != raw[1]])
-    default = GCNEncoder(6, 8, conv=conv)
-    assert _propagation_paths(default, x, raw) == {"edges"}  # falls back to the edge list
-    assert _propagation_paths(default, x, edge_index) == {"sparse"}
+    assert _propagation_paths(GCNEncoder(6, 8, conv=conv), x, edge_index) == {"edges"}
+    opted = GCNEncoder(6, 8, conv=conv, sparse=True)
+    assert _propagation_paths(opted, x, raw) == {"edges"}  # falls back to the edge list
+    assert _propagation_paths(opted, x, edge_index) == {"sparse"}
     torch.manual_seed(0)
-    plain = GCNEncoder(6, 8, conv=conv, sparse=False)
+    plain = GCNEncoder(6, 8, conv=conv)
     torch.manual_seed(0)
-    fast = GCNEncoder(6, 8, conv=conv)
-    assert fast.sparse and "sparse" not in repr(fast) and "sparse=False" in repr(plain)
+    fast = GCNEncoder(6, 8, conv=conv, sparse=True)
+    assert fast.sparse and "sparse=True" in repr(fast) and "sparse" not in repr(plain)
     torch.testing.assert_close(fast(x, edge_index), plain(x, edge_index))
     if conv is GCNConv:
         w = torch.rand(edge_index.size(1), generator=g)
@@ -540,9 +542,9 @@ def test_sparse_features_equal_dense_features_in_value_and_gradient(encoder_cls)
 
 
 def test_sparse_features_only_for_convs_that_start_with_a_linear_map():
-    assert GCNEncoder(5, 4).sparse_features
-    assert not GCNEncoder(5, 4, conv=SAGEConv).sparse_features
-    assert not GCNEncoder(5, 4, sparse_features=False).sparse_features
+    assert GCNEncoder(5, 4, sparse_features=True).sparse_features
+    assert not GCNEncoder(5, 4, conv=SAGEConv, sparse_features=True).sparse_features
+    assert not GCNEncoder(5, 4).sparse_features  # (a CPU option: off by default)
 
 
 def _bag_of_words(num_nodes=50, num_features=40, seed=0):
@@ -560,7 +562,7 @@ def test_model_masks_csr_features_as_the_dense_path_does(adaptive, monkeypatch):
         return [AdaptiveEdgeDrop(p), AdaptiveFeatureMask(p)] if adaptive else FeatureMask(p)
 
     torch.manual_seed(0)
-    model = GRACEModel(GCNEncoder(40, 8), 8, 8, view(0.3), view(0.4))
+    model = GRACEModel(GCNEncoder(40, 8, sparse_features=True), 8, 8, view(0.3), view(0.4))
     csr = model.input_features(x)
     assert csr.layout == torch.sparse_csr and torch.equal(csr.to_dense(), x)
     assert model.input_features(csr) is csr  # a CSR x is used as it is
@@ -592,13 +594,15 @@ def test_the_model_keeps_no_copy_of_the_features():
     import pickle
 
     x = _bag_of_words()
-    model = GRACEModel(GCNEncoder(40, 8), 8, 8, FeatureMask(0.3), FeatureMask(0.3))
+    model = GRACEModel(
+        GCNEncoder(40, 8, sparse_features=True), 8, 8, FeatureMask(0.3), FeatureMask(0.3)
+    )
     size = len(pickle.dumps(model))
     model.views(x, erdos_renyi_graph(50, 0.1))
     assert len(pickle.dumps(model)) == size
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert clone(x, erdos_renyi_graph(50, 0.1)).shape == (50, 8)
-    plain = GRACEModel(MLPEncoder(40, 8, sparse_features=False), 8, 8)
+    plain = GRACEModel(MLPEncoder(40, 8), 8, 8)
     assert plain.input_features(x) is x  # an encoder that takes dense features gets them
 
 

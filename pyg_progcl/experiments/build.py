@@ -45,9 +45,18 @@ RECOMPUTE_FEATURES = 1 << 26
 
 
 def build_model(
-    config: TrainConfig, in_channels: int, num_nodes: int = 0, x: Optional[Tensor] = None
+    config: TrainConfig,
+    in_channels: int,
+    num_nodes: int = 0,
+    x: Optional[Tensor] = None,
+    device=None,
 ) -> GRACEModel:
     """A :class:`GRACEModel` (encoder, projection head, augmenters) for ``config``.
+
+    On the CPU (``device`` ``None`` or a CPU) the encoder propagates over a CSR adjacency
+    and takes mostly-zero features as CSR matrices (``sparse=True``,
+    ``sparse_features=True``: measured faster there, docs/design.md); elsewhere it keeps
+    PyG's edge list and dense features, the GPU's path.
 
     Views are recomputed in backward when each view's feature matrix would hold
     :data:`RECOMPUTE_FEATURES` entries: ``num_nodes × in_channels``, or with the features
@@ -55,9 +64,11 @@ def build_model(
     Coauthor-Physics 1.1M, not 290M).
     """
     encoder_cls = GCNEncoder if config.encoder == "gcn" else MLPEncoder
+    cpu = device is None or torch.device(device).type == "cpu"
     encoder = encoder_cls(
-        in_channels, config.hidden, num_layers=config.num_layers, activation=config.activation
-    )
+        in_channels, config.hidden, num_layers=config.num_layers, activation=config.activation,
+        sparse=cpu, sparse_features=cpu,
+    )  # fmt: skip
     aug1, aug2 = build_augmentations(config)
     model = GRACEModel(encoder, config.hidden, config.proj, aug1, aug2)
     entries = num_nodes * in_channels

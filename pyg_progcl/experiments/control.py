@@ -70,7 +70,7 @@ def diagnose_training(
         **diagnose_kwargs: Passed to :func:`~pyg_progcl.diagnostics.diagnose`.
     """
     seed_everything(seed)
-    model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
+    model = build_model(config, data.num_features, data.num_nodes, data.x, device).to(device)
     report = EncoderReport(before=diagnose(model, data.to(device), **diagnose_kwargs), model=model)
     if not train:
         return report

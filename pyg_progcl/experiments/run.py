@@ -286,7 +286,7 @@ def start_seed(
         data = data.to(device)  # (mini-batches: the graph stays, sampled batches move)
 
     seed_everything(seed + ranks.rank)
-    model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
+    model = build_model(config, data.num_features, data.num_nodes, data.x, device).to(device)
     # The fields the model uses: a graph's edge weights, unless the encoder takes none.
     data = graph_for_model(model, data)
     if config.batch_size is None:  # the features as the model feeds them (CSR where sparse

@@ -156,7 +156,7 @@ class FlooredFit(OnlineFit):
         return self.floor if bool(self.degenerated) else 0.0
 
     def floor_now(self) -> Tensor:
-        return torch.where(self.degenerated, self.floor, 0.0)
+        return self.degenerated.double() * self.floor  # (float64: the floor as given)
 
     def extra_repr(self) -> str:
         return ", ".join(_floor_repr(self.floor, DEGENERATE_FLOOR))
