@@ -79,6 +79,14 @@ DEGENERACY_KINDS = {
 }
 
 
+def _coefficients(params: Tensor) -> Tensor:
+    """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each component's joint
+    log-density, from ``[3, 2]`` float64 parameters (alpha, beta, weight)."""
+    a, b, w = params.unbind(0)
+    log_norm = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
+    return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
+
+
 class BetaMixture(torch.nn.Module):
     r"""Two-component Beta mixture fitted by EM with the weighted method of moments.
 
@@ -302,7 +310,7 @@ class BetaMixture(torch.nn.Module):
         flags = [((x >= 0) & (x <= 1)).all()]  # (read with the result: one host read)
         if self.fitted:
             flags.append(torch.argmin(self.means))  # (the roles before: see degeneracy)
-        before = [t.clone() for t in (self.alpha, self.beta, self.weight)]
+        params = before = self._params()
         x = self._clamp(x.double())
         # Sufficient statistics, computed once: the E-step is one [n, 3] @ [3, 2] product
         # and the M-step one [2, n] @ [n, 3] product.
@@ -314,27 +322,29 @@ class BetaMixture(torch.nn.Module):
         previous = total.new_full((), -math.inf)
         done = torch.zeros((), dtype=torch.bool, device=x.device)
         steps = torch.zeros((), dtype=torch.long, device=x.device)
+        n = total[0]
         for it in range(1, budget + 1):
             # Two components: r_1 = σ(joint_1 - joint_0) and log-lik = joint_0 + softplus(·).
-            joint = logs @ self._log_coefficients()
+            joint = logs @ _coefficients(params.double())
             diff = joint[:, 1] - joint[:, 0]
             loglik = (joint[:, 0] + F.softplus(diff)).sum().view(1)
             stats = reduce(torch.cat([torch.sigmoid(diff) @ moments, loglik]))
-            self._m_step(torch.stack([total - stats[:3], stats[:3]]), total[0], done)
-            current = stats[3] / total[0]
+            high = stats[:3]
+            params = self._moments(params, torch.stack([total - high, high]), n, done)
+            current = stats[3] / n
             steps.add_(~done)
             done = done | ((current - previous).abs() < self.tol)
             previous = current
             if it < budget and (it == EARLY_CHECK or it % CHECK_EVERY == 0) and done.item():
                 break
-        params = torch.cat([self.alpha, self.beta, self.weight])
+        self._set(params)
+        params = params.reshape(-1)
         valid = (torch.isfinite(params) & (params > 0)).all()
         state = torch.cat([torch.stack([steps, done, valid, *flags]).double(), params.double()])
         state = state.tolist()  # (the fit's one read at its end)
         n_iter, converged, ok, in_range = (int(v) for v in state[:4])
         if not (ok and in_range):
-            for buffer, old in zip((self.alpha, self.beta, self.weight), before):
-                buffer.copy_(old)
+            self._set(before)
         if not in_range:
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
         if not ok:  # (statistics that were not finite: a bad sample, or a rank's `reduce`)
@@ -401,9 +411,7 @@ class BetaMixture(torch.nn.Module):
 
     def _log_coefficients(self) -> Tensor:
         """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each joint log-density."""
-        a, b, w = self.alpha.double(), self.beta.double(), self.weight.double()
-        log_norm = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
-        return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
+        return _coefficients(self._params().double())
 
     @staticmethod
     def _describe(params) -> str:
@@ -438,30 +446,48 @@ class BetaMixture(torch.nn.Module):
             raise ValueError("`x` is a meta tensor, which holds no values: fit real similarities")
         return x  # (its range is read with the fit's result: fit)
 
+    def _params(self) -> Tensor:
+        """``[3, 2]``: alpha, beta and weight, in the buffers' dtype."""
+        return torch.stack([self.alpha, self.beta, self.weight])
+
+    def _set(self, params: Tensor) -> None:
+        for buffer, values in zip((self.alpha, self.beta, self.weight), params):
+            buffer.copy_(values)
+
     def _m_step(self, stats: Tensor, n, frozen: Tensor | None = None) -> None:
-        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``.
+        """The buffers after :meth:`_moments` of ``stats``."""
+        self._set(self._moments(self._params(), stats, n, frozen))
+
+    def _moments(self, params: Tensor, stats: Tensor, n, frozen: Tensor | None = None):
+        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``: the
+        next ``[3, 2]`` parameters (in ``params``' dtype).
 
         A component whose mass vanished keeps its previous parameters, and all of them do
         where ``frozen`` (EM converged).
         """
         mass, first, second = stats.unbind(dim=1)
-        frozen = torch.zeros((), dtype=torch.bool, device=mass.device) if frozen is None else frozen
-        alive = (mass > 1e-8 * n) & ~frozen
+        alive = mass > 1e-8 * n
+        kept = torch.zeros_like(alive[0]) if frozen is None else frozen
+        alive = alive & ~kept
         mass = mass.clamp(min=1e-300)
         mean = (first / mass).clamp(self.eps, 1.0 - self.eps)
-        var = second / mass - mean * mean
+        spread = mean * (1 - mean)
         # A Beta needs 0 < var < mean (1 - mean); flooring keeps all-equal inputs finite.
-        var = torch.minimum(var.clamp(min=self.min_variance), 0.999 * mean * (1 - mean))
-        alpha = mean * (mean * (1 - mean) / var - 1)
-        beta = alpha * (1 - mean) / mean
-        dtype = self.alpha.dtype
-        self.alpha.copy_(torch.where(alive, alpha, self.alpha.double()).to(dtype))
-        self.beta.copy_(torch.where(alive, beta, self.beta.double()).to(dtype))
-        if self.min_beta_high is not None:  # (selected on the device: no host sync)
-            high = torch.arange(2, device=self.beta.device) == 1 - torch.argmin(self.means)
-            self.beta.copy_(torch.where(high, self.beta.clamp(min=self.min_beta_high), self.beta))
+        var = torch.minimum(
+            (second / mass - mean * mean).clamp(min=self.min_variance), 0.999 * spread
+        )
+        alpha = mean * (spread / var - 1)
         weight = (mass / n).clamp(min=self.min_weight)
-        self.weight.copy_(torch.where(frozen, self.weight, (weight / weight.sum()).to(dtype)))
+        new = torch.stack([alpha, alpha * (1 - mean) / mean, weight / weight.sum()])
+        keep = torch.stack([alive, alive, ~kept.expand(2)])
+        out = torch.where(keep, new, params.double()).to(params.dtype)
+        if self.min_beta_high is not None:  # (selected on the device: no host sync)
+            high = torch.arange(2, device=out.device) == 1 - torch.argmin(
+                out[0] / (out[0] + out[1])
+            )
+            floored = torch.where(high, out[1].clamp(min=self.min_beta_high), out[1])
+            out = torch.stack([out[0], floored, out[2]])
+        return out
 
     def extra_repr(self) -> str:
         a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
