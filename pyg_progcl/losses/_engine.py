@@ -255,22 +255,12 @@ class NegativeBlock:
         if log_weight is None:
             out = torch.log(self._inter_sums(scales) + self._intra_sums(scales))
             return out[0] if isinstance(scale, (int, float)) else out
-        # Weights stored as the transpose of another block's (the dense second view's): the
-        # column sums of the transposed matrices, so that every pass runs along memory.
-        transposed = self.dense and log_weight.stride(0) == 1 and log_weight.size(1) > 1
-        lw = log_weight.T if transposed else log_weight
-        lw = _exclude(lw.clone(memory_format=torch.contiguous_format), self.excluded)
-        dim = 0 if transposed else 1  # (the dense path excludes the diagonal: symmetric)
-        shift = lw.amax(dim=dim)  # (the largest weight 1: no row's sum underflows)
-        lw.sub_(shift.unsqueeze(dim))
-        if transposed:
-            spec = _Sums(self.tau, self.excluded, scales, columns=True, rows=False)
-            inter = _ExpGram.apply(self.others, self.anchors, lw, None, spec)[1]
-            intra = _ExpGram.apply(self.anchors, None, lw, None, spec)[1]
-        else:
-            inter = self._inter_sums(scales, lw)
-            intra = self._intra_sums(scales, lw)
-        out = torch.log(inter + intra) + shift
+        # (a transposed matrix's weights, the dense second view's, become one copy along
+        # memory: each pass of the sums then runs along rows)
+        lw = _exclude(log_weight.clone(memory_format=torch.contiguous_format), self.excluded)
+        shift = lw.amax(dim=1)  # (the largest weight 1: no row's sum underflows)
+        lw.sub_(shift.unsqueeze(1))
+        out = torch.log(self._inter_sums(scales, lw) + self._intra_sums(scales, lw)) + shift
         return out[0] if isinstance(scale, (int, float)) else out
 
     def _log_sum_exp(self, s: float, log_weight: Optional[Tensor]) -> Tensor:
@@ -347,7 +337,6 @@ class _Sums:
     scales: tuple[float, ...] = (1.0,)
     columns: bool = False
     gather: tuple = ()
-    rows: bool = True
 
 
 class _ExpGram(torch.autograd.Function):
@@ -371,7 +360,7 @@ class _ExpGram(torch.autograd.Function):
             exps = [x]
         else:
             exps = [_exp(x, s, log_w) for s in spec.scales]
-        rows = torch.stack([e.sum(dim=1) for e in exps]) if spec.rows else x.new_zeros(0)
+        rows = torch.stack([e.sum(dim=1) for e in exps])
         cols = torch.stack([e.sum(dim=0) for e in exps]) if spec.columns else x.new_zeros(0)
         ctx.spec = spec
         ctx.save_for_backward(a, o, log_w if len(exps) > 1 else None, x)
@@ -383,10 +372,9 @@ class _ExpGram(torch.autograd.Function):
         spec, grad = ctx.spec, None
         for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ: ∂x/∂a)
             e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
-            term = e * g_rows[j].mul(s / spec.tau).unsqueeze(1) if spec.rows else None
+            term = e * g_rows[j].mul(s / spec.tau).unsqueeze(1)
             if spec.columns:
-                col = g_cols[j].mul(s / spec.tau)
-                term = e * col if term is None else term.addcmul_(e, col)
+                term.addcmul_(e, g_cols[j].mul(s / spec.tau))
             grad = term if grad is None else grad.add_(term)
         for (dim, index), g in zip(spec.gather, g_gathered):
             grad.scatter_add_(dim, index, g.div(spec.tau))
