@@ -233,3 +233,30 @@ def test_every_command_takes_threads_and_says_what_it_chose(capsys, monkeypatch,
         assert status == 0 and torch.get_num_threads() == 3 and "threads:" not in err
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("command", ["train", "diagnose", "embed"])
+def test_a_failing_command_prints_its_error_alone_on_a_busy_machine(
+    capsys, monkeypatch, tmp_path, command
+):
+    # The threads line comes once the run is under way, not before an error line.
+    monkeypatch.setattr(threads, "_load", lambda: 7.5)
+    monkeypatch.setattr(threads, "_cores", lambda: 4)
+    (tmp_path / "bad.pt").write_bytes(b"not a graph")
+    torch.save(dense_graph(n=100, degree=4), tmp_path / "g.pt")
+    run_main(capsys, "train", "--data", str(tmp_path / "g.pt"), *SMALL[:6], "--epochs", "1",
+             "--quiet", "--save-model", str(tmp_path / "m.pt"))  # fmt: skip
+    bad = str(tmp_path / "bad.pt")
+    argv = {
+        "train": ["train", "--data", bad, "--epochs", "1"],
+        "diagnose": ["diagnose", "--data", bad, "--out", str(tmp_path / "d"), "--no-plot"],
+        "embed": ["embed", "--model", str(tmp_path / "m.pt"), "--data", bad, "--output",
+                  str(tmp_path / "z.npy")],
+    }[command]  # fmt: skip
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        status, _, err = run_main(capsys, *argv)
+    finally:
+        torch.set_num_threads(before)
+    assert status == 2 and len(err.strip().splitlines()) == 1, err

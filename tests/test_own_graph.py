@@ -534,7 +534,7 @@ def test_an_interrupted_embed_leaves_no_partial_output(tmp_path, big_graph, sig,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )  # fmt: skip
         deadline = time.monotonic() + 120
-        while "embedding (layers)" not in err_file.read_text():  # the embedding has started
+        while "embedding: batch" not in err_file.read_text():  # the embedding has started
             assert proc.poll() is None, err_file.read_text()
             assert time.monotonic() < deadline, "embedding did not start within 120 s"
             time.sleep(0.05)

@@ -237,8 +237,9 @@ def _from_preset(args, kwargs):
     if trained and not args.quiet:  # each encoder trains the preset's epochs
         device = resolve_device(args.device)
         estimate = RunEstimate(
-            config, len(encoders), device, note, data=data, unit="encoder", one="--encoder gcn"
-        )
+            config, len(encoders), device, note, data=data, unit="encoder", one="--encoder gcn",
+            notes=[args.threads_line],
+        )  # fmt: skip
     reports = compare_encoders(
         data, config, encoders=encoders, train=trained, every=args.every if trained else 0,
         device=args.device, progress=not args.quiet, callback=estimate, **kwargs,
@@ -270,7 +271,7 @@ def run_cli(args: argparse.Namespace) -> int:
         )
     kwargs = _diagnose_kwargs(args)
     small = args.data is None and args.dataset in (None, "synthetic") and not args.checkpoint
-    set_threads(args.threads, None if args.quiet else note, small)
+    args.threads_line = set_threads(args.threads, small)  # (said once a run is under way)
     make = _from_checkpoint if args.checkpoint else _from_preset
     # One line per warning, through the progress bars; one about the mixture in all (the
     # cold fits' and the runs'); none with --quiet.
@@ -298,6 +299,8 @@ def run_cli(args: argparse.Namespace) -> int:
             plot_tracking(history, out / "tracking.png", title=title)
             written.append(out / "tracking.png")
     if not args.quiet:
+        if args.threads_line and not args.train_epochs:  # (else said at the first epoch)
+            note(args.threads_line)
         print(format_table(result["runs"], accuracy))
         print("wrote " + ", ".join(map(str, written)))
     return 0

@@ -98,14 +98,14 @@ def run_cli(args: argparse.Namespace) -> int:
     inputs = [("the --model file", args.model), ("the --data graph file", args.data)]
     check_distinct([("--output", output)], inputs)  # (writing it would replace an input)
     device = resolve_device(args.device)
-    set_threads(args.threads, None if args.quiet else note)
+    threads = set_threads(args.threads)
     before = _identity(output)
     handler = _OnSigterm()
     previous = signal.getsignal(signal.SIGTERM)
     try:
         try:
             signal.signal(signal.SIGTERM, handler)  # (inside: its exception is caught below)
-            return _embed(args, output, device)
+            return _embed(args, output, device, threads)
         finally:
             handler.armed = False  # a SIGTERM from here on is ignored: the run is ending
     except _Terminated:
@@ -133,7 +133,9 @@ def _identity(path: Path) -> Optional[tuple[int, ...]]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _embed(args: argparse.Namespace, output: Path, device: torch.device) -> int:
+def _embed(args, output: Path, device: torch.device, threads: Optional[str]) -> int:
+    """Embeds and writes; the ``threads`` line (if any) comes with the summary, so that a
+    failed command prints its error alone."""
     tic = time.perf_counter()
     model = load_model(args.model, map_location=device)
     data = read_graph(args.data)
@@ -143,6 +145,8 @@ def _embed(args: argparse.Namespace, output: Path, device: torch.device) -> int:
     )  # fmt: skip
     save_embeddings(z, output)
     if not args.quiet:
+        if threads:
+            note(threads)
         how = "full graph" if args.batch_size is None else f"batches of {args.batch_size}"
         print(
             f"wrote {args.output}: {z.size(0)} x {z.size(1)} embeddings of {args.data} "

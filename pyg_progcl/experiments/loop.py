@@ -286,7 +286,8 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
     )
     run.model.train()
     # A mini-batch epoch's batches, on a line below the epochs'.
-    batches = BatchBar(disable=not (progress and ranks.main and run.loader), position=1)
+    shown = progress and ranks.main and run.loader is not None
+    batches = BatchBar(disable=not shown, position=1)
     run.batch_progress = batches if run.loader is not None else None
     closing = contextlib.closing
     with stop_requests(run.path is not None) as stop, closing(bar), closing(batches):

@@ -8,6 +8,7 @@ import copy
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 import torch
@@ -143,6 +144,9 @@ class RunEstimate:
         limit: Seconds above which the line is written.
         unit, one: What ``seeds`` counts and the option that trains one of them
             (:func:`estimate_line`).
+        notes: Lines written at the first call, once the run is under way (e.g. the
+            threads chosen, :func:`path_note`), so that a run that fails before its
+            first epoch prints its error alone.
     """
 
     def __init__(
@@ -156,10 +160,12 @@ class RunEstimate:
         limit: float = LIMIT_S,
         unit: str = "seed",
         one: str = "--seeds 1",
+        notes: Sequence[Optional[str]] = (),
     ):
         self.config, self.seeds, self.device, self.write = config, seeds, device, write
         self.data, self.timed, self.limit = data, timed, limit
         self.unit, self.one = unit, one
+        self.notes = [line for line in notes if line]
         self.start: Optional[int] = None  # epochs done before the first callback
         self.last: Optional[float] = None
         self.intervals: list[float] = []
@@ -170,6 +176,8 @@ class RunEstimate:
             return
         now = epoch_clock()
         if self.last is None:
+            for line in self.notes:
+                self.write(line)
             self.start, self.last = epoch - 1, now
             return
         self.intervals.append(now - self.last)

@@ -12,7 +12,7 @@ and say so in one line.
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -64,19 +64,17 @@ def choose_threads(
     return threads, reason
 
 
-def set_threads(
-    requested: Optional[int], write: Optional[Callable[[str], object]], small_graph: bool = False
-) -> int:
+def set_threads(requested: Optional[int], small_graph: bool = False) -> Optional[str]:
     """Sets torch's CPU threads: ``requested`` (``--threads``), else
-    :func:`choose_threads`'s, with one line through ``write`` (``None``: silent) when
-    that is not torch's default. Returns the threads set."""
+    :func:`choose_threads`'s. Returns the line that says what was chosen when that is not
+    torch's default (``None`` otherwise), for the command to print once its run is under
+    way (a run that fails before gives its one error line alone)."""
     if requested is not None:
         torch.set_num_threads(requested)
-        return requested
+        return None
     default = torch.get_num_threads()
     threads, reason = choose_threads(default, _cores(), _load(), small_graph)
-    if reason is not None:
-        torch.set_num_threads(threads)
-        if write is not None:
-            write(f"threads: {threads} of torch's {default} ({reason}; --threads N sets them)")
-    return threads
+    if reason is None:
+        return None
+    torch.set_num_threads(threads)
+    return f"threads: {threads} of torch's {default} ({reason}; --threads N sets them)"

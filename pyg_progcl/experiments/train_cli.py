@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .._files import check_distinct, check_folder, check_writable
 from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
@@ -286,9 +286,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return get_preset(dataset, method, config=fields, **flags)
 
 
-def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
-    """The run's config and seeds from the command line (and torch's thread count), once
-    every output is checked."""
+def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int], Optional[str]]:
+    """The run's config and seeds from the command line, once every output is checked,
+    and torch's thread count set (with the line that says so where it is not torch's
+    default)."""
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
     if args.root is not None and not Path(args.root).expanduser().is_dir():
@@ -300,9 +301,7 @@ def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int]]:
     config = config_from_args(args)
     if is_graph_file(config.dataset) and not getattr(args, "data", None):
         raise ValueError(f"the config names a graph file ({config.dataset}): pass --data FILE")
-    speaks = not args.quiet and (not args.distributed or os.environ.get("RANK", "0") == "0")
-    set_threads(args.threads, note if speaks else None, config.dataset == "synthetic")
-    return config, seeds
+    return config, seeds, set_threads(args.threads, config.dataset == "synthetic")
 
 
 def _check_graph_args(args: argparse.Namespace) -> None:
@@ -397,13 +396,13 @@ def _run(args: argparse.Namespace) -> int:
     # (else the launcher may stop the others before they report it).
     ranks, device = join(args.device) if args.distributed else (ONE, args.device)
     try:
-        config, seeds = _setup(args)  # (outputs checked before the graph is read)
+        config, seeds, threads = _setup(args)  # (outputs checked before the graph is read)
         fresh = None if args.resume else (lambda folder: check_fresh(folder, seeds))
         # The run holds its checkpoint folder from before the graph loads until its last
         # output is written: no second run on it starts meanwhile.
         with owned_folder(args.checkpoint, ranks, check=fresh):
             config = _resume_config(args, config, seeds)
-            result, model, data = _train(args, config, seeds, ranks, device)
+            result, model, data = _train(args, config, seeds, ranks, device, threads)
             if not args.quiet and ranks.main:
                 print(_summary_line(result, config, seeds))
                 for line in _probe_lines(result):
@@ -421,10 +420,11 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], ranks, device):
+def _train(args, config: TrainConfig, seeds: list[int], ranks, device, threads=None):
     """Loads the graph and trains; returns ``(result, model, graph)`` (the model of the
     first seed where ``--save-*`` asks for it, else ``None``). The ranks leave their group
-    when training ends: what follows is rank 0's."""
+    when training ends: what follows is rank 0's. The planning lines (``threads``, the
+    path's note, the estimate) come once training is under way."""
     try:
         if getattr(args, "data", None):
             data = read_graph(args.data)
@@ -435,9 +435,10 @@ def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], rank
         if not args.quiet and ranks.main:
             single = ranks.world_size == 1  # (several ranks need mini-batches)
             planned = path_note(data, config, resolve_device(device)) if single else None
-            if planned is not None:
-                note(planned)
-            estimate = RunEstimate(config, len(seeds), resolve_device(device), note, data=data)
+            estimate = RunEstimate(
+                config, len(seeds), resolve_device(device), note, data=data,
+                notes=[threads, planned],
+            )  # fmt: skip
         result = train(
             config,
             data,

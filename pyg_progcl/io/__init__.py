@@ -22,7 +22,9 @@ assembled from an encoder, a projection head and augmenters. One file that ``tor
 reads safely travels more easily; it can be uploaded to a model hub as it is.
 
 The package holds one module per kind of file: :mod:`~pyg_progcl.io.graphs`,
-:mod:`~pyg_progcl.io.models` and :mod:`~pyg_progcl.io.embedding`.
+:mod:`~pyg_progcl.io.models` and :mod:`~pyg_progcl.io.embedding`; and
+:mod:`~pyg_progcl.io.progress`, the progress bar of batches that :func:`embed` and the
+trainer show.
 """
 
 # Besides ``__all__``, the helpers of the command line and the trainer and the modules'
