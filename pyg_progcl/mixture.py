@@ -19,10 +19,10 @@ from ._compat import is_compiling
 __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
 
 
-#: EM iterations between two host reads of its convergence, besides one after
-#: ``EARLY_CHECK`` iterations (a warm-started refit has mostly converged by then).
+#: EM iterations between two host reads of its convergence, besides those after
+#: ``EARLY_CHECKS`` iterations (a warm-started refit has mostly converged by then).
 CHECK_EVERY = 10
-EARLY_CHECK = 3
+EARLY_CHECKS = (3, 6)
 
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
@@ -335,7 +335,7 @@ class BetaMixture(torch.nn.Module):
             steps.add_(~done)
             done = done | ((current - previous).abs() < self.tol)
             previous = current
-            if it < budget and (it == EARLY_CHECK or it % CHECK_EVERY == 0) and done.item():
+            if it < budget and (it in EARLY_CHECKS or it % CHECK_EVERY == 0) and done.item():
                 break
         self._set(params)
         params = params.reshape(-1)
