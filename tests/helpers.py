@@ -97,29 +97,26 @@ def engine_weights(loss, h1, h2, block_size=None):
         return torch.cat(rows).view(2, n, n)
 
 
-def record_paths(monkeypatch) -> list:
-    """The blocks the engine builds, in order: ``"dense"``, or ``(kind, view, start, stop)``
-    of a row block (``"rows"``) or a sampled block (``"sampled"``)."""
-    import pyg_progcl.losses._engine as _engine
+def record_paths(monkeypatch, *classes) -> list:
+    """The blocks the losses of ``classes`` (default: InfoNCE and ProGCL) receive in their
+    public ``negative_term``, in order: ``"dense"`` (once for both views), or
+    ``(kind, view, start, stop)`` of a row block (``"rows"``) or a sampled block
+    (``"sampled"``), read from the block's documented attributes."""
+    from pyg_progcl.losses import InfoNCELoss, ProGCLLoss
 
     calls = []
-    dense, rows, sampled = _engine.dense_blocks, _engine.row_block, _engine.sampled_block
+    for cls in classes or (InfoNCELoss, ProGCLLoss):
+        term = cls.negative_term
 
-    def dense_blocks(u, v, tau):
-        calls.append("dense")
-        return dense(u, v, tau)
+        def negative_term(self, block, term=term):
+            if block.rows is None:
+                calls.extend(["dense"] if block.view == 0 else [])
+            else:
+                kind = "rows" if block.cols is None else "sampled"
+                calls.append((kind, block.view, block.rows.start, block.rows.stop))
+            return term(self, block)
 
-    def row_block(a, o, r, view, *args):
-        calls.append(("rows", view, r.start, r.stop))
-        return rows(a, o, r, view, *args)
-
-    def sampled_block(a, o, r, view, *args):
-        calls.append(("sampled", view, r.start, r.stop))
-        return sampled(a, o, r, view, *args)
-
-    monkeypatch.setattr(_engine, "dense_blocks", dense_blocks)
-    monkeypatch.setattr(_engine, "row_block", row_block)
-    monkeypatch.setattr(_engine, "sampled_block", sampled_block)
+        monkeypatch.setattr(cls, "negative_term", negative_term)
     return calls
 
 

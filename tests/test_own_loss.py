@@ -91,7 +91,7 @@ def test_the_example_equals_its_dense_formula(
     monkeypatch, example_loss, tau, options, path, reduction
 ):
     loss_fn = example_loss(tau, beta=1.0, reduction=reduction, **options)
-    calls = record_paths(monkeypatch)
+    calls = record_paths(monkeypatch, example_loss)
     h1, h2 = views(n=N)
     expected = reference(h1, h2, tau, 1.0)
     expected = {"mean": expected.mean(), "sum": expected.sum(), "none": expected}[reduction]
