@@ -123,8 +123,9 @@ class Stepper:
         torch.manual_seed(0)
         f = data.num_features
         self.data, self.device = data, device
+        cpu = device.type == "cpu"  # (the CSR paths on the CPU, as the command line builds)
         self.model = GRACEModel(
-            GCNEncoder(f, args.hidden),
+            GCNEncoder(f, args.hidden, sparse=cpu, sparse_features=cpu),
             args.hidden,
             args.hidden,
             [EdgeDrop(0.2), FeatureMask(0.3)],
