@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import weakref
 from collections.abc import Iterator, Sequence
 from typing import Callable, Optional, Union
 
@@ -136,7 +135,6 @@ class GRACEModel(torch.nn.Module):
         recompute_views: bool = False,
     ):
         super().__init__()
-        self._checked: tuple = ()  # (the graph views() last checked: see _check_once)
         self.recompute_views = bool(recompute_views)
         if not callable(encoder):
             raise ValueError(f"`encoder` must be a torch.nn.Module (got {encoder!r})")
@@ -223,7 +221,7 @@ class GRACEModel(torch.nn.Module):
                 number of nodes than the graph the adaptive augmenters were prepared on.
         """
         x, edge_index, edge_weight = self._in_encoder_dtype(x, edge_index, edge_weight)
-        self._check_once(x, edge_index, edge_weight)
+        check_graph(x, edge_index, edge_weight)
         x = self.input_features(x)
         shared: dict = {}  # (the centralities both views' adaptive augmenters use)
         for augment in (self.augment1, self.augment2):
@@ -233,32 +231,6 @@ class GRACEModel(torch.nn.Module):
             self._view(self.augment1, x, edge_index, edge_weight),
             self._view(self.augment2, x, edge_index, edge_weight),
         )
-
-    def __getstate__(self):
-        state = dict(super().__getstate__())
-        state["_checked"] = ()  # (weak references: a copy checks its first graph anew)
-        return state
-
-    def _check_once(self, x, edge_index, edge_weight) -> None:
-        """``check_graph`` of a graph unless it is the very tensors (the same objects,
-        unchanged since: their version counters) that the last call checked: a training
-        loop's graph is read on the host once, not at every step. Only weak references
-        are kept (one graph's), so nothing stays alive for it."""
-        tensors = (x, edge_index, edge_weight)
-        if (
-            not is_compiling()
-            and self._checked
-            and all(
-                (ref is None and t is None) or (ref is not None and ref() is t and t._version == v)
-                for (ref, v), t in zip(self._checked, tensors)
-            )
-        ):
-            return
-        check_graph(x, edge_index, edge_weight)
-        if not is_compiling() and all(t is None or isinstance(t, Tensor) for t in tensors):
-            self._checked = tuple(
-                (None, 0) if t is None else (weakref.ref(t), t._version) for t in tensors
-            )
 
     def _in_encoder_dtype(self, x, edge_index, edge_weight):
         """The graph's tensors with ``x`` and ``edge_weight`` in the encoder's parameter

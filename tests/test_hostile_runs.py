@@ -193,7 +193,8 @@ sys.exit(main(sys.argv[2:]))
 
 @pytest.mark.slow  # two processes
 @pytest.mark.parametrize(
-    "module,name", [("run", "_probe"), ("loop", "_write_json"), ("train_cli", "save_model")]
+    "module,name",
+    [("run", "evaluate_embeddings"), ("loop", "_write_json"), ("train_cli", "save_model")],
 )
 def test_a_second_run_ends_at_once_while_the_first_writes_its_results(tmp_path, module, name):
     ckpt, go = tmp_path / "ck", tmp_path / "go"

@@ -78,7 +78,8 @@ class _Normalize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         u, norm = ctx.saved_tensors
-        return torch.addcmul(grad, u, (u * grad).sum(dim=1, keepdim=True), value=-1).div_(norm)
+        with full_precision(grad):  # (a backward called under autocast computes as forward)
+            return torch.addcmul(grad, u, (u * grad).sum(1, keepdim=True), value=-1).div_(norm)
 
 
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
@@ -368,6 +369,11 @@ class _ExpGram(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
+        with full_precision(g_rows):  # (a backward called under autocast computes as forward)
+            return _ExpGram._backward(ctx, g_rows, g_cols, *g_gathered)
+
+    @staticmethod
+    def _backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
         a, o, log_w, kept = ctx.saved_tensors
         spec, grad = ctx.spec, None
         for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ: ∂x/∂a)

@@ -79,7 +79,8 @@ class FitSchedule(torch.nn.Module):
         self.degenerated.fill_(True)
         kinds = [k for k, n in mixture.degenerate_fits.items() if n > before.get(k, 0)]
         kinds = [k for k in kinds if k != "not-converged"]
-        if kinds and not self._warned and not self.posterior_floor:
+        # (degenerated now: the floor in effect is `floor` under every schedule)
+        if kinds and not self._warned and not self.floor:
             self._warned = True
             warnings.warn(
                 MixtureDegeneracyWarning(self._risk_message(kinds)),
