@@ -17,6 +17,7 @@ import torch
 
 from .._files import check_distinct, check_folder, check_writable
 from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
+from .agreement import agree, graph_digests, training_options
 from .checkpoint import (
     TrainingInterruptedError,
     check_fresh,
@@ -373,7 +374,10 @@ def _run(args: argparse.Namespace) -> int:
     # (else the launcher may stop the others before they report it).
     ranks, device = join(args.device) if args.distributed else (ONE, args.device)
     try:
-        config, seeds = _setup(args)  # (outputs checked before the graph is read)
+        # (outputs checked before the graph is read; every rank given rank 0's options)
+        config, seeds = agree(
+            ranks, lambda: _setup(args), lambda run: _options(args, *run), "options"
+        )
         fresh = None if args.resume else (lambda folder: check_fresh(folder, seeds))
         # The run holds its checkpoint folder from before the graph loads until its last
         # output is written: no second run on it starts meanwhile.
@@ -400,10 +404,7 @@ def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], rank
     first seed where ``--save-*`` asks for it, else ``None``). The ranks leave their group
     when training ends: what follows is rank 0's."""
     try:
-        if getattr(args, "data", None):
-            data = read_graph(args.data)
-        else:
-            data = load_dataset(config.dataset, args.root, quiet=args.quiet)
+        data = agree(ranks, lambda: _read_graph(args, config), graph_digests, "graphs")
         saving = bool(getattr(args, "save_embeddings", None) or getattr(args, "save_model", None))
         result = train(
             config,
@@ -422,6 +423,18 @@ def _train(args: argparse.Namespace, config: TrainConfig, seeds: list[int], rank
     finally:
         leave()
     return (*result, data) if saving else (result, None, data)
+
+
+def _read_graph(args: argparse.Namespace, config: TrainConfig):
+    """The ``--data`` graph file, else the config's dataset."""
+    if getattr(args, "data", None):
+        return read_graph(args.data)
+    return load_dataset(config.dataset, args.root, quiet=args.quiet)
+
+
+def _options(args: argparse.Namespace, config: TrainConfig, seeds: list[int]) -> dict[str, str]:
+    """The options of the run that every rank must share (:func:`training_options`)."""
+    return training_options(config, seeds, args.checkpoint, args.checkpoint_every, args.resume)
 
 
 def _summary_line(result: dict[str, Any], config: TrainConfig, seeds: list[int]) -> str:
