@@ -245,6 +245,26 @@ def _forged_models(tmp_path) -> dict[str, tuple]:
     payload.pop("checksum", None)
     torch.save(payload, tmp_path / "unsealed.pt")
     cases["unsealed"] = (tmp_path / "unsealed.pt", "has no checksum")
+    # Before: int64 weights embedded garbage, complex64 loaded with a warning, a sparse
+    # weight raised a dispatcher traceback, `version: True` passed as 1.
+    first = next(iter(torch.load(good, weights_only=True)["state_dict"]))
+    retyped = {
+        "int64": (lambda w: w.long(), f"weight {first!r} is of type torch.int64"),
+        "complex64": (
+            lambda w: w.to(torch.complex64),
+            f"weight {first!r} is of type torch.complex64",
+        ),
+        "sparse": (lambda w: w.to_sparse(), f"weight {first!r} is a torch.sparse_coo tensor"),
+    }
+    for name, (change, message) in retyped.items():
+        payload = torch.load(good, weights_only=True)
+        payload["state_dict"][first] = change(payload["state_dict"][first])
+        torch.save(_resealed(payload), tmp_path / f"{name}.pt")
+        cases[name] = (tmp_path / f"{name}.pt", message)
+    payload = torch.load(good, weights_only=True)
+    payload["version"] = True
+    torch.save(_resealed(payload), tmp_path / "version.pt")
+    cases["version"] = (tmp_path / "version.pt", "has format version True")
     return cases
 
 

@@ -285,7 +285,7 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             f"{MODEL_FORMAT!r} entry{hint}"
         )
     version = payload.get("version")
-    if not isinstance(version, int) or version > MODEL_VERSION:
+    if type(version) is not int or not 1 <= version <= MODEL_VERSION:  # (not a bool)
         raise ValueError(
             f"model file {str(path)!r} has format version {version!r}; this pyg_progcl reads "
             f"versions up to {MODEL_VERSION} (a newer pyg_progcl wrote it?)"
@@ -299,6 +299,8 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             f"model file {str(path)!r}: its configuration holds more than "
             f"{MAX_CONFIG_VALUES} values (a model's holds a few dozen); not a model to build"
         )
+    for key, value in payload["state_dict"].items():  # (before the checksum densifies any)
+        _check_weight_type(path, key, value)
     if "checksum" not in payload:
         raise ValueError(
             f"model file {str(path)!r} has no checksum (written by a development version "
@@ -310,19 +312,36 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             "match its checksum"
         )
     for key, value in payload["state_dict"].items():
-        if not isinstance(value, torch.Tensor):
-            raise ValueError(
-                f"model file {str(path)!r}: state_dict entry {key!r} is a "
-                f"{type(value).__name__}, not a tensor"
-            )
-        if (value.is_floating_point() or value.is_complex()) and not bool(
-            torch.isfinite(value).all()
-        ):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ValueError(
                 f"model file {str(path)!r}: weight {key!r} holds NaN or infinite values (the "
                 "training diverged?); such a model cannot embed"
             )
     return payload
+
+
+def _check_weight_type(path: Path, key: str, value: Any) -> None:
+    """Checks that state_dict entry ``key`` is a dense tensor of real numbers: floating
+    point (a weight) or integer (a counter some modules keep); whether it is the type the
+    model holds there is checked against the model (:func:`_check_fits`)."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(
+            f"model file {str(path)!r}: state_dict entry {key!r} is a "
+            f"{type(value).__name__}, not a tensor"
+        )
+    if value.layout != torch.strided:
+        raise ValueError(
+            f"model file {str(path)!r}: weight {key!r} is a {value.layout} tensor; a "
+            "model's weights are dense tensors"
+        )
+    real = value.is_floating_point() or not (
+        value.is_complex() or value.dtype == torch.bool or value.is_quantized
+    )
+    if not real:
+        raise ValueError(
+            f"model file {str(path)!r}: weight {key!r} is of type {value.dtype}; a model's "
+            "weights are real floating-point numbers"
+        )
 
 
 def _count_values(value: Any, limit: int) -> int:
@@ -418,6 +437,11 @@ def _check_fits(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> 
             raise ValueError(
                 f"weight {key!r} has shape {list(state_dict[key].shape)}, the configuration "
                 f"makes {list(tensor.shape)}"
+            )
+        if tensor.is_floating_point() != state_dict[key].is_floating_point():
+            raise ValueError(
+                f"weight {key!r} is of type {state_dict[key].dtype}, the model holds "
+                f"{tensor.dtype} there"
             )
 
 
