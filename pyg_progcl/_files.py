@@ -16,10 +16,12 @@ process is gone (:func:`remove_stale_temporaries`). File contents are sealed wit
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -74,17 +76,60 @@ def check_folder(folder: PathLike, what: str = "output folder") -> Path:
     return folder
 
 
+def check_input_file(path: PathLike, what: str = "input file") -> Path:
+    """Checks that ``path`` names a regular file (through symbolic links), so that a
+    command never reads a device (``/dev/zero`` would be read until memory runs out), a
+    pipe (which blocks) or a folder. Returns it as a :class:`~pathlib.Path` (``~``
+    expanded).
+
+    Raises:
+        FileNotFoundError: nothing is there (or a symbolic link to nothing).
+        ValueError: naming ``what`` and what is there instead: a folder, a symbolic link
+            loop, a device, a pipe, a socket, or why it cannot be looked at.
+    """
+    path = Path(path).expanduser()
+    label = f"{what} {str(path)!r}"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{label} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{label} is a loop of symbolic links, not a file") from None
+        raise ValueError(f"{label} cannot be read ({_reason(exc)})") from None
+    if stat.S_ISREG(mode):
+        return path
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISFIFO, "a pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    raise ValueError(f"{label} is {kind}, not a file")
+
+
 def same_file(a: PathLike, b: PathLike) -> bool:
     """Whether ``a`` and ``b`` name one file: one path once ``~``, ``..`` and symbolic links
     are resolved, or, where both exist, one file under two names (a hard link, a
     case-insensitive file system)."""
     a, b = Path(a).expanduser(), Path(b).expanduser()
-    if a.resolve() == b.resolve():
+    if _resolved(a) == _resolved(b):
         return True
     try:
         return os.path.samefile(a, b)
     except OSError:  # (one of them does not exist yet)
         return False
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` resolved, or made absolute where it cannot be (a loop of symbolic links:
+    whoever reads it says so)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
 
 
 def check_distinct(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -284,6 +285,33 @@ def test_damaged_or_forged_model_files_are_one_line(tmp_path, capsys):
         argv = ["embed", "--model", path, "--data", data, "--output", out / "z.npy"]
         one_line_error(*run_main(capsys, *map(str, argv))[::2], message)
     assert listing(out) == []
+
+
+def test_a_model_or_config_that_is_not_a_regular_file_is_refused_at_once(tmp_path, capsys):
+    """Before: a loop of symbolic links gave a traceback, ``/dev/zero`` and ``/dev/urandom``
+    were read until the process was killed (a pipe would block), ``--config /dev/null``
+    was said not to exist. (The loop comes first: the code before fails there at once.)"""
+    loop = tmp_path / "loop.pt"
+    os.symlink(tmp_path / "loop2.pt", loop)
+    os.symlink(loop, tmp_path / "loop2.pt")
+    fifo = tmp_path / "fifo.pt"
+    os.mkfifo(fifo)
+    cases = {loop: "is a loop of symbolic links, not a file", fifo: "is a pipe, not a file"}
+    for device in ("/dev/zero", "/dev/urandom"):
+        if os.path.exists(device):
+            cases[Path(device)] = "is a device, not a file"
+    data = tmp_path / "g.npz"
+    g = graph()
+    np.savez(data, x=g.x.numpy(), edge_index=g.edge_index.numpy())
+    for path, message in cases.items():
+        with pytest.raises(ValueError, match=f"model file {re.escape(repr(str(path)))} {message}"):
+            load_model(path)
+        argv = ["embed", "--model", path, "--data", data, "--output", tmp_path / "z.npy"]
+        one_line_error(*run_main(capsys, *map(str, argv))[::2], message)
+    if os.path.exists("/dev/null"):
+        argv = ["train", "--config", "/dev/null", "--epochs", "1"]
+        one_line_error(*run_main(capsys, *argv)[::2], "config file '/dev/null' is a device")
+    assert not (tmp_path / "z.npy").exists()
 
 
 def test_a_model_with_nan_weights_is_not_saved(tmp_path):

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .._files import check_distinct, check_folder, check_writable
+from .._files import check_distinct, check_folder, check_input_file, check_writable
 from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
 from .agreement import agree, graph_digests, training_options
 from .checkpoint import (
@@ -236,9 +236,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """
     fields: dict[str, Any] = {}
     if getattr(args, "config", None):
-        path = Path(args.config)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {args.config!r} does not exist")
+        path = check_input_file(args.config, "config file")
         try:
             loaded = json.loads(path.read_text())
         except json.JSONDecodeError as exc:

@@ -22,6 +22,7 @@ from torch_geometric.data import Data
 
 from .._checks import check_graph
 from .._compat import stacklevel_outside_package
+from .._files import check_input_file
 from ..encoders import GCNEncoder, MLPEncoder
 from ..evaluation import check_labels
 from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled
@@ -64,11 +65,7 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
             or infinite features, no nodes, labels or masks of the wrong length or type,
             edge weights not one finite number ``>= 0`` per edge).
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"graph file {str(path)!r} does not exist")
-    if path.is_dir():
-        raise ValueError(f"graph file {str(path)!r} is a folder, not a file")
+    path = check_input_file(path, "graph file")
     suffix = path.suffix.lower()
     if suffix not in GRAPH_SUFFIXES:
         raise ValueError(

@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .._files import atomic_write, check_writable, payload_checksum
+from .._files import atomic_write, check_input_file, check_writable, payload_checksum
 from ..augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, Compose, EdgeDrop, FeatureMask
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import GRACEModel
@@ -264,11 +264,7 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the file and the problem.
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"model file {str(path)!r} does not exist")
-    if path.is_dir():
-        raise ValueError(f"model file {str(path)!r} is a folder, not a file")
+    path = check_input_file(path, "model file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
