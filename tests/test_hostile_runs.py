@@ -438,3 +438,28 @@ def test_a_damaged_file_of_a_read_only_root_is_named_in_the_root(capsys, tmp_pat
                        "replace it with an intact copy")  # fmt: skip
     finally:
         make_writable(root)
+
+
+# ----------------------------------------------------------------------------- model sizes
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"activation": "prelu", "num_layers": 3}, {"encoder": "mlp", "hidden": 32, "proj": 16}],
+)
+def test_the_weight_count_is_the_built_models(overrides):
+    from pyg_progcl.experiments import get_preset
+    from pyg_progcl.experiments.build import build_model, weight_count
+
+    config = get_preset("synthetic", "grace", **overrides)
+    built = sum(p.numel() for p in build_model(config, 37).parameters())
+    assert weight_count(config, 37) == built
+
+
+def test_a_model_too_large_to_train_is_refused_before_training(capsys, tmp_path):
+    """Before: ``--hidden 100000000000`` gave a 49-line allocator traceback."""
+    out = tmp_path / "out.json"
+    argv = ["train", "--hidden", "100000000000", "--epochs", "1", "--output", str(out)]
+    status, _, err = run_main(capsys, *argv)
+    one_line_error(status, err, "--hidden 100000000000", "training it needs", "EB")
+    assert not out.exists()

@@ -20,7 +20,7 @@ from ..io.graphs import graph_for_model
 from ..losses import ProGCLLoss
 from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
 from ..model import GRACEModel
-from .build import build_loss, build_model, seed_everything
+from .build import build_loss, build_model, check_model_fits, seed_everything
 from .checkpoint import (
     checkpoint_path,
     checkpoint_payload,
@@ -250,6 +250,7 @@ def start_seed(
         data = data.to(device)  # (mini-batches: the graph stays, sampled batches move)
 
     seed_everything(seed + ranks.rank)
+    check_model_fits(config, data.num_features, device)  # (before the weights are allocated)
     model = build_model(config, data.num_features, data.num_nodes, data.x).to(device)
     # The fields the model uses: a graph's edge weights, unless the encoder takes none.
     data = graph_for_model(model, data)
