@@ -38,6 +38,9 @@ TEMP_PREFIX = ".pyg_progcl-"
 #: its file until the rename, which follows at once.
 STALE_AFTER_S = 24 * 3600
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9a-f]{8})-(\d+)-.*\.tmp")
+#: The errors of a write to a full disk (or a full quota).
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
 #: The lock file :func:`lock_folder` keeps in a folder (it holds the owner's process id).
 LOCK_NAME = ".pyg_progcl.lock"
 
@@ -199,7 +202,12 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     removed and ``path`` is left as it was; if the process is killed, ``path`` is left as
     it was too (its temporary file may remain, and is removed by the next write to that
     folder: :func:`remove_stale_temporaries`). An exception raised after the rename (a
-    signal handler's) leaves ``path`` written, complete. Returns ``path``."""
+    signal handler's) leaves ``path`` written, complete. Returns ``path``.
+
+    Raises:
+        OSError: one line, ``no space left on device to write <path>``, where the disk
+            (or the quota) is full (what ``write`` raised otherwise, as it is).
+    """
     path = Path(path).expanduser()
     remove_stale_temporaries(path.parent)
     fd, name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tmp", dir=path.parent)
@@ -213,13 +221,48 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         replaced = True
-    except BaseException:
+    except BaseException as exc:
         if not replaced:  # (after the rename, the name is free: not ours to remove)
             with contextlib.suppress(OSError):
                 tmp.unlink()
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            raise OSError(exc.errno, f"no space left on device to write {path}") from None
         raise
     _sync_folder(path.parent)
     return path
+
+
+class _WriteRecorder:
+    """A file's ``write`` for ``torch.save``, which keeps the ``OSError`` a write raised
+    (``torch.save`` turns it into a ``RuntimeError`` that does not say why)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.error = fh, None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def torch_save(obj: Any, path: PathLike) -> None:
+    """``torch.save(obj, path)``; a failed write raises its ``OSError`` (a full disk:
+    ``ENOSPC``), not torch's ``RuntimeError`` about the archive's position."""
+    import torch  # (here: this module is also loaded alone, without torch)
+
+    with open(path, "wb") as fh:
+        recorder = _WriteRecorder(fh)
+        try:
+            torch.save(obj, recorder)
+        except RuntimeError:
+            if recorder.error is not None:
+                raise recorder.error from None
+            raise
 
 
 def atomic_write_text(path: PathLike, text: str) -> Path:

@@ -284,6 +284,8 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
                     run.checkpoint(epoch)
                 raise TrainingInterruptedError(epoch, run.path)
     run.tick()
+    if run.unsaved is not None:
+        run.record["unsaved_checkpoint"] = run.unsaved
     return run.model, run.loss_fn, run.record
 
 
@@ -370,7 +372,8 @@ def train(
         embeddings), ``epoch_time_s`` (mean seconds per training epoch),
         ``wall_time_s`` (seconds of training and evaluation, summed over the seeds; a
         resumed run's includes the time before the interruption), ``history``, ``final_loss``, ``mixture``, ``device``,
-        ``versions``.
+        ``versions``; where a disk filled up, ``unsaved_checkpoints``: why the last
+        checkpoints were not written (training went on without them).
     """
     if config is None:
         config = get_preset("synthetic", "progcl-weight")
@@ -425,6 +428,9 @@ def train(
         wall_time = sum(r.get("wall_time_s", 0.0) for r in records)  # earlier parts included
         result = _summarize(config, data, device, records, wall_time)
         result["world_size"] = ranks.world_size
+        unsaved = [r.pop("unsaved_checkpoint") for r in records if "unsaved_checkpoint" in r]
+        if unsaved:
+            result["unsaved_checkpoints"] = unsaved
         if output is not None and ranks.main:
             _write_json(result, output)
     return (result, first_model) if return_model else result

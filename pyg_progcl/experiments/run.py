@@ -13,6 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
+from .._files import NO_SPACE
 from ..diagnostics import summarize
 from ..distributed import DistributedLoss
 from ..evaluation import check_labels
@@ -142,6 +143,7 @@ class SeedRun:
     views: Optional[torch.nn.Module] = None  # the seeds' views, DDP-wrapped with several ranks
     graph: Optional[dict[str, Any]] = None  # what a checkpoint records of the graph
     clock: float = dataclasses.field(default_factory=time.perf_counter)  # see tick()
+    unsaved: Optional[str] = None  # why the last checkpoint was not written (a full disk)
 
     def tick(self) -> None:
         """Adds the time since the last call to the record's ``wall_time_s`` (which a
@@ -225,10 +227,16 @@ class SeedRun:
                 epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record, rng,
                 graph=self.graph,
             )  # fmt: skip
-            if self.ends_warmup(epoch):
-                save_checkpoint(warmup_checkpoint_path(self.path), payload)
-            if not warmup_only:
-                save_checkpoint(self.path, payload)
+            try:
+                if self.ends_warmup(epoch):
+                    save_checkpoint(warmup_checkpoint_path(self.path), payload)
+                if not warmup_only:
+                    save_checkpoint(self.path, payload)
+                    self.unsaved = None
+            except OSError as exc:  # a full disk: training goes on, its result is kept
+                if exc.errno not in NO_SPACE:
+                    raise
+                self.unsaved = exc.strerror or str(exc)
         self.ranks.wait()  # the others, until the checkpoint is written
 
 

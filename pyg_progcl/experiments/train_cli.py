@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -388,6 +389,8 @@ def _run(args: argparse.Namespace) -> int:
                     print(f"wrote {args.output}")
             if model is not None and ranks.main:
                 _save_outputs(args, config, model, data)
+            if result.get("unsaved_checkpoints"):  # (the results are written first)
+                raise OSError(errno.ENOSPC, result["unsaved_checkpoints"][0])
     except TrainingInterruptedError as exc:
         if ranks.main:
             print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)

@@ -18,7 +18,13 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .._files import atomic_write, check_input_file, check_writable, payload_checksum
+from .._files import (
+    atomic_write,
+    check_input_file,
+    check_writable,
+    payload_checksum,
+    torch_save,
+)
 from ..augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, Compose, EdgeDrop, FeatureMask
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import GRACEModel
@@ -244,7 +250,7 @@ def save_model(
         "metadata": metadata,
     }
     payload["checksum"] = payload_checksum(payload)
-    return atomic_write(target, lambda tmp: torch.save(payload, tmp))
+    return atomic_write(target, lambda tmp: torch_save(payload, tmp))
 
 
 def _plain_state_dict(model: GRACEModel) -> dict[str, torch.Tensor]:
