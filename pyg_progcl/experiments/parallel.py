@@ -144,7 +144,7 @@ SETTLE_S = 0.05
 def leave() -> None:
     """Destroys the default process group if :func:`join` initialised it.
 
-    First it yields the interpreter lock for :data:`SETTLE_S`: a gloo worker thread
+    First it yields the interpreter lock for ``SETTLE_S``: a gloo worker thread
     that has just completed a collective may still need the lock to release the
     collective's tensors, and a group destroyed meanwhile (here, or later where a
     DistributedDataParallel that holds it is freed with an exception's traceback) waits
