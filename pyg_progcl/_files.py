@@ -238,6 +238,7 @@ class _WriteRecorder:
 
     def __init__(self, fh) -> None:
         self.fh, self.error = fh, None
+        self.name = fh.name  # (the file's path, as a file object has it)
 
     def write(self, data) -> int:
         try:
