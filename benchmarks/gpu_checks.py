@@ -23,7 +23,9 @@ still leaves what finished) and ``OUT/gpu_checks.md``, each part's log to ``OUT/
     python benchmarks/gpu_checks.py --data DATA --out OUT             # on a GPU, ~9 minutes
     python benchmarks/gpu_checks.py --device cpu --quick --out /tmp/x  # a dry run in ~1 minute
 
-``--quick`` shrinks every part (tiny graphs, generated instead of loaded, few steps).
+``--quick`` shrinks every part (tiny graphs, generated instead of loaded, few steps);
+``--no-budget`` runs every part to its end, whatever the time (a dry run on a busy
+machine, as the test suite's: it checks what the parts do, not how fast).
 """
 
 from __future__ import annotations
@@ -422,8 +424,9 @@ def part_pytest(rec: Record, device: torch.device, args) -> None:
     timeout = max(5.0, args.deadline - time.time() - 3)
     try:
         proc = subprocess.run(
-            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-        )
+            cmd, cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=None if math.isinf(timeout) else timeout,
+        )  # fmt: skip
     except subprocess.TimeoutExpired:
         rec.add(check="tests/test_cuda.py", ok=False, error=f"timed out after {timeout:.0f} s")
         return
@@ -479,7 +482,7 @@ def describe(device: torch.device) -> dict:
 
 
 def run_part(name: str, out: Path, args, timeout: float) -> dict:
-    """Runs one part in a child process killed after ``timeout`` seconds."""
+    """Runs one part in a child process killed after ``timeout`` seconds (``inf``: never)."""
     result, log = out / "parts" / f"{name}.json", out / "logs" / f"{name}.log"
     cmd = [sys.executable, __file__, "--worker", name, "--result", str(result)]
     cmd += ["--device", args.device, "--deadline", str(time.time() + timeout)]
@@ -490,11 +493,12 @@ def run_part(name: str, out: Path, args, timeout: float) -> dict:
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            code, status = proc.wait(timeout=timeout), None
+            code, status = proc.wait(timeout=None if math.isinf(timeout) else timeout), None
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             code, status = proc.wait(), "timeout"
-    entry = {"budget_s": round(timeout, 1), "elapsed_s": round(time.perf_counter() - tic, 1)}
+    budget = None if math.isinf(timeout) else round(timeout, 1)
+    entry = {"budget_s": budget, "elapsed_s": round(time.perf_counter() - tic, 1)}
     entry["exit_code"] = code
     entry["results"] = json.loads(result.read_text())["results"] if result.exists() else []
     failed = [r for r in entry["results"] if not r.get("ok") or r.get("passed") is False]
@@ -508,10 +512,11 @@ def session(args) -> dict:
     for sub in ("parts", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     start = time.time()
+    budget = math.inf if args.no_budget else args.budget
     report = {
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": args.quick,
-        "budget_s": args.budget,
+        "budget_s": None if args.no_budget else args.budget,
         "machine": describe(torch.device(args.device)),
         "parts": {},
     }
@@ -519,11 +524,12 @@ def session(args) -> dict:
     if args.quick and not args.parts:
         names.remove("pytest")  # the test suite covers the CPU; a dry run skips it
     for name in names:
-        left = start + args.budget - time.time()
+        left = start + budget - time.time()
         if left < 10:
             report["parts"][name] = {"status": "skipped", "error": "the session's budget is spent"}
         else:
-            report["parts"][name] = run_part(name, out, args, min(BUDGETS[name], left))
+            part_budget = math.inf if args.no_budget else min(BUDGETS[name], left)
+            report["parts"][name] = run_part(name, out, args, part_budget)
         write_report(report, out)
     report["elapsed_s"] = round(time.time() - start, 1)
     write_report(report, out)
@@ -557,7 +563,8 @@ def markdown(report: dict) -> str:
     for name, part in report["parts"].items():
         lines += ["", f"## {name}: {part['status']}", ""]
         if "elapsed_s" in part:
-            lines.append(f"{part['elapsed_s']} s of {part['budget_s']} s, exit {part['exit_code']}")
+            budget = f"of {part['budget_s']} s" if part["budget_s"] is not None else "(no budget)"
+            lines.append(f"{part['elapsed_s']} s {budget}, exit {part['exit_code']}")
         rows = part.get("results", [])
         if part.get("error"):
             lines.append(part["error"])
@@ -596,6 +603,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data", help="data root holding the datasets (grouped layout)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for all parts")
+    parser.add_argument(
+        "--no-budget", action="store_true",
+        help="no time budget: every part runs to its end (a dry run on a busy machine)",
+    )  # fmt: skip
     parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a CPU dry run)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per speed row")

@@ -16,10 +16,12 @@ process is gone (:func:`remove_stale_temporaries`). File contents are sealed wit
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -36,6 +38,9 @@ TEMP_PREFIX = ".pyg_progcl-"
 #: its file until the rename, which follows at once.
 STALE_AFTER_S = 24 * 3600
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9a-f]{8})-(\d+)-.*\.tmp")
+#: The errors of a write to a full disk (or a full quota).
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
 #: The lock file :func:`lock_folder` keeps in a folder (it holds the owner's process id).
 LOCK_NAME = ".pyg_progcl.lock"
 
@@ -74,17 +79,60 @@ def check_folder(folder: PathLike, what: str = "output folder") -> Path:
     return folder
 
 
+def check_input_file(path: PathLike, what: str = "input file") -> Path:
+    """Checks that ``path`` names a regular file (through symbolic links), so that a
+    command never reads a device (``/dev/zero`` would be read until memory runs out), a
+    pipe (which blocks) or a folder. Returns it as a :class:`~pathlib.Path` (``~``
+    expanded).
+
+    Raises:
+        FileNotFoundError: nothing is there (or a symbolic link to nothing).
+        ValueError: naming ``what`` and what is there instead: a folder, a symbolic link
+            loop, a device, a pipe, a socket, or why it cannot be looked at.
+    """
+    path = Path(path).expanduser()
+    label = f"{what} {str(path)!r}"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{label} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{label} is a loop of symbolic links, not a file") from None
+        raise ValueError(f"{label} cannot be read ({_reason(exc)})") from None
+    if stat.S_ISREG(mode):
+        return path
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISFIFO, "a pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    raise ValueError(f"{label} is {kind}, not a file")
+
+
 def same_file(a: PathLike, b: PathLike) -> bool:
     """Whether ``a`` and ``b`` name one file: one path once ``~``, ``..`` and symbolic links
     are resolved, or, where both exist, one file under two names (a hard link, a
     case-insensitive file system)."""
     a, b = Path(a).expanduser(), Path(b).expanduser()
-    if a.resolve() == b.resolve():
+    if _resolved(a) == _resolved(b):
         return True
     try:
         return os.path.samefile(a, b)
     except OSError:  # (one of them does not exist yet)
         return False
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` resolved, or made absolute where it cannot be (a loop of symbolic links:
+    whoever reads it says so)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
 
 
 def check_distinct(
@@ -154,7 +202,12 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     removed and ``path`` is left as it was; if the process is killed, ``path`` is left as
     it was too (its temporary file may remain, and is removed by the next write to that
     folder: :func:`remove_stale_temporaries`). An exception raised after the rename (a
-    signal handler's) leaves ``path`` written, complete. Returns ``path``."""
+    signal handler's) leaves ``path`` written, complete. Returns ``path``.
+
+    Raises:
+        OSError: one line, ``no space left on device to write <path>``, where the disk
+            (or the quota) is full (what ``write`` raised otherwise, as it is).
+    """
     path = Path(path).expanduser()
     remove_stale_temporaries(path.parent)
     fd, name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tmp", dir=path.parent)
@@ -168,13 +221,49 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         replaced = True
-    except BaseException:
+    except BaseException as exc:
         if not replaced:  # (after the rename, the name is free: not ours to remove)
             with contextlib.suppress(OSError):
                 tmp.unlink()
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            raise OSError(exc.errno, f"no space left on device to write {path}") from None
         raise
     _sync_folder(path.parent)
     return path
+
+
+class _WriteRecorder:
+    """A file's ``write`` for ``torch.save``, which keeps the ``OSError`` a write raised
+    (``torch.save`` turns it into a ``RuntimeError`` that does not say why)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.error = fh, None
+        self.name = fh.name  # (the file's path, as a file object has it)
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def torch_save(obj: Any, path: PathLike) -> None:
+    """``torch.save(obj, path)``; a failed write raises its ``OSError`` (a full disk:
+    ``ENOSPC``), not torch's ``RuntimeError`` about the archive's position."""
+    import torch  # (here: this module is also loaded alone, without torch)
+
+    with open(path, "wb") as fh:
+        recorder = _WriteRecorder(fh)
+        try:
+            torch.save(obj, recorder)
+        except RuntimeError:
+            if recorder.error is not None:
+                raise recorder.error from None
+            raise
 
 
 def atomic_write_text(path: PathLike, text: str) -> Path:

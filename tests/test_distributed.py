@@ -288,3 +288,85 @@ def test_a_bad_setup_ends_every_rank_with_one_error_line(tmp_path, args, message
     errors = [line for line in run.stderr.splitlines() if "error:" in line and message in line]
     assert len(errors) == 2, run.stderr[-3000:]  # one line from each rank
     assert not list(tmp_path.iterdir())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ranks_given(tmp_path, *per_rank: list[str], timeout: int = 240) -> list[tuple[int, str]]:
+    """``train --distributed`` in one process per rank, rank ``r`` given ``per_rank[r]``
+    (as a launcher that passes each rank its own command line would); ``(exit status,
+    stderr)`` by rank. The processes are killed where they outlive ``timeout``."""
+    port = str(_free_port())
+    processes = []
+    for rank, args in enumerate(per_rank):
+        env = {
+            **os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RANK": str(rank),
+            "LOCAL_RANK": str(rank), "WORLD_SIZE": str(len(per_rank)),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "PYG_PROGCL_DIST_TIMEOUT": "200",
+        }  # fmt: skip
+        cmd = [sys.executable, "-m", "pyg_progcl", "train", "--distributed", "-q", *args]
+        processes.append(
+            subprocess.Popen(cmd, cwd=tmp_path, env=env, text=True, stderr=subprocess.PIPE)
+        )
+    results = []
+    for process in processes:
+        try:
+            _, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            pytest.fail(f"rank {processes.index(process)} did not exit within {timeout} s")
+        results.append((process.returncode, err))
+    return results
+
+
+def _graph_files(tmp_path) -> None:
+    """``g.npz`` and ``other/g.npz``: the same graph but for one feature value."""
+    import numpy as np
+
+    from pyg_progcl.experiments.datasets import synthetic_graph
+
+    g = synthetic_graph(num_nodes=120)
+    arrays = {"x": g.x.numpy(), "edge_index": g.edge_index.numpy(), "y": g.y.numpy()}
+    np.savez(tmp_path / "g.npz", **arrays)
+    arrays["x"] = arrays["x"].copy()
+    arrays["x"][5, 3] += 1
+    (tmp_path / "other").mkdir()
+    np.savez(tmp_path / "other" / "g.npz", **arrays)
+
+
+RANK_TINY = ["--epochs", "2", "--warmup-epochs", "1", "--probe-epochs", "20", "--data", "g.npz"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "rank0, rank1, message",
+    [
+        (["--lr", "0.001"], ["--lr", "0.1"], "rank 1: --lr 0.1, rank 0: 0.001"),
+        # Before: both ranks printed the loss's row-count error and, now and then, never
+        # exited (a gloo thread waiting for the interpreter lock the exiting thread held).
+        (["--batch-size", "50"], ["--batch-size", "30"], "rank 1: --batch-size 30, rank 0: 50"),
+        # Before: rank 1 died of SIGABRT (gloo: collective mismatch).
+        (["--method", "grace"], ["--method", "progcl-weight"], "rank 1: --method progcl-weight"),
+        ([], ["--data", "other/g.npz"], "rank 1: the graph's x "),
+        ([], ["--data", "missing/g.npz"], "graph file 'missing/g.npz' does not exist"),
+    ],
+)
+def test_ranks_that_disagree_stop_with_one_line_on_every_rank(tmp_path, rank0, rank1, message):
+    # Before: another --lr or graph file on rank 1 trained with exit status 0.
+    _graph_files(tmp_path)
+    common = [*RANK_TINY, "--batch-size", "50", "--output", "out.json"]
+    results = _ranks_given(tmp_path, common + rank0, common + rank1)
+    for rank, (status, err) in enumerate(results):
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and "error:" in lines[0], (rank, err)
+        assert message in lines[0], (rank, err)
+    if "missing" in message:  # the rank that failed says why; the other names it
+        assert "rank 1 failed: graph file 'missing/g.npz'" in results[0][1]
+    assert not (tmp_path / "out.json").exists()

@@ -16,19 +16,21 @@ SCRIPT = REPO / "benchmarks" / "gpu_checks.py"
 
 @pytest.mark.slow  # four child processes, each a few small training steps
 def test_the_quick_dry_run_writes_every_part(tmp_path):
+    # Without a time budget: the parts' budgets are the accelerator session's, and a busy
+    # machine may take longer than they allow (a part was killed at its 30 s, exit -9).
     out = tmp_path / "out"
-    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--no-budget"]
+    proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "gpu_checks.json").read_text())
-    assert report["quick"] is True
+    assert report["quick"] is True and report["budget_s"] is None
     machine = report["machine"]
     assert machine["device"] == "cpu" and machine["torch"]
     parts = report["parts"]
     assert list(parts) == ["losses", "amp", "speed", "loss_step", "arxiv"]
     for name, part in parts.items():
         assert part["status"] == "ok", (name, part)
-        assert part["exit_code"] == 0 and part["elapsed_s"] <= part["budget_s"]
+        assert part["exit_code"] == 0 and part["budget_s"] is None
         assert all(r["ok"] for r in part["results"]), name
     losses = [r for r in parts["losses"]["results"] if "loss" in r]
     assert {r["loss"] for r in losses} >= {"grace", "dcl", "hcl", "progcl-weight", "progcl-mix-1"}
@@ -50,6 +52,7 @@ def test_the_quick_dry_run_writes_every_part(tmp_path):
     summary = (out / "gpu_checks.md").read_text()
     for name in parts:
         assert f"## {name}: ok" in summary
+    assert "(no budget)" in summary
     assert (out / "logs" / "losses.log").exists()
 
 

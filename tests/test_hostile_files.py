@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import struct
 import subprocess
 import sys
 import time
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +21,16 @@ import torch
 from helpers import REPO, one_line_error, run_main
 from torch_geometric.data import Data
 
-from pyg_progcl import GCNEncoder, GRACEModel, embed, load_model, read_graph, save_model
+from pyg_progcl import (
+    EdgeDrop,
+    FeatureMask,
+    GCNEncoder,
+    GRACEModel,
+    embed,
+    load_model,
+    read_graph,
+    save_model,
+)
 
 TESTS = REPO / "tests"
 
@@ -124,6 +135,30 @@ def test_npz_files_that_are_not_plain_arrays_are_one_line(tmp_path, capsys):
     assert torch.equal(got.x, data.x) and torch.equal(got.edge_index, data.edge_index)
 
 
+def test_a_compressed_npz_of_another_width_is_refused_from_its_header(
+    tmp_path, capsys, monkeypatch
+):
+    """Before: ``embed`` decompressed a deflated ``x`` of the wrong width whole (1.6 GB,
+    56 s) before refusing it; now the member's header shows the width. Counted by the
+    arrays read."""
+    model = save_model(GRACEModel(GCNEncoder(10, 8), 8, 8), tmp_path / "m.pt")
+    g = graph(n=50, f=12)
+    path = tmp_path / "wide.npz"
+    np.savez_compressed(path, x=g.x.numpy(), edge_index=g.edge_index.numpy())
+    read, real = [], np.lib.format.read_array
+    monkeypatch.setattr(
+        np.lib.format, "read_array", lambda *a, **k: read.append(1) or real(*a, **k)
+    )
+    message = "the graph's features have width 12, the model expects 10 (its in_channels)"
+    argv = ["embed", "--model", model, "--data", path, "--output", tmp_path / "z.npy"]
+    one_line_error(*run_main(capsys, *map(str, argv))[::2], message, "wide.npz")
+    assert read == [] and listing(tmp_path) == ["m.pt", "wide.npz"]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_graph(path, num_features=10)
+    assert read == []
+    assert read_graph(path, num_features=12).x.shape == (50, 12)
+
+
 # ----------------------------------------------------------------------------- feature dtypes
 
 
@@ -211,6 +246,26 @@ def _forged_models(tmp_path) -> dict[str, tuple]:
     payload.pop("checksum", None)
     torch.save(payload, tmp_path / "unsealed.pt")
     cases["unsealed"] = (tmp_path / "unsealed.pt", "has no checksum")
+    # Before: int64 weights embedded garbage, complex64 loaded with a warning, a sparse
+    # weight raised a dispatcher traceback, `version: True` passed as 1.
+    first = next(iter(torch.load(good, weights_only=True)["state_dict"]))
+    retyped = {
+        "int64": (lambda w: w.long(), f"weight {first!r} is of type torch.int64"),
+        "complex64": (
+            lambda w: w.to(torch.complex64),
+            f"weight {first!r} is of type torch.complex64",
+        ),
+        "sparse": (lambda w: w.to_sparse(), f"weight {first!r} is a torch.sparse_coo tensor"),
+    }
+    for name, (change, message) in retyped.items():
+        payload = torch.load(good, weights_only=True)
+        payload["state_dict"][first] = change(payload["state_dict"][first])
+        torch.save(_resealed(payload), tmp_path / f"{name}.pt")
+        cases[name] = (tmp_path / f"{name}.pt", message)
+    payload = torch.load(good, weights_only=True)
+    payload["version"] = True
+    torch.save(_resealed(payload), tmp_path / "version.pt")
+    cases["version"] = (tmp_path / "version.pt", "has format version True")
     return cases
 
 
@@ -232,6 +287,33 @@ def test_damaged_or_forged_model_files_are_one_line(tmp_path, capsys):
     assert listing(out) == []
 
 
+def test_a_model_or_config_that_is_not_a_regular_file_is_refused_at_once(tmp_path, capsys):
+    """Before: a loop of symbolic links gave a traceback, ``/dev/zero`` and ``/dev/urandom``
+    were read until the process was killed (a pipe would block), ``--config /dev/null``
+    was said not to exist. (The loop comes first: the code before fails there at once.)"""
+    loop = tmp_path / "loop.pt"
+    os.symlink(tmp_path / "loop2.pt", loop)
+    os.symlink(loop, tmp_path / "loop2.pt")
+    fifo = tmp_path / "fifo.pt"
+    os.mkfifo(fifo)
+    cases = {loop: "is a loop of symbolic links, not a file", fifo: "is a pipe, not a file"}
+    for device in ("/dev/zero", "/dev/urandom"):
+        if os.path.exists(device):
+            cases[Path(device)] = "is a device, not a file"
+    data = tmp_path / "g.npz"
+    g = graph()
+    np.savez(data, x=g.x.numpy(), edge_index=g.edge_index.numpy())
+    for path, message in cases.items():
+        with pytest.raises(ValueError, match=f"model file {re.escape(repr(str(path)))} {message}"):
+            load_model(path)
+        argv = ["embed", "--model", path, "--data", data, "--output", tmp_path / "z.npy"]
+        one_line_error(*run_main(capsys, *map(str, argv))[::2], message)
+    if os.path.exists("/dev/null"):
+        argv = ["train", "--config", "/dev/null", "--epochs", "1"]
+        one_line_error(*run_main(capsys, *argv)[::2], "config file '/dev/null' is a device")
+    assert not (tmp_path / "z.npy").exists()
+
+
 def test_a_model_with_nan_weights_is_not_saved(tmp_path):
     model = GRACEModel(GCNEncoder(10, 8), 8, 8)
     with torch.no_grad():
@@ -239,6 +321,66 @@ def test_a_model_with_nan_weights_is_not_saved(tmp_path):
     with pytest.raises(ValueError, match="holds NaN or infinite values .* was not written"):
         save_model(model, tmp_path / "nan.pt")
     assert listing(tmp_path) == []
+
+
+def _inflated_models(tmp_path) -> dict[str, tuple]:
+    """Small sealed model files whose configurations imply millions of modules or weights:
+    ``(path, message)`` by name."""
+    from torch_geometric.nn import ChebConv
+
+    torch.manual_seed(0)
+    plain = GRACEModel(GCNEncoder(10, 8), 8, 8, [EdgeDrop(0.2), FeatureMask(0.3)])
+    good = save_model(plain, tmp_path / "good.pt")
+    cheb = save_model(
+        GRACEModel(GCNEncoder(10, 8, conv=ChebConv, conv_kwargs={"K": 2}), 8, 8),
+        tmp_path / "cheb.pt",
+    )
+    edits = {
+        "layers": (good, lambda c: c["encoder"].update(num_layers=10**7)),
+        "K": (cheb, lambda c: c["encoder"]["conv_kwargs"].update(K=10**7)),
+        "augmenters": (good, lambda c: c.update(augment1=c["augment1"][:1] * 10**5)),
+    }
+    cases = {}
+    for name, (source, edit) in edits.items():
+        payload = torch.load(source, weights_only=True)
+        edit(payload["config"])
+        torch.save(_resealed(payload), tmp_path / f"{name}.pt")
+        cases[name] = tmp_path / f"{name}.pt"
+    return {
+        "layers": (cases["layers"], "num_layers is 10000000; the weights hold 2 encoder layers"),
+        "K": (cases["K"], "implies weights the file does not hold"),
+        "augmenters": (cases["augmenters"], "its configuration holds more than 10000 values"),
+    }
+
+
+def test_a_model_file_whose_config_implies_weights_it_lacks_is_refused_before_building(
+    tmp_path, capsys, monkeypatch
+):
+    """Before: ``num_layers = 10**7``, ChebConv's ``K = 10**7`` or 10**5 augmenters in a
+    resealed file built every module (``embed`` ran for minutes); now the configuration is
+    compared with the file's weights first. Counted by the modules built (the test stops
+    a build past 100,000 modules, as the code did before, with another message)."""
+    built, real_init = [], torch.nn.Module.__init__
+
+    def init(self, *args, **kwargs):
+        built.append(None)
+        if len(built) > 100_000:
+            raise RuntimeError("the test stopped a build of more than 100000 modules")
+        real_init(self, *args, **kwargs)
+
+    data = tmp_path / "g.npz"
+    g = graph()
+    np.savez(data, x=g.x.numpy(), edge_index=g.edge_index.numpy())
+    cases = _inflated_models(tmp_path)
+    monkeypatch.setattr(torch.nn.Module, "__init__", init)
+    for name, (path, message) in cases.items():
+        built.clear()
+        with pytest.raises(ValueError) as info:
+            load_model(path)
+        assert message in str(info.value) and path.name in str(info.value), (name, info.value)
+        assert len(built) < 1_000, name
+    argv = ["embed", "--model", cases["layers"][0], "--data", data, "--output", tmp_path / "z.npy"]
+    one_line_error(*run_main(capsys, *map(str, argv))[::2], cases["layers"][1])
 
 
 # ----------------------------------------------------------------------------- signals

@@ -439,3 +439,69 @@ def test_a_damaged_file_of_a_read_only_root_is_named_in_the_root(capsys, tmp_pat
                        "replace it with an intact copy")  # fmt: skip
     finally:
         make_writable(root)
+
+
+# ----------------------------------------------------------------------------- model sizes
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"activation": "prelu", "num_layers": 3}, {"encoder": "mlp", "hidden": 32, "proj": 16}],
+)
+def test_the_weight_count_is_the_built_models(overrides):
+    from pyg_progcl.experiments import get_preset
+    from pyg_progcl.experiments.build import build_model, weight_count
+
+    config = get_preset("synthetic", "grace", **overrides)
+    built = sum(p.numel() for p in build_model(config, 37).parameters())
+    assert weight_count(config, 37) == built
+
+
+def test_a_model_too_large_to_train_is_refused_before_training(capsys, tmp_path):
+    """Before: ``--hidden 100000000000`` gave a 49-line allocator traceback."""
+    out = tmp_path / "out.json"
+    argv = ["train", "--hidden", "100000000000", "--epochs", "1", "--output", str(out)]
+    status, _, err = run_main(capsys, *argv)
+    one_line_error(status, err, "--hidden 100000000000", "training it needs", "EB")
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- full disks
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 32 KB tmpfs at ``tmp_path / "tiny"`` (skipped where mounting is not allowed)."""
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(folder)]
+    try:
+        done = subprocess.run(mount, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    if done is None or done.returncode != 0:
+        pytest.skip("needs to mount a small tmpfs (root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, timeout=30)
+
+
+def test_a_full_disk_ends_in_one_line_after_the_results_are_written(capsys, tmp_path, tiny_disk):
+    """Before: a checkpoint or --save-model on a full disk ended with rc 1 and a 47-line
+    "inline_container.cc ... unexpected pos" traceback, and a checkpoint's run lost its
+    result file."""
+    out = tmp_path / "out.json"
+    checkpoint = ["--checkpoint", str(tiny_disk / "ck"), "--checkpoint-every", "2"]
+    status, _, err = run_main(capsys, "train", *TINY, *checkpoint, "--output", str(out))
+    one_line_error(status, err, "no space left on device", str(tiny_disk / "ck" / "seed0.pt"))
+    result = json.loads(out.read_text())  # training went on; its result is written
+    assert result["accuracies"] and "no space left" in result["unsaved_checkpoints"][0]
+    out.unlink()
+    model = tiny_disk / "m.pt"
+    status, _, err = run_main(
+        capsys, "train", *TINY, "--save-model", str(model), "--output", str(out)
+    )
+    one_line_error(status, err, "no space left on device", str(model))
+    assert json.loads(out.read_text())["accuracies"] and not model.exists()
+    assert [p.name for p in tiny_disk.iterdir()] == ["ck"]  # no temporary file left

@@ -232,7 +232,7 @@ def test_frozen_state_dict_round_trip_and_reset():
     torch.testing.assert_close(fresh(h1, h2), loss(h1, h2), rtol=0, atol=0)
     fresh.load_state_dict(ProGCLLoss(0.5).state_dict())  # an unfitted state: no views
     assert not fresh.fitted and fresh.schedule.frozen_u is None
-    with pytest.raises(RuntimeError, match="frozen_u"):  # not into another schedule
+    with pytest.raises(ValueError, match="this loss.s schedule is .floored."):  # not into another
         ProGCLLoss(0.5).load_state_dict(state)
     loss.reset_parameters()
     assert not loss.fitted and "schedule.frozen_u" not in loss.state_dict()
@@ -406,3 +406,33 @@ def test_bad_schedule_is_a_clear_error():
         get_preset("synthetic", "progcl-weight", schedule="frozen", batch_size=64)
     config = get_preset("synthetic", "progcl-weight", schedule="frozen")
     assert isinstance(build_loss(config).schedule, FrozenFit)
+
+
+def test_a_frozen_state_with_edited_views_is_refused_on_loading():
+    """Before: views of another shape gave an IndexError from inside the loss, NaN views a
+    NaN loss, and a frozen state loaded into another schedule torch's multi-line list of
+    unexpected keys."""
+    f1, f2 = fit_views()
+    state = frozen_loss(f1, f2).state_dict()
+    u, v = "schedule.frozen_u", "schedule.frozen_v"
+    edits = {
+        "shape": ({v: state[v][:-1]}, r"two \[N, d\] tensors of one shape .*\[23, 5\].*\[22, 5\]"),
+        "1-D": ({u: state[u][0], v: state[v][0]}, r"two \[N, d\] tensors of one shape"),
+        "nan": ({u: state[u].clone().fill_(float("nan"))}, "'frozen_u' must hold finite"),
+        "integer": ({v: state[v].long()}, "'frozen_v' must hold finite floating-point"),
+    }
+    for edit, message in edits.values():
+        loss = ProGCLLoss(0.4, mixture=fitted_mixture(), schedule="frozen")
+        with pytest.raises(ValueError, match=message):
+            loss.load_state_dict({**state, **edit})
+    missing = {k: t for k, t in state.items() if k != v}
+    with pytest.raises(ValueError, match="lacks its view 'frozen_v'"):
+        ProGCLLoss(0.4, schedule="frozen").load_state_dict(missing)
+    for other in ("online", "floored"):
+        with pytest.raises(ValueError) as info:
+            ProGCLLoss(0.4, schedule=other).load_state_dict(state)
+        message = str(info.value)
+        assert "\n" not in message and f"this loss's schedule is {other!r}" in message, message
+    loss = ProGCLLoss(0.4, schedule="frozen")  # the state as saved loads
+    loss.load_state_dict(state)
+    assert torch.equal(loss.schedule.frozen_u, state[u])

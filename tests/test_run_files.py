@@ -375,12 +375,15 @@ def _die_inside(kill_at_save, kill_at_write, log) -> None:
 
     def save(obj, f, *args, **kwargs):
         calls["save"] += 1
+        path = getattr(f, "name", f)  # (a path, or a file object)
         if log:
             with open(log, "a") as fh:
-                print(Path(f).name, obj.get("epoch") if isinstance(obj, dict) else None, file=fh)
+                print(Path(path).name, obj.get("epoch") if isinstance(obj, dict) else None, file=fh)
         real_save(obj, f, *args, **kwargs)
+        if hasattr(f, "flush"):
+            f.flush()
         if calls["save"] == kill_at_save:
-            _cut_and_die(f)
+            _cut_and_die(path)
 
     def write_text(self, text, *args, **kwargs):
         calls["write"] += 1

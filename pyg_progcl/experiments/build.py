@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -16,7 +17,7 @@ from ..augment import (
     EdgeDrop,
     FeatureMask,
 )
-from ..encoders import GCNEncoder, MLPEncoder
+from ..encoders import GCNEncoder, MLPEncoder, layer_widths
 from ..losses import DebiasedInfoNCELoss, FrozenFit, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from ..losses.schedules import as_schedule
 from ..mixture import BetaMixture
@@ -24,6 +25,10 @@ from ..model import GRACEModel
 from .presets import TrainConfig
 
 __all__ = ["build_loss", "build_model", "seed_everything"]
+
+#: Bytes per weight while training with Adam: the weight, its gradient and Adam's two
+#: moments, in float32.
+TRAINING_BYTES_PER_WEIGHT = 4 * 4
 
 
 def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:
@@ -77,6 +82,62 @@ def build_model(
         entries = x.values().numel() if x.layout == torch.sparse_csr else x.numel()
     model.recompute_views = entries >= RECOMPUTE_FEATURES
     return model
+
+
+def memory_of(device: Union[str, torch.device]) -> Optional[int]:
+    """The memory of ``device`` in bytes: a GPU's, or the machine's RAM for the CPU
+    (``None`` where it cannot be told)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # (not POSIX)
+        return None
+
+
+def check_model_fits(
+    config: TrainConfig, in_channels: int, device: Union[str, torch.device] = "cpu"
+) -> None:
+    """Checks, before anything is allocated, that the model of ``config`` can be trained
+    on ``device``: its weights, their gradients and Adam's moments
+    (:data:`TRAINING_BYTES_PER_WEIGHT` per weight, :func:`weight_count`) within the
+    device's memory (:func:`memory_of`).
+
+    Raises:
+        ValueError: naming the widths and the memory they need.
+    """
+    weights = weight_count(config, in_channels)
+    need, have = weights * TRAINING_BYTES_PER_WEIGHT, memory_of(device)
+    if have is not None and need > have:
+        raise ValueError(
+            f"the model (--hidden {config.hidden}, --proj {config.proj}, --num-layers "
+            f"{config.num_layers}, {in_channels} input features) has {weights:,} weights: "
+            f"training it needs {_size(need)}, more than the {_size(have)} of "
+            f"{torch.device(device).type} memory here"
+        )
+
+
+def weight_count(config: TrainConfig, in_channels: int) -> int:
+    """The number of weights of :func:`build_model`'s model, counted without building it
+    (in Python integers: sizes beyond what a tensor can address are counted too): each
+    encoder layer a weight matrix and a bias (GCNConv, Linear), PReLU's slope per layer,
+    and the projection head's two layers."""
+    widths = layer_widths(in_channels, config.hidden, config.num_layers)
+    encoder = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+    slopes = config.num_layers if config.activation == "prelu" else 0
+    head = 2 * config.hidden * config.proj + config.proj + config.hidden
+    return encoder + slopes + head
+
+
+def _size(count: int) -> str:
+    """A byte count in the largest unit that keeps it at least 1 (``2.9 TB``)."""
+    value, unit = float(count), "bytes"
+    for name in ("KB", "MB", "GB", "TB", "PB", "EB"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, name
+    return f"{value:.3g} {unit}" if unit != "bytes" else f"{count} bytes"
 
 
 def build_loss(config: TrainConfig) -> torch.nn.Module:

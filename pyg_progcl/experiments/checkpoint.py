@@ -25,6 +25,7 @@ from .._files import (
     lock_folder,
     payload_checksum,
     remove_temporaries,
+    torch_save,
 )
 from .presets import TrainConfig
 
@@ -226,7 +227,7 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {**payload, "format": CHECKPOINT_FORMAT}
     payload["checksum"] = payload_checksum(payload)
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    atomic_write(path, lambda tmp: torch_save(payload, tmp))
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from .._files import check_distinct
+from .._files import check_distinct, check_input_file
 from ..diagnostics import diagnose
 from ..io import read_graph
 from ..mixture import MixtureDegeneracyWarning, first_warning_only
@@ -186,9 +186,7 @@ def _from_checkpoint(args, kwargs):
     from .checkpoint import check_same_graph, graph_fingerprint, load_state, read_checkpoint
     from .presets import TrainConfig
 
-    path = _checkpoint_file(args)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    path = check_input_file(_checkpoint_file(args), "checkpoint")
     payload = read_checkpoint(path, resuming=False)
     config = TrainConfig.from_dict(payload["config"])
     _check_no_overrides(args, config)

@@ -138,7 +138,8 @@ def _embed(args, output: Path, device: torch.device, threads: Optional[str]) -> 
     failed command prints its error alone."""
     tic = time.perf_counter()
     model = load_model(args.model, map_location=device)
-    data = read_graph(args.data)
+    # (a graph file of another feature width is refused before its arrays are read)
+    data = read_graph(args.data, num_features=model.encoder.in_channels)
     z = embed(
         model, data, batch_size=args.batch_size, num_neighbors=args.num_neighbors,
         device=device, progress=not args.quiet,

@@ -313,6 +313,8 @@ def _train_epochs(run, start: int, checkpoint_every: int, progress: bool, callba
                     run.checkpoint(epoch)
                 raise TrainingInterruptedError(epoch, run.path)
     run.tick()
+    if run.unsaved is not None:
+        run.record["unsaved_checkpoint"] = run.unsaved
     return run.model, run.loss_fn, run.record
 
 
@@ -472,7 +474,9 @@ def train(
         and ``std``, the validation scores under ``val``, the pair ``score`` and the
         ``split``'s sizes and seed) and the ``cluster`` object (per-seed lists ``nmi``,
         ``ari``, ``acc``, their ``mean`` and ``std``, ``n_clusters``) where ``probes``
-        names them.
+        names them;
+        where a disk filled up, ``unsaved_checkpoints``: why the last
+        checkpoints were not written (training went on without them).
     """
     if config is None:
         config = get_preset("synthetic", "progcl-weight")
@@ -532,6 +536,9 @@ def train(
         wall_time = sum(r.get("wall_time_s", 0.0) for r in records)  # earlier parts included
         result = _summarize(config, data, device, records, wall_time, probes, edges)
         result["world_size"] = ranks.world_size
+        unsaved = [r.pop("unsaved_checkpoint") for r in records if "unsaved_checkpoint" in r]
+        if unsaved:
+            result["unsaved_checkpoints"] = unsaved
         if output is not None and ranks.main:
             _write_json(result, output)
     return (result, first_model) if return_model else result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -136,9 +137,20 @@ def join(device: str) -> tuple[Ranks, torch.device]:
     return ranks, torch.device("cpu")
 
 
+#: Seconds :func:`leave` yields the interpreter lock before it destroys the group.
+SETTLE_S = 0.05
+
+
 def leave() -> None:
-    """Destroys the default process group if :func:`join` initialised it."""
+    """Destroys the default process group if :func:`join` initialised it.
+
+    First it yields the interpreter lock for ``SETTLE_S``: a gloo worker thread
+    that has just completed a collective may still need the lock to release the
+    collective's tensors, and a group destroyed meanwhile (here, or later where a
+    DistributedDataParallel that holds it is freed with an exception's traceback) waits
+    for that thread while holding the lock: the process never exits."""
     global _CPU_GROUP, _JOINED
     if _JOINED and dist.is_initialized():
+        time.sleep(SETTLE_S)
         dist.destroy_process_group()
     _CPU_GROUP, _JOINED = None, False

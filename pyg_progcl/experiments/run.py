@@ -13,6 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
+from .._files import NO_SPACE
 from ..diagnostics import summarize
 from ..distributed import DistributedLoss
 from ..evaluation import check_labels
@@ -20,7 +21,7 @@ from ..io.graphs import graph_for_model
 from ..losses import ProGCLLoss
 from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
 from ..model import GRACEModel
-from .build import build_loss, build_model, seed_everything
+from .build import build_loss, build_model, check_model_fits, seed_everything
 from .checkpoint import (
     checkpoint_path,
     checkpoint_payload,
@@ -160,6 +161,7 @@ class SeedRun:
     probes: tuple[str, ...] = ("linear",)  # the evaluations (PROBES) the run asked for
     edges: Optional[EdgeSplit] = None  # link prediction's held-out edges, with "link"
     batch_progress: Optional[Callable[[int, Optional[int]], None]] = None  # mini-batch epochs
+    unsaved: Optional[str] = None  # why the last checkpoint was not written (a full disk)
 
     def tick(self) -> None:
         """Adds the time since the last call to the record's ``wall_time_s`` (which a
@@ -256,10 +258,16 @@ class SeedRun:
                 epoch, self.config, self.model, self.optimizer, self.loss_fn, self.record, rng,
                 graph=self.graph,
             )  # fmt: skip
-            if self.ends_warmup(epoch):
-                save_checkpoint(warmup_checkpoint_path(self.path), payload)
-            if not warmup_only:
-                save_checkpoint(self.path, payload)
+            try:
+                if self.ends_warmup(epoch):
+                    save_checkpoint(warmup_checkpoint_path(self.path), payload)
+                if not warmup_only:
+                    save_checkpoint(self.path, payload)
+                    self.unsaved = None
+            except OSError as exc:  # a full disk: training goes on, its result is kept
+                if exc.errno not in NO_SPACE:
+                    raise
+                self.unsaved = exc.strerror or str(exc)
         self.ranks.wait()  # the others, until the checkpoint is written
 
 
@@ -286,6 +294,7 @@ def start_seed(
         data = data.to(device)  # (mini-batches: the graph stays, sampled batches move)
 
     seed_everything(seed + ranks.rank)
+    check_model_fits(config, data.num_features, device)  # (before the weights are allocated)
     model = build_model(config, data.num_features, data.num_nodes, data.x, device).to(device)
     # The fields the model uses: a graph's edge weights, unless the encoder takes none.
     data = graph_for_model(model, data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -13,8 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from .._files import check_distinct, check_folder, check_writable
+from .._files import check_distinct, check_folder, check_input_file, check_writable
 from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
+from .agreement import agree, graph_digests, training_options
 from .checkpoint import (
     TrainingInterruptedError,
     check_fresh,
@@ -260,9 +262,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """
     fields: dict[str, Any] = {}
     if getattr(args, "config", None):
-        path = Path(args.config)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {args.config!r} does not exist")
+        path = check_input_file(args.config, "config file")
         try:
             loaded = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
@@ -396,7 +396,10 @@ def _run(args: argparse.Namespace) -> int:
     # (else the launcher may stop the others before they report it).
     ranks, device = join(args.device) if args.distributed else (ONE, args.device)
     try:
-        config, seeds, threads = _setup(args)  # (outputs checked before the graph is read)
+        # (outputs checked before the graph is read; every rank given rank 0's options)
+        config, seeds, threads = agree(
+            ranks, lambda: _setup(args), lambda run: _options(args, *run[:2]), "options"
+        )
         fresh = None if args.resume else (lambda folder: check_fresh(folder, seeds))
         # The run holds its checkpoint folder from before the graph loads until its last
         # output is written: no second run on it starts meanwhile.
@@ -411,6 +414,8 @@ def _run(args: argparse.Namespace) -> int:
                     print(f"wrote {args.output}")
             if model is not None and ranks.main:
                 _save_outputs(args, config, model, data)
+            if result.get("unsaved_checkpoints"):  # (the results are written first)
+                raise OSError(errno.ENOSPC, result["unsaved_checkpoints"][0])
     except TrainingInterruptedError as exc:
         if ranks.main:
             print(f"{exc} (rerun with --resume to continue)", file=sys.stderr)
@@ -426,10 +431,7 @@ def _train(args, config: TrainConfig, seeds: list[int], ranks, device, threads=N
     when training ends: what follows is rank 0's. The planning lines (``threads``, the
     path's note, the estimate) come once training is under way."""
     try:
-        if getattr(args, "data", None):
-            data = read_graph(args.data)
-        else:
-            data = load_dataset(config.dataset, args.root, quiet=args.quiet)
+        data = agree(ranks, lambda: _read_graph(args, config), graph_digests, "graphs")
         saving = bool(getattr(args, "save_embeddings", None) or getattr(args, "save_model", None))
         estimate = None
         if not args.quiet and ranks.main:
@@ -492,6 +494,18 @@ def _probe_lines(result: dict[str, Any]) -> list[str]:
         )  # fmt: skip
         lines.append(f"  clustering (k-means, {cluster['n_clusters']} clusters): {scores}")
     return lines
+
+
+def _read_graph(args: argparse.Namespace, config: TrainConfig):
+    """The ``--data`` graph file, else the config's dataset."""
+    if getattr(args, "data", None):
+        return read_graph(args.data)
+    return load_dataset(config.dataset, args.root, quiet=args.quiet)
+
+
+def _options(args: argparse.Namespace, config: TrainConfig, seeds: list[int]) -> dict[str, str]:
+    """The options of the run that every rank must share (:func:`training_options`)."""
+    return training_options(config, seeds, args.checkpoint, args.checkpoint_every, args.resume)
 
 
 def _summary_line(result: dict[str, Any], config: TrainConfig, seeds: list[int]) -> str:

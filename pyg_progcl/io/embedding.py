@@ -16,7 +16,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._checks import check_int
-from .._files import atomic_write, check_writable
+from .._files import atomic_write, check_writable, torch_save
 from ..encoders import parameter_dtype
 from ._common import PathLike
 from .graphs import graph_for_model
@@ -195,7 +195,7 @@ def save_embeddings(z: Tensor, path: PathLike) -> Path:
     else:
 
         def write(tmp: Path) -> None:
-            torch.save(z.clone(), tmp)
+            torch_save(z.clone(), tmp)
 
     return atomic_write(target, write)
 

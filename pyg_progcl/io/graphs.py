@@ -13,7 +13,7 @@ import math
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from torch_geometric.data import Data
 
 from .._checks import check_graph
 from .._compat import stacklevel_outside_package
+from .._files import check_input_file
 from ..encoders import GCNEncoder, MLPEncoder
 from ..evaluation import check_labels
 from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled
@@ -34,7 +35,7 @@ _NPZ_KEYS = ("edge_index", "x", "edge_weight", "y", "train_mask", "val_mask", "t
 _MASKS = ("train_mask", "val_mask", "test_mask")
 
 
-def read_graph(path: PathLike) -> Data:
+def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
     """Reads a graph file: ``.pt`` (a :class:`~torch_geometric.data.Data` written by
     ``torch.save``) or ``.npz`` (arrays ``edge_index`` ``[2, E]`` integer, ``x`` ``[N, F]``
     numeric, optionally ``edge_weight`` ``[E]`` numeric, ``y`` ``[N]`` integer labels
@@ -47,6 +48,13 @@ def read_graph(path: PathLike) -> Data:
     :func:`torch_geometric.utils.to_undirected`, and both directions' weights). Edge
     weights are kept for the encoders that take them (:func:`graph_for_model`).
 
+    Args:
+        path: The graph file.
+        num_features: The width of ``x`` the model that will read it expects (its
+            ``in_channels``), if any: a file whose ``x`` has another is refused, for a
+            ``.npz`` from its member's header, before any array is read (a large
+            compressed file is not decompressed first).
+
     Raises:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the file and the problem: an unknown suffix, an unreadable
@@ -57,22 +65,36 @@ def read_graph(path: PathLike) -> Data:
             or infinite features, no nodes, labels or masks of the wrong length or type,
             edge weights not one finite number ``>= 0`` per edge).
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"graph file {str(path)!r} does not exist")
-    if path.is_dir():
-        raise ValueError(f"graph file {str(path)!r} is a folder, not a file")
+    path = check_input_file(path, "graph file")
     suffix = path.suffix.lower()
     if suffix not in GRAPH_SUFFIXES:
         raise ValueError(
             f"graph file {str(path)!r}: unknown suffix {path.suffix!r}; expected .pt (a "
             "torch_geometric Data saved with torch.save) or .npz (arrays edge_index, x, ...)"
         )
-    fields = _read_npz(path) if suffix == ".npz" else _read_pt(path)
+    fields = _read_npz(path, num_features) if suffix == ".npz" else _read_pt(path)
     try:
+        _check_width(
+            fields["x"].shape if isinstance(fields.get("x"), Tensor) else None, num_features
+        )
         return _graph(fields)
     except ValueError as exc:
         raise ValueError(f"graph file {str(path)!r}: {exc}") from None
+
+
+def _check_width(shape, num_features: Optional[int]) -> None:
+    """Checks that features of ``shape`` (``None``: unknown) have ``num_features``
+    columns, where the caller asks for a width (features of no nodes are refused as an
+    empty graph, later)."""
+    if num_features is None or shape is None or (len(shape) == 2 and shape[0] == 0):
+        return
+    if len(shape) != 2:
+        raise ValueError(f"`x` must have shape [num_nodes, num_features] (got {list(shape)})")
+    if shape[1] != num_features:
+        raise ValueError(
+            f"the graph's features have width {shape[1]}, the model expects {num_features} "
+            "(its in_channels): embed graphs with the features it was trained on"
+        )
 
 
 def _read_pt(path: Path) -> dict[str, Any]:
@@ -96,10 +118,10 @@ def _read_pt(path: Path) -> dict[str, Any]:
     return {key: value for key, value in data}
 
 
-def _read_npz(path: Path) -> dict[str, Any]:
+def _read_npz(path: Path, num_features: Optional[int] = None) -> dict[str, Any]:
     """The arrays of ``path``, checked for names (``edge_index`` and ``x`` required), then
     for what each member's ``.npy`` header declares (numeric, no more data than the member
-    holds), before any array is read."""
+    holds; ``x`` of ``num_features`` columns where given), before any array is read."""
     label = f"graph file {str(path)!r}"
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{label} is not a readable .npz file: {_not_a_zip(path)}")
@@ -107,7 +129,14 @@ def _read_npz(path: Path) -> dict[str, Any]:
         with zipfile.ZipFile(path) as archive:
             members = _npz_members(archive, label)
             for key, info in members.items():
-                _check_npy_header(archive, info, f"{label}: array {key!r}", path.stat().st_size)
+                shape = _check_npy_header(
+                    archive, info, f"{label}: array {key!r}", path.stat().st_size
+                )
+                if key == "x":
+                    try:
+                        _check_width(shape, num_features)
+                    except ValueError as exc:
+                        raise _NpzError(f"{label}: {exc}") from None
             fields = {}
             for key, info in members.items():
                 with archive.open(info) as fh:
@@ -179,12 +208,12 @@ _DEFLATE_MAX_RATIO = 1032  # the most deflate expands: 258 bytes from 2 bits
 
 def _check_npy_header(
     archive: zipfile.ZipFile, info: zipfile.ZipInfo, what: str, archive_size: int
-) -> None:
+) -> tuple[int, ...]:
     """Checks member ``info``'s ``.npy`` header without reading its data: a numeric dtype
     (nothing that needs pickle) and no more data declared than the member holds (its size
     in the zip directory, itself within what its compressed size, at most the archive's
     ``archive_size``, can expand to), so that a forged header cannot make the reader
-    allocate terabytes. ``what`` names the array."""
+    allocate terabytes. ``what`` names the array. Returns the shape the header declares."""
     if info.compress_size > archive_size:
         raise _NpzError(
             f"{what}: its member claims {info.compress_size} compressed bytes, more than the "
@@ -240,6 +269,7 @@ def _check_npy_header(
             f"{what} declares shape {list(shape)} of {dtype} ({size} bytes), but its member "
             f"holds {max(available, 0)} bytes (a truncated or forged file)"
         )
+    return tuple(shape)
 
 
 def _graph(fields: dict[str, Any]) -> Data:

@@ -7,14 +7,24 @@ after checking its checksum and that its weights are finite."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
 
-from .._files import atomic_write, check_writable, payload_checksum
+from .._files import (
+    atomic_write,
+    check_input_file,
+    check_writable,
+    payload_checksum,
+    torch_save,
+)
 from ..augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, Compose, EdgeDrop, FeatureMask
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import GRACEModel
@@ -25,6 +35,13 @@ __all__ = ["load_model", "save_model"]
 #: The ``format`` entry of a model file, and the newest ``version`` this code reads.
 MODEL_FORMAT = "pyg_progcl.model"
 MODEL_VERSION = 1
+
+#: The most values (entries of dicts and lists, nested ones counted) a model file's
+#: configuration holds: a model's is a few dozen; a forged one of millions (augmenters)
+#: is refused before its checksum or anything of it is built.
+MAX_CONFIG_VALUES = 10_000
+
+_ENCODER_LAYER = re.compile(r"encoder\.layers\.(\d+)\.")
 
 _AUGMENTERS = {
     cls.__name__: cls for cls in (EdgeDrop, FeatureMask, AdaptiveEdgeDrop, AdaptiveFeatureMask)
@@ -233,7 +250,7 @@ def save_model(
         "metadata": metadata,
     }
     payload["checksum"] = payload_checksum(payload)
-    return atomic_write(target, lambda tmp: torch.save(payload, tmp))
+    return atomic_write(target, lambda tmp: torch_save(payload, tmp))
 
 
 def _plain_state_dict(model: GRACEModel) -> dict[str, torch.Tensor]:
@@ -253,11 +270,7 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the file and the problem.
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"model file {str(path)!r} does not exist")
-    if path.is_dir():
-        raise ValueError(f"model file {str(path)!r} is a folder, not a file")
+    path = check_input_file(path, "model file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -274,7 +287,7 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             f"{MODEL_FORMAT!r} entry{hint}"
         )
     version = payload.get("version")
-    if not isinstance(version, int) or version > MODEL_VERSION:
+    if type(version) is not int or not 1 <= version <= MODEL_VERSION:  # (not a bool)
         raise ValueError(
             f"model file {str(path)!r} has format version {version!r}; this pyg_progcl reads "
             f"versions up to {MODEL_VERSION} (a newer pyg_progcl wrote it?)"
@@ -283,6 +296,13 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
         payload.get("state_dict"), dict
     ):
         raise ValueError(f"model file {str(path)!r} lacks its 'config' or 'state_dict' entry")
+    if _count_values(payload["config"], MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+        raise ValueError(
+            f"model file {str(path)!r}: its configuration holds more than "
+            f"{MAX_CONFIG_VALUES} values (a model's holds a few dozen); not a model to build"
+        )
+    for key, value in payload["state_dict"].items():  # (before the checksum densifies any)
+        _check_weight_type(path, key, value)
     if "checksum" not in payload:
         raise ValueError(
             f"model file {str(path)!r} has no checksum (written by a development version "
@@ -294,14 +314,7 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             "match its checksum"
         )
     for key, value in payload["state_dict"].items():
-        if not isinstance(value, torch.Tensor):
-            raise ValueError(
-                f"model file {str(path)!r}: state_dict entry {key!r} is a "
-                f"{type(value).__name__}, not a tensor"
-            )
-        if (value.is_floating_point() or value.is_complex()) and not bool(
-            torch.isfinite(value).all()
-        ):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             raise ValueError(
                 f"model file {str(path)!r}: weight {key!r} holds NaN or infinite values (the "
                 "training diverged?); such a model cannot embed"
@@ -309,17 +322,111 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
     return payload
 
 
+def _check_weight_type(path: Path, key: str, value: Any) -> None:
+    """Checks that state_dict entry ``key`` is a dense tensor of real numbers: floating
+    point (a weight) or integer (a counter some modules keep); whether it is the type the
+    model holds there is checked against the model (:func:`_check_fits`)."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(
+            f"model file {str(path)!r}: state_dict entry {key!r} is a "
+            f"{type(value).__name__}, not a tensor"
+        )
+    if value.layout != torch.strided:
+        raise ValueError(
+            f"model file {str(path)!r}: weight {key!r} is a {value.layout} tensor; a "
+            "model's weights are dense tensors"
+        )
+    real = value.is_floating_point() or not (
+        value.is_complex() or value.dtype == torch.bool or value.is_quantized
+    )
+    if not real:
+        raise ValueError(
+            f"model file {str(path)!r}: weight {key!r} is of type {value.dtype}; a model's "
+            "weights are real floating-point numbers"
+        )
+
+
+def _count_values(value: Any, limit: int) -> int:
+    """The number of values in ``value`` (itself, and every entry of its dicts and lists,
+    nested), counted up to just over ``limit``."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return count
+
+
+def _check_layer_count(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
+    """Checks the configuration's ``num_layers`` against the encoder layers whose weights
+    ``state_dict`` holds, before anything is built (``num_layers = 10**7`` would build ten
+    million activations first)."""
+    encoder = config.get("encoder")
+    layers = encoder.get("num_layers") if isinstance(encoder, dict) else None
+    held = {int(m.group(1)) for m in map(_ENCODER_LAYER.match, state_dict) if m is not None}
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers != len(held):
+        raise ValueError(
+            f"the configuration's num_layers is {layers!r}; the weights hold "
+            f"{len(held)} encoder layers"
+        )
+
+
+class _TooManyTensorsError(Exception):
+    """Raised while a configuration is built once it has made more tensors than allowed."""
+
+
+@contextlib.contextmanager
+def _tensors_at_most(limit: int) -> Iterator[None]:
+    """Within the block, building modules in this thread raises :class:`_TooManyTensorsError`
+    once more than ``limit`` parameters and buffers have been registered (other threads
+    are not counted): a configuration that implies far more weights than a file holds
+    (a convolution's ``K = 10**7``) stops at once instead of building them all."""
+    from torch.nn.modules import module as nn_module
+
+    thread, count = threading.get_ident(), [0]
+
+    def registered(*args) -> None:
+        if threading.get_ident() == thread:
+            count[0] += 1
+            if count[0] > limit:
+                raise _TooManyTensorsError(f"it makes more than {limit} weights")
+
+    handles = [
+        nn_module.register_module_parameter_registration_hook(registered),
+        nn_module.register_module_buffer_registration_hook(registered),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _check_fits(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
     """Checks that the model ``config`` describes has tensors of exactly the names and
     shapes of ``state_dict``, on the ``meta`` device (no memory allocated: a configuration
     of huge widths is refused before it is built for real; every convolution of
-    ``torch_geometric.nn`` builds there exactly when it builds on the CPU).
+    ``torch_geometric.nn`` builds there exactly when it builds on the CPU). Its layer
+    count is compared first, and the build stops once it has made more tensors than
+    twice the file's, so that a configuration of millions of layers or weights is
+    refused in milliseconds.
 
     Raises:
         ValueError: naming the first mismatch; whatever building the model raises.
     """
-    with torch.device("meta"):
-        expected = build_from_config(config).state_dict()
+    _check_layer_count(config, state_dict)
+    limit = 2 * len(state_dict) + 64  # (some modules register a tensor twice, or unsaved)
+    try:
+        with torch.device("meta"), _tensors_at_most(limit):
+            expected = build_from_config(config).state_dict()
+    except _TooManyTensorsError as exc:
+        raise ValueError(
+            f"the configuration implies weights the file does not hold: {exc}, "
+            f"the file holds {len(state_dict)}"
+        ) from None
     missing = [key for key in expected if key not in state_dict]
     unexpected = [key for key in state_dict if key not in expected]
     if missing or unexpected:  # (the first few: a forged file may name thousands)
@@ -332,6 +439,11 @@ def _check_fits(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> 
             raise ValueError(
                 f"weight {key!r} has shape {list(state_dict[key].shape)}, the configuration "
                 f"makes {list(tensor.shape)}"
+            )
+        if tensor.is_floating_point() != state_dict[key].is_floating_point():
+            raise ValueError(
+                f"weight {key!r} is of type {state_dict[key].dtype}, the model holds "
+                f"{tensor.dtype} there"
             )
 
 

@@ -110,6 +110,16 @@ class FitSchedule(torch.nn.Module):
     def check_nodes(self, h: Tensor) -> None:
         """Checks views of ``h``'s nodes can be weighted (a frozen schedule needs its own)."""
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        frozen = [k for k in ("frozen_u", "frozen_v") if prefix + k in state_dict]
+        if frozen and not isinstance(self, FrozenFit):
+            raise ValueError(
+                f"the state is of schedule 'frozen' (it holds {', '.join(frozen)}); this "
+                f"loss's schedule is {schedule_name(self)!r}: load it into a loss with "
+                "schedule='frozen'"
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def reset_parameters(self) -> None:
         """Forgets what the schedule holds."""
         self.degenerated.fill_(False)
@@ -211,12 +221,26 @@ class FrozenFit(FitSchedule):
                 f"{self.frozen_u.size(0)}: the frozen weights need the same nodes at every step"
             )
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        frozen = [k for k in ("frozen_u", "frozen_v") if prefix + k in state_dict]
+        if frozen and not isinstance(self, FrozenFit):
+            raise ValueError(
+                f"the state is of schedule 'frozen' (it holds {', '.join(frozen)}); this "
+                f"loss's schedule is {schedule_name(self)!r}: load it into a loss with "
+                "schedule='frozen'"
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def reset_parameters(self) -> None:
         super().reset_parameters()
         self.frozen_u = self.frozen_v = None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The frozen views exist only after a fit: take their shape (or absence) from the state.
+        # The frozen views exist only after a fit: take their shape (or absence) from the
+        # state, once checked (the loss indexes them at every step).
+        _check_frozen_views(
+            state_dict.get(prefix + "frozen_u"), state_dict.get(prefix + "frozen_v")
+        )
         for name in ("frozen_u", "frozen_v"):
             saved = state_dict.get(prefix + name)
             setattr(self, name, None if saved is None else torch.empty_like(saved))
@@ -225,6 +249,30 @@ class FrozenFit(FitSchedule):
     def extra_repr(self) -> str:
         parts = ["shared_weights=True"] if self.shared_weights else []
         return ", ".join(parts + _floor_repr(self.floor, 0.0))
+
+
+def _check_frozen_views(u, v) -> None:
+    """Checks a frozen state's views (``None``: not fitted yet): both or neither, tensors
+    of one shape ``[N, d]``, finite floating-point values."""
+    if u is None and v is None:
+        return
+    if not (isinstance(u, Tensor) and isinstance(v, Tensor)):
+        missing = "frozen_u" if not isinstance(u, Tensor) else "frozen_v"
+        raise ValueError(
+            f"the frozen schedule's state lacks its view {missing!r} (a fitted state holds "
+            "frozen_u and frozen_v)"
+        )
+    if u.dim() != 2 or u.shape != v.shape:
+        raise ValueError(
+            f"the frozen schedule's views must be two [N, d] tensors of one shape (got "
+            f"frozen_u {list(u.shape)}, frozen_v {list(v.shape)})"
+        )
+    for name, t in (("frozen_u", u), ("frozen_v", v)):
+        if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
+            raise ValueError(
+                f"the frozen schedule's view {name!r} must hold finite floating-point values "
+                f"(got {t.dtype}{'' if not t.is_floating_point() else ' with NaN or infinity'})"
+            )
 
 
 #: The schedule of ``ProGCLLoss()`` and of the presets.
