@@ -307,7 +307,8 @@ class BetaMixture(torch.nn.Module):
         x = self._check_values(x)
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
         reduce = reduce or (lambda stats: stats)
-        flags = [((x >= 0) & (x <= 1)).all()]  # (read with the result: one host read)
+        # (read with the result: one host read)
+        flags = [((x >= 0) & (x <= 1)).all(), torch.isfinite(x).all()]
         if self.fitted:
             flags.append(torch.argmin(self.means))  # (the roles before: see degeneracy)
         params = before = self._params()
@@ -342,9 +343,13 @@ class BetaMixture(torch.nn.Module):
         valid = (torch.isfinite(params) & (params > 0)).all()
         state = torch.cat([torch.stack([steps, done, valid, *flags]).double(), params.double()])
         state = state.tolist()  # (the fit's one read at its end)
-        n_iter, converged, ok, in_range = (int(v) for v in state[:4])
+        n_iter, converged, ok, in_range, finite = (int(v) for v in state[:5])
         if not (ok and in_range):
             self._set(before)
+        if not finite:
+            raise ValueError(
+                "`x` contains NaN or inf values (similarities of views that are not finite?)"
+            )
         if not in_range:
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
         if not ok:  # (statistics that were not finite: a bad sample, or a rank's `reduce`)
@@ -356,7 +361,7 @@ class BetaMixture(torch.nn.Module):
         self.n_iter_ = n_iter
         self.num_fits += 1
         self._fitted_key, self._fitted = (self.num_fits.data_ptr(), self.num_fits._version), True
-        swapped_from = int(state[4]) if len(flags) > 1 else None
+        swapped_from = int(state[5]) if len(flags) > 2 else None
         self._record_problems(swapped_from, bool(converged) or max_iter is not None, state[-6:])
         return self
 

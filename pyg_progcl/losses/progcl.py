@@ -181,7 +181,9 @@ class ProGCLLoss(ContrastiveLoss):
     def fit(self, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator] = None):
         """Fits the mixture on ``h1``, ``h2`` as the ``schedule`` says (``'floored'``,
         ``'online'``: every call, with :meth:`refit`). Returns ``self``."""
-        check_views(h1, h2)
+        # (a refit reads its similarities' finiteness with its result; the frozen schedule
+        # keeps the views themselves)
+        check_views(h1, h2, finite=isinstance(self.schedule, FrozenFit))
         self.schedule.fit(self, h1, h2, generator)
         return self
 
