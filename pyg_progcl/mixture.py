@@ -348,7 +348,8 @@ class BetaMixture(torch.nn.Module):
             self._set(before)
         if not finite:
             raise ValueError(
-                "`x` contains NaN or inf values (similarities of views that are not finite?)"
+                "`x` must hold values in [0, 1] and contains NaN or inf values (the "
+                "similarities of views that are not finite?)"
             )
         if not in_range:
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
