@@ -221,16 +221,6 @@ class FrozenFit(FitSchedule):
                 f"{self.frozen_u.size(0)}: the frozen weights need the same nodes at every step"
             )
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        frozen = [k for k in ("frozen_u", "frozen_v") if prefix + k in state_dict]
-        if frozen and not isinstance(self, FrozenFit):
-            raise ValueError(
-                f"the state is of schedule 'frozen' (it holds {', '.join(frozen)}); this "
-                f"loss's schedule is {schedule_name(self)!r}: load it into a loss with "
-                "schedule='frozen'"
-            )
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     def reset_parameters(self) -> None:
         super().reset_parameters()
         self.frozen_u = self.frozen_v = None
