@@ -314,12 +314,17 @@ class DensePair:
     def inter_sums(self, view: int, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
         """``(sums [S, N], gathered)`` of ``view``'s anchors: the rows (first view) or the
         columns (second view) of one matrix per set of scales, made at its first use.
-        ``gather``: both views' ``[N, K]`` columns of the logits to return."""
+        ``gather``: both views' ``[N, K]`` columns of the logits to return (ProGCL-mix's
+        selection, made from :meth:`detached_logits`: those are handed over and become
+        the sums' matrix in place, one product fewer)."""
         key = (scales, gather is not None)
         if key not in self._sums:
-            gathers = () if gather is None else ((1, gather[0]), (0, gather[1].T))
+            gathers, logits = (), None
+            if gather is not None:
+                gathers = ((1, gather[0]), (0, gather[1].T))
+                logits, self._logits = self._logits, None
             spec = _Sums(self.tau, self.excluded, scales, columns=True, gather=gathers)
-            rows, cols, *got = _ExpGram.apply(self.u, self.v, None, None, spec)
+            rows, cols, *got = _ExpGram.apply(self.u, self.v, None, logits, spec)
             self._sums[key] = (rows, cols, got)
         rows, cols, got = self._sums[key]
         if view == 0:
