@@ -172,3 +172,36 @@ def test_a_fit_whose_statistics_are_not_finite_keeps_the_previous_parameters():
 def test_a_fit_on_a_meta_tensor_says_so():
     with pytest.raises(ValueError, match="meta tensor"):
         BetaMixture().fit(torch.empty(10, device="meta"))
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_the_dense_path_takes_both_views_in_one_block_and_equals_one_block_per_view(
+    name, monkeypatch
+):
+    h1, h2 = (h.double().detach().requires_grad_() for h in random_views(60))
+    loss = LOSSES[name]()
+    loss.fit(h1.detach(), h2.detach()) if isinstance(loss, ProGCLLoss) else None
+    term = type(loss).negative_term
+
+    def seeded(fn):
+        torch.manual_seed(0)  # (ProGCL-mix's pairing)
+        out = fn(h1, h2)
+        return out, torch.autograd.grad(out, (h1, h2))
+
+    batched, grads = seeded(loss)
+    views = []
+
+    def one_view_at_a_time(self, block):  # (an unmarked negative term: a block per view)
+        views.append(block.view)
+        return term(self, block)
+
+    monkeypatch.setattr(type(loss), "negative_term", one_view_at_a_time)
+    expected, expected_grads = seeded(loss)
+    assert views == [0, 1]
+    torch.testing.assert_close(batched, expected, rtol=1e-12, atol=0)
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
+    one_view_at_a_time.batched_views = True  # (marked: one block of both views)
+    views.clear()
+    loss(h1, h2)
+    assert views[0] is None

@@ -88,15 +88,18 @@ def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def shifted_logits(a: Tensor, b: Tensor, tau: float) -> Tensor:
-    """``(a bᵀ - 1)/τ`` of unit rows in one matrix product: logits shifted by their upper
-    bound ``1/τ``, so that their exponentials never overflow."""
-    return torch.addmm(a.new_full((), -1.0 / tau), a, b.T, alpha=1.0 / tau)
+    """``(a bᵀ - 1)/τ`` of unit rows in one matrix product (a batch of them for ``[2, N, d]``
+    views): logits shifted by their upper bound ``1/τ``, so that their exponentials never
+    overflow."""
+    product = torch.addmm if a.dim() == 2 else torch.baddbmm
+    return product(a.new_full((), -1.0 / tau), a, b.mT, alpha=1.0 / tau)
 
 
 def _exclude(x: Tensor, excluded: Tensor) -> Tensor:
     """``x`` with ``-inf`` at each row's ``excluded`` column, in place, outside autograd."""
+    index = excluded.unsqueeze(1)
     with torch.no_grad():
-        return x.scatter_(1, excluded.unsqueeze(1), float("-inf"))
+        return x.scatter_(-1, index if x.dim() == 2 else index.expand(len(x), -1, 1), -math.inf)
 
 
 def free_memory(device: torch.device) -> int:
@@ -168,7 +171,10 @@ class NegativeBlock:
             or a surplus sample).
         count: Negatives per view and anchor (``N - 1``, or ``k`` when sampled).
         tau: The temperature.
-        view: The anchors' view: 0 (``a = u = h1``) or 1 (``a = v = h2``).
+        view: The anchors' view: 0 (``a = u = h1``) or 1 (``a = v = h2``); ``None`` for
+            the dense path's two views in one block (:func:`batched_views`), whose
+            ``anchors``, ``others`` and ``peers`` are ``[2, N, d]`` (``u`` and ``v``
+            stacked) and whose sums are ``[2, N]``.
         rows: The anchors' rows (``None``: all ``N``, the dense path).
         cols: The candidate negatives' rows (``None``: all ``N``).
     """
@@ -197,15 +203,24 @@ class NegativeBlock:
         """``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``, ``-inf`` where
         excluded; one product at the first use (the built-in losses need only sums of their
         exponentials, which :meth:`log_sum_exp_both` forms without them)."""
-        if self.dense:
-            return self.pair.inter().T if self.view == 1 else self.pair.inter()
-        return self._logits("inter", self.others)
+        if not self.dense:
+            return self._logits("inter", self.others)
+        x = self.pair.inter()
+        return {0: x, 1: x.T}.get(self.view) if self.view is not None else torch.stack([x, x.T])
 
     @property
     def intra(self) -> Tensor:
         """``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ``, ``-inf`` where
         excluded (see :attr:`inter`)."""
         return self._logits("intra", self.peers)
+
+    def split(self) -> list[NegativeBlock]:
+        """A block of both views (``view=None``) as one block per view."""
+        p = self.pair
+        return [
+            NegativeBlock(self.pos, a, o, a, self.excluded, self.count, self.tau, view, pair=p)
+            for view, (a, o) in enumerate(((p.u, p.v), (p.v, p.u)))
+        ]
 
     def _logits(self, name: str, o: Tensor) -> Tensor:
         if name not in self._own:
@@ -268,7 +283,7 @@ class NegativeBlock:
         inter, intra = self.inter * s, self.intra * s
         if log_weight is not None:
             inter, intra = inter + log_weight, intra + log_weight
-        return torch.logaddexp(inter.logsumexp(dim=1), intra.logsumexp(dim=1))
+        return torch.logaddexp(inter.logsumexp(dim=-1), intra.logsumexp(dim=-1))
 
     def _inter_sums(self, scales, log_weight: Optional[Tensor] = None, gather=None):
         """``[S, B]`` inter-view sums (with ``gather``: and the logits at those columns)."""
@@ -311,9 +326,10 @@ class DensePair:
             self._inter = _exclude(shifted_logits(self.u, self.v, self.tau), self.excluded)
         return self._inter
 
-    def inter_sums(self, view: int, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
+    def inter_sums(self, view, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
         """``(sums [S, N], gathered)`` of ``view``'s anchors: the rows (first view) or the
-        columns (second view) of one matrix per set of scales, made at its first use.
+        columns (second view) of one matrix per set of scales, made at its first use
+        (``view=None``: both, ``[S, 2, N]``).
         ``gather``: both views' ``[N, K]`` columns of the logits to return (ProGCL-mix's
         selection, made from :meth:`detached_logits`: those are handed over and become
         the sums' matrix in place, one product fewer)."""
@@ -327,6 +343,8 @@ class DensePair:
             rows, cols, *got = _ExpGram.apply(self.u, self.v, None, logits, spec)
             self._sums[key] = (rows, cols, got)
         rows, cols, got = self._sums[key]
+        if view is None:
+            return torch.stack([rows, cols], dim=1), None
         if view == 0:
             return rows, (got[0] if got else None)
         return cols, (got[1].T if got else None)
@@ -366,7 +384,7 @@ class _ExpGram(torch.autograd.Function):
             exps = [x]
         else:
             exps = [_exp(x, s, log_w) for s in spec.scales]
-        rows = torch.stack([e.sum(dim=1) for e in exps])
+        rows = torch.stack([e.sum(dim=-1) for e in exps])
         cols = torch.stack([e.sum(dim=0) for e in exps]) if spec.columns else x.new_zeros(0)
         ctx.spec = spec
         ctx.save_for_backward(a, o, log_w if len(exps) > 1 else None, x)
@@ -383,14 +401,15 @@ class _ExpGram(torch.autograd.Function):
         spec, grad = ctx.spec, None
         for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ: ∂x/∂a)
             e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
-            term = e * g_rows[j].mul(s / spec.tau).unsqueeze(1)
+            term = e * g_rows[j].mul(s / spec.tau).unsqueeze(-1)
             if spec.columns:
                 term.addcmul_(e, g_cols[j].mul(s / spec.tau))
             grad = term if grad is None else grad.add_(term)
         for (dim, index), g in zip(spec.gather, g_gathered):
             grad.scatter_add_(dim, index, g.div(spec.tau))
-        if ctx.same:
-            return grad.mm(a).addmm_(grad.T, a), None, None, None, None
+        if ctx.same:  # (d/da of Σ g ∘ a aᵀ: (g + gᵀ) a, as two products)
+            both = grad.mm(a).addmm_ if grad.dim() == 2 else grad.bmm(a).baddbmm_
+            return both(grad.mT, a), None, None, None, None
         grad_a = grad.mm(o) if ctx.needs_input_grad[0] else None
         grad_o = grad.T.mm(a) if ctx.needs_input_grad[1] else None
         return grad_a, grad_o, None, None, None
@@ -411,15 +430,30 @@ def positive_logits(a: Tensor, o: Tensor, tau: float) -> Tensor:
     return torch.linalg.vecdot(a, o).sub(1.0).mul(1.0 / tau)
 
 
-def dense_blocks(u: Tensor, v: Tensor, tau: float) -> list[NegativeBlock]:
-    """Both views' blocks of all ``N`` anchors, sharing their inter-view matrix."""
+def batched_views(term: NegativeTermFn) -> NegativeTermFn:
+    """Marks a negative term that takes the dense path's two views as one block
+    (``view=None``: ``[2, N]`` sums, the two intra-view matrices in one batched product),
+    so that its elementwise passes run once for both views. A term without the mark (a
+    loss of one's own) gets one block per view."""
+    term.batched_views = True
+    return term
+
+
+def batched(term: NegativeTermFn) -> bool:
+    """Whether ``term`` is marked by :func:`batched_views`."""
+    return getattr(term, "batched_views", False)
+
+
+def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> list[NegativeBlock]:
+    """Both views' blocks of all ``N`` anchors, sharing their inter-view matrix (one block
+    of both views when ``batched``)."""
     n = u.size(0)
     diag = torch.arange(n, device=u.device)
     pos, pair = positive_logits(u, v, tau), DensePair(u, v, tau, diag)
-    return [
-        NegativeBlock(pos, u, v, u, diag, n - 1, tau, 0, pair=pair),
-        NegativeBlock(pos, v, u, v, diag, n - 1, tau, 1, pair=pair),
-    ]
+    if not batched:
+        return NegativeBlock(pos, u, v, u, diag, n - 1, tau, 0, pair=pair).split()
+    views = torch.stack([u, v])
+    return [NegativeBlock(pos, views, views.flip(0), views, diag, n - 1, tau, None, pair=pair)]
 
 
 def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float) -> NegativeBlock:
@@ -460,7 +494,8 @@ def contrastive_losses(
     """``[2, M]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the unit views ``u``,
     ``v`` for the anchors ``i`` in ``anchors``, each against all nodes, as ``how`` says."""
     if how.path == "dense":
-        return torch.stack([anchor_losses(b, term) for b in dense_blocks(u, v, tau)])
+        losses = [anchor_losses(b, term) for b in dense_blocks(u, v, tau, batched(term))]
+        return losses[0] if len(losses) == 1 else torch.stack(losses)
     n, size = u.size(0), how.block_size
     columns = n if num_negatives is None else num_negatives + 1
     out = []

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_nonnegative, check_probability
-from ._engine import NegativeBlock
+from ._engine import NegativeBlock, batched_views
 from .base import ContrastiveLoss
 
 __all__ = ["DebiasedInfoNCELoss", "HardInfoNCELoss"]
@@ -58,6 +58,7 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
         super().__init__(tau, **kwargs)
         self.tau_plus = check_probability("tau_plus", tau_plus, upper_open=True)
 
+    @batched_views
     def negative_term(self, block: NegativeBlock) -> Tensor:
         log_neg = block.log_sum_exp_both()
         return debiased_log_negatives(block.pos, log_neg, block.count, self.tau, self.tau_plus)
@@ -94,6 +95,7 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
                 "(1 + beta)·θ/tau of the weighted negatives overflow float32"
             )
 
+    @batched_views
     def negative_term(self, block: NegativeBlock) -> Tensor:
         if self.beta == 0:
             return super().negative_term(block)

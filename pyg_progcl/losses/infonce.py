@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ._engine import NegativeBlock
+from ._engine import NegativeBlock, batched_views
 from .base import ContrastiveLoss
 
 __all__ = ["InfoNCELoss"]
@@ -20,5 +20,6 @@ class InfoNCELoss(ContrastiveLoss):
     Args: see :class:`ContrastiveLoss`.
     """
 
+    @batched_views
     def negative_term(self, block: NegativeBlock) -> Tensor:
         return block.log_sum_exp_both()

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views, short_repr
 from ..mixture import BetaMixture
-from ._engine import NegativeBlock
+from ._engine import NegativeBlock, batched_views
 from ._hardness import MIX_EPS, Hardness, mixed_log_negatives, weighted_log_negatives
 from ._sampling import sample_negative_similarities
 from .base import ContrastiveLoss
@@ -200,9 +200,12 @@ class ProGCLLoss(ContrastiveLoss):
         super().check_inputs(h1, h2)
         self.schedule.check_nodes(h1)
 
+    @batched_views
     def negative_term(self, block: NegativeBlock) -> Tensor:
         if not self.fitted:  # GRACE's until the first fit
             return block.log_sum_exp_both()
+        if block.view is None:  # (the dense path's views: one hardness, a block each)
+            return torch.stack([self.negative_term(b) for b in block.split()])
         if block.dense:  # (one hardness for both views of the dense path)
             if block.pair.progcl is None:
                 block.pair.progcl = Hardness(self.mixture, self.schedule)
