@@ -20,7 +20,8 @@ __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
 
 
 #: EM iterations between two host reads of its convergence, besides those after
-#: ``EARLY_CHECKS`` iterations (a warm-started refit has mostly converged by then).
+#: ``EARLY_CHECKS`` iterations (a warm-started refit has mostly converged by then) and
+#: after the last.
 CHECK_EVERY = 10
 EARLY_CHECKS = (3, 6)
 
@@ -77,14 +78,6 @@ DEGENERACY_KINDS = {
     "swapped": "components that swapped roles",
     "not-converged": "EM that did not converge",
 }
-
-
-def _coefficients(params: Tensor) -> Tensor:
-    """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each component's joint
-    log-density, from ``[3, 2]`` float64 parameters (alpha, beta, weight)."""
-    a, b, w = params.unbind(0)
-    log_norm = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
-    return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
 
 
 class BetaMixture(torch.nn.Module):
@@ -290,8 +283,9 @@ class BetaMixture(torch.nn.Module):
         """Runs EM on values in ``[0, 1]``, warm-started from the current parameters.
 
         Stops when the mean log-likelihood changes by less than ``tol`` between two
-        iterations (moment-matching EM need not increase it monotonically) or after
-        ``max_iter`` iterations (default: the constructor's ``max_iter``). Then checks the
+        iterations (moment-matching EM need not increase it monotonically), as read on the
+        host after iterations 3 and 6, every 10th and the last, or after ``max_iter``
+        iterations (default: the constructor's ``max_iter``). Then checks the
         fit (:meth:`degeneracy`) and records what it found in ``problems_`` and
         :attr:`degenerate_fits` (no warning).
 
@@ -306,44 +300,32 @@ class BetaMixture(torch.nn.Module):
         """
         x = self._check_values(x)
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
-        reduce = reduce or (lambda stats: stats)
         # (read with the result: one host read)
         flags = [((x >= 0) & (x <= 1)).all(), torch.isfinite(x).all()]
         if self.fitted:
             flags.append(torch.argmin(self.means))  # (the roles before: see degeneracy)
-        params = before = self._params()
-        x = self._clamp(x.double())
-        # Sufficient statistics, computed once: the E-step is one [n, 3] @ [3, 2] product
-        # and the M-step one [2, n] @ [n, 3] product.
-        logs = torch.stack([torch.log(x), torch.log1p(-x), torch.ones_like(x)], dim=1)
-        moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
-        total = reduce(moments.sum(dim=0))
-        # EM runs on the device: an iteration after convergence leaves the parameters as
-        # they are, and the host reads whether it converged only at a few iterations.
-        previous = total.new_full((), -math.inf)
-        done = torch.zeros((), dtype=torch.bool, device=x.device)
-        steps = torch.zeros((), dtype=torch.long, device=x.device)
-        n = total[0]
-        for it in range(1, budget + 1):
-            # Two components: r_1 = σ(joint_1 - joint_0) and log-lik = joint_0 + softplus(·).
-            joint = logs @ _coefficients(params.double())
-            diff = joint[:, 1] - joint[:, 0]
-            loglik = (joint[:, 0] + F.softplus(diff)).sum().view(1)
-            stats = reduce(torch.cat([torch.sigmoid(diff) @ moments, loglik]))
-            high = stats[:3]
-            params = self._moments(params, torch.stack([total - high, high]), n, done)
-            current = stats[3] / n
-            steps.add_(~done)
-            done = done | ((current - previous).abs() < self.tol)
-            previous = current
-            if it < budget and (it in EARLY_CHECKS or it % CHECK_EVERY == 0) and done.item():
-                break
+        before = self._params()
+        em = _EM(self, self._clamp(x.double()), reduce or (lambda stats: stats))
+        ab, w = before.double()[:2].T, before.double()[2:].T
+        # EM runs on the device; the host reads whether it converged only after a few
+        # iterations (``checks``), comparing the log-likelihood with the iteration before.
+        checks = {c for c in (*EARLY_CHECKS, *range(CHECK_EVERY, budget, CHECK_EVERY))}
+        checks = {c for c in checks if c < budget} | {budget}
+        previous, converged = None, None
+        for n_iter in range(1, budget + 1):
+            ab, w, loglik = em.step(ab, w, track=n_iter in checks or n_iter + 1 in checks)
+            if n_iter in checks:
+                converged = (loglik - previous).abs() < self.tol if n_iter > 1 else ~em.alive
+                if n_iter < budget and converged.item():
+                    break
+            previous = loglik
+        params = torch.cat([ab.T, w.T]).to(before.dtype)
         self._set(params)
         params = params.reshape(-1)
         valid = (torch.isfinite(params) & (params > 0)).all()
-        state = torch.cat([torch.stack([steps, done, valid, *flags]).double(), params.double()])
+        state = torch.cat([torch.stack([converged, valid, *flags]).double(), params.double()])
         state = state.tolist()  # (the fit's one read at its end)
-        n_iter, converged, ok, in_range, finite = (int(v) for v in state[:5])
+        converged, ok, in_range, finite = (int(v) for v in state[:4])
         if not (ok and in_range):
             self._set(before)
         if not finite:
@@ -362,7 +344,7 @@ class BetaMixture(torch.nn.Module):
         self.n_iter_ = n_iter
         self.num_fits += 1
         self._fitted_key, self._fitted = (self.num_fits.data_ptr(), self.num_fits._version), True
-        swapped_from = int(state[5]) if len(flags) > 2 else None
+        swapped_from = int(state[4]) if len(flags) > 2 else None
         self._record_problems(swapped_from, bool(converged) or max_iter is not None, state[-6:])
         return self
 
@@ -417,7 +399,9 @@ class BetaMixture(torch.nn.Module):
 
     def _log_coefficients(self) -> Tensor:
         """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each joint log-density."""
-        return _coefficients(self._params().double())
+        a, b, w = self._params().double().unbind(0)
+        log_norm = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
+        return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
 
     @staticmethod
     def _describe(params) -> str:
@@ -460,41 +444,6 @@ class BetaMixture(torch.nn.Module):
         for buffer, values in zip((self.alpha, self.beta, self.weight), params):
             buffer.copy_(values)
 
-    def _m_step(self, stats: Tensor, n, frozen: Tensor | None = None) -> None:
-        """The buffers after :meth:`_moments` of ``stats``."""
-        self._set(self._moments(self._params(), stats, n, frozen))
-
-    def _moments(self, params: Tensor, stats: Tensor, n, frozen: Tensor | None = None):
-        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``: the
-        next ``[3, 2]`` parameters (in ``params``' dtype).
-
-        A component whose mass vanished keeps its previous parameters, and all of them do
-        where ``frozen`` (EM converged).
-        """
-        mass, first, second = stats.unbind(dim=1)
-        alive = mass > 1e-8 * n
-        kept = torch.zeros_like(alive[0]) if frozen is None else frozen
-        alive = alive & ~kept
-        mass = mass.clamp(min=1e-300)
-        mean = (first / mass).clamp(self.eps, 1.0 - self.eps)
-        spread = mean * (1 - mean)
-        # A Beta needs 0 < var < mean (1 - mean); flooring keeps all-equal inputs finite.
-        var = torch.minimum(
-            (second / mass - mean * mean).clamp(min=self.min_variance), 0.999 * spread
-        )
-        alpha = mean * (spread / var - 1)
-        weight = (mass / n).clamp(min=self.min_weight)
-        new = torch.stack([alpha, alpha * (1 - mean) / mean, weight / weight.sum()])
-        keep = torch.stack([alive, alive, ~kept.expand(2)])
-        out = torch.where(keep, new, params.double()).to(params.dtype)
-        if self.min_beta_high is not None:  # (selected on the device: no host sync)
-            high = torch.arange(2, device=out.device) == 1 - torch.argmin(
-                out[0] / (out[0] + out[1])
-            )
-            floored = torch.where(high, out[1].clamp(min=self.min_beta_high), out[1])
-            out = torch.stack([out[0], floored, out[2]])
-        return out
-
     def extra_repr(self) -> str:
         a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
         fmt = ", ".join
@@ -508,3 +457,66 @@ class BetaMixture(torch.nn.Module):
             f"alpha=[{fmt(f'{v:.3g}' for v in a)}], beta=[{fmt(f'{v:.3g}' for v in b)}], "
             f"weight=[{fmt(f'{v:.3g}' for v in w)}], fitted={self.fitted}{options}"
         )
+
+
+class _EM:
+    """One fit's EM iterations on values ``x`` in ``[eps, 1 - eps]``, in float64 on their
+    device: an iteration is some 30 operations on ``[2, n]`` and ``[2, 3]`` tensors, with
+    no host read. Parameters are ``ab`` (``[2, 2]``: α, β of each component) and ``w``
+    (``[2, 1]``: the weights); ``reduce`` sums the statistics over samples (ranks)."""
+
+    def __init__(self, mixture: BetaMixture, x: Tensor, reduce: Callable[[Tensor], Tensor]):
+        self.mixture, self.reduce = mixture, reduce
+        logs = torch.stack([torch.log(x), torch.log1p(-x), torch.ones_like(x)])
+        # A component's joint log-density is (α, β, log λ, lnΓ(α), lnΓ(β), lnΓ(α+β)) times
+        # these six rows, less log x + log(1-x): the E-step is one product.
+        constants = x.new_tensor(_CONSTANTS)
+        self.design = constants[:6, :3] @ logs
+        self.base = logs[:2].sum(0, keepdim=True).neg_()
+        self.moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
+        self.n = reduce(self.moments.sum(dim=0))[:1]
+        self.sums, self.sign, self.one = constants[6:8], constants[8:9, :2], constants[9, :2]
+        self.alive = x.new_ones((), dtype=torch.bool)
+        self.least = 1e-8 * self.n  # (a component's mass below: vanished)
+        self.floor = mixture.min_weight * self.n
+
+    def step(self, ab: Tensor, w: Tensor, track: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """The next ``(ab, w)`` and, if ``track``, the mean log-likelihood before it."""
+        features = torch.cat([ab, w.log(), torch.lgamma(ab @ self.sums)], dim=1)
+        joint = torch.addmm(self.base, features, self.design)
+        r = joint.softmax(dim=0)  # (responsibilities)
+        if not track:
+            return *self.moments_step(ab, self.reduce(r @ self.moments)), None
+        lse = joint.logsumexp(dim=0, keepdim=True)  # (Σ_c r_c lse = lse)
+        stats = self.reduce(r @ torch.cat([self.moments, lse.T], dim=1))
+        return *self.moments_step(ab, stats[:, :3]), stats[:, 3].sum() / self.n[0]
+
+    def moments_step(self, ab: Tensor, stats: Tensor) -> tuple[Tensor, Tensor]:
+        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``; a
+        component whose mass vanished keeps its α and β."""
+        m = self.mixture
+        mass = stats[:, :1]
+        moments = stats[:, 1:] / mass
+        mean = moments[:, :1].clamp(m.eps, 1.0 - m.eps)
+        pair = torch.addmm(self.one, mean, self.sign)  # (mean, 1 - mean)
+        spread = pair.prod(dim=1, keepdim=True)
+        # A Beta needs 0 < var < mean (1 - mean); flooring keeps all-equal inputs finite.
+        var = torch.addcmul(moments[:, 1:], mean, mean, value=-1).clamp_(min=m.min_variance)
+        var = torch.minimum(var, spread * 0.999)
+        new = torch.where(mass > self.least, pair * spread.div_(var).sub_(1), ab)
+        weight = mass.clamp(min=self.floor)  # (each weight at least min_weight)
+        if m.min_beta_high is not None:  # (the high-mean component's, on the device)
+            high = torch.arange(2, device=new.device) == 1 - torch.argmin(new[:, 0] / new.sum(1))
+            floored = new[:, 1].clamp(min=m.min_beta_high)
+            new = torch.stack([new[:, 0], torch.where(high, floored, new[:, 1])], dim=1)
+        return new, weight / weight.sum()
+
+
+#: :class:`_EM`'s constants: rows 0-5 map (log x, log(1-x), 1) to the rows of its design
+#: matrix, which (α, β, log λ, lnΓ(α), lnΓ(β), lnΓ(α+β)) multiply; rows 6-7 map (α, β) to
+#: (α, β, α + β); rows 8-9 map a mean m to (m, 1 - m).
+_CONSTANTS = [
+    [1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [0, 0, -1.0], [0, 0, -1.0], [0, 0, 1.0],
+    [1.0, 0, 1.0], [0, 1.0, 1.0],
+    [1.0, -1.0, 0], [0, 1.0, 0],
+]  # fmt: skip

@@ -158,3 +158,24 @@ def progcl_mix(h1, h2, tau, mixture_params, k, pairing, eps=1e-8):
 
     sources = _hardness_sources(h1, h2, None)
     return _reduce(h1, h2, tau, ng)
+
+
+def beta_mixture_em(x, alpha, beta, weight, iters, eps=1e-4, min_variance=1e-6, min_weight=1e-6):
+    """``iters`` EM iterations of a two-component Beta mixture with the weighted method of
+    moments (ProGCL §5.1), one component at a time, in float64: ``(alpha, beta, weight)``."""
+    x = x.double().clamp(eps, 1 - eps)
+    a, b, w = ([float(v) for v in t] for t in (alpha, beta, weight))
+    for _ in range(iters):
+        beta_c = [torch.distributions.Beta(*x.new_tensor([a[c], b[c]])) for c in range(2)]
+        dens = torch.stack([w[c] * beta_c[c].log_prob(x).exp() for c in range(2)])
+        r = dens / dens.sum(0)
+        mass = [float(r[c].sum()) for c in range(2)]
+        for c in range(2):
+            mean = min(max(float((r[c] * x).sum()) / mass[c], eps), 1 - eps)
+            var = max(float((r[c] * x * x).sum()) / mass[c] - mean**2, min_variance)
+            var = min(var, 0.999 * mean * (1 - mean))
+            a[c] = mean * (mean * (1 - mean) / var - 1)
+            b[c] = (1 - mean) * (mean * (1 - mean) / var - 1)
+        w = [max(m / len(x), min_weight) for m in mass]
+        w = [v / sum(w) for v in w]
+    return a, b, w

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import pytest
 import reference as ref
@@ -185,18 +186,15 @@ def test_trainer_on_device_learns_and_resumes(tmp_path):
     assert abs(resumed["accuracy"] - whole["accuracy"]) <= 0.02
 
 
-def em_statistics():
-    """``_m_step``'s ``[2, 3]`` statistics ``(Σ r, Σ r x, Σ r x²)`` of 1000 samples whose
-    high-mean component's moments give it ``β < 1`` (1/3)."""
-    stats = [[700.0, 210.0, 70.0], [300.0, 240.0, 210.0]]
-    return torch.tensor(stats, dtype=torch.float64, device=DEVICE)
+def spiked_sample():
+    """Values whose first EM iteration from the default start gives the high-mean
+    component ``β < 1`` (0.13)."""
+    return sample_mixture(2000, [(2, 6), (6, 0.5)], [0.7, 0.3]).double().to(DEVICE)
 
 
 def test_the_em_step_floors_the_high_components_beta():
-    m = BetaMixture(min_beta_high=1.01).double().to(DEVICE)
-    free = BetaMixture().double().to(DEVICE)
-    m._m_step(em_statistics(), 1000)
-    free._m_step(em_statistics(), 1000)
+    m = BetaMixture(min_beta_high=1.01).double().to(DEVICE).fit(spiked_sample(), max_iter=1)
+    free = BetaMixture().double().to(DEVICE).fit(spiked_sample(), max_iter=1)
     high = 1 - m.true_negative_index
     assert float(free.beta[high]) < 1 and float(m.beta[high]) == 1.01
     torch.testing.assert_close(m.beta[1 - high], free.beta[1 - high])
@@ -204,15 +202,17 @@ def test_the_em_step_floors_the_high_components_beta():
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="host synchronisations are a CUDA matter")
-def test_an_em_step_does_not_wait_for_the_device():
-    m = BetaMixture(min_beta_high=1.01).double().to(DEVICE)
-    stats = em_statistics()
+def test_a_refit_waits_for_the_device_at_most_three_times():
+    m, x = BetaMixture(min_beta_high=1.01).double().to(DEVICE), spiked_sample()
     torch.cuda.synchronize(DEVICE)
-    torch.cuda.set_sync_debug_mode("error")  # a host synchronisation raises
+    torch.cuda.set_sync_debug_mode("warn")  # (a host synchronisation warns)
     try:
-        m._m_step(stats, 1000)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m.fit(x, max_iter=10)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    assert sum("synchroniz" in str(w.message) for w in caught) <= 3
     assert float(m.beta.max()) >= 1.01
 
 

@@ -142,3 +142,16 @@ def test_repr():
     assert repr(BetaMixture(min_beta_high=1.01, max_iter=20)).endswith(
         "fitted=False, max_iter=20, min_beta_high=1.01)"
     )  # the reference code's guard is visible in logs
+
+
+@pytest.mark.parametrize("iters", [1, 4, 10])
+def test_em_iterations_equal_the_reference(iters):
+    import reference as ref
+
+    x = sample_mixture(5000, [(2, 8), (9, 3)], [0.8, 0.2], seed=3).double()
+    m = BetaMixture(tol=0.0).double()  # (never converged: exactly `iters` iterations)
+    expected = ref.beta_mixture_em(x, m.alpha, m.beta, m.weight, iters)
+    m.fit(x, max_iter=iters)
+    assert m.n_iter_ == iters
+    for got, want in zip((m.alpha, m.beta, m.weight), expected):
+        torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
