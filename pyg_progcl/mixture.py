@@ -265,13 +265,18 @@ class BetaMixture(torch.nn.Module):
         r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)`, exact where :math:`b`
         underflows (a new tensor; ``s`` clamped to ``[eps, 1 - eps]``; ``floor`` as in
         :meth:`hardness_`, or a 0-dim tensor of it)."""
-        s = self._clamp(s)
-        log_posterior = F.logsigmoid(self.log_odds_false_negative(s, sign=-1.0))
+        dtype = s.dtype if s.dtype in (torch.float32, torch.float64) else torch.float32
+        s = s.to(dtype).clamp(self.eps, 1.0 - self.eps)
+        a, b, c = self._signed_coefficients(-1.0).to(s.device, dtype)
+        log_s = torch.log(s)
+        # -D = c + a log s + b log(1 - s) in two passes (log(1 - s): see _log_odds)
+        minus_d = torch.addcmul(c, log_s, a).addcmul_(s.neg_().add_(1.0).log_(), b)
+        log_posterior = F.logsigmoid(minus_d)
         if isinstance(floor, Tensor):
-            log_posterior = torch.maximum(log_posterior, floor.to(s.dtype).log())
+            log_posterior = torch.maximum(log_posterior, floor.to(dtype).log())
         elif floor > 0:
             log_posterior = log_posterior.clamp_(min=math.log(floor))
-        return log_posterior.add_(torch.log(s))
+        return log_posterior.add_(log_s)
 
     @torch.no_grad()
     def fit(

@@ -285,14 +285,15 @@ class NegativeBlock:
             inter, intra = inter + log_weight, intra + log_weight
         return torch.logaddexp(inter.logsumexp(dim=-1), intra.logsumexp(dim=-1))
 
-    def _inter_sums(self, scales, log_weight: Optional[Tensor] = None, gather=None):
-        """``[S, B]`` inter-view sums (with ``gather``: and the logits at those columns)."""
+    def _inter_sums(self, scales, log_weight: Optional[Tensor] = None, gather=None, logits=None):
+        """``[S, B]`` inter-view sums (with ``gather``: and the logits at those columns).
+        ``logits``: the block's detached inter-view logits, if made already (overwritten)."""
         if self.dense and log_weight is None:
             sums, gathered = self.pair.inter_sums(self.view, scales, gather)
         else:
             index = () if gather is None else ((1, gather),)
             spec = _Sums(self.tau, self.excluded, scales, gather=index)
-            sums, _, *got = _ExpGram.apply(self.anchors, self.others, log_weight, None, spec)
+            sums, _, *got = _ExpGram.apply(self.anchors, self.others, log_weight, logits, spec)
             gathered = got[0] if got else None
         return sums if gather is None else (sums, gathered)
 
@@ -321,6 +322,11 @@ class DensePair:
                 self._logits = shifted_logits(self.u, self.v, self.tau)
         return self._logits
 
+    def take_logits(self) -> Optional[Tensor]:
+        """:meth:`detached_logits`, handed over to be overwritten (``None`` if taken)."""
+        logits, self._logits = self._logits, None
+        return logits
+
     def inter(self) -> Tensor:
         if self._inter is None:
             self._inter = _exclude(shifted_logits(self.u, self.v, self.tau), self.excluded)
@@ -338,7 +344,7 @@ class DensePair:
             gathers, logits = (), None
             if gather is not None:
                 gathers = ((1, gather[0]), (0, gather[1].T))
-                logits, self._logits = self._logits, None
+                logits = self.take_logits()
             spec = _Sums(self.tau, self.excluded, scales, columns=True, gather=gathers)
             rows, cols, *got = _ExpGram.apply(self.u, self.v, None, logits, spec)
             self._sums[key] = (rows, cols, got)
