@@ -502,21 +502,64 @@ def contrastive_losses(
     if how.path == "dense":
         losses = [anchor_losses(b, term) for b in dense_blocks(u, v, tau, batched(term))]
         return losses[0] if len(losses) == 1 else torch.stack(losses)
+    out: list[list[Tensor]] = [[], []]
+    for view, make in _blocks(u, v, how, anchors, num_negatives, generator):
+        out[view].append(_block_losses(make, tau, term))
+    return torch.stack([torch.cat(losses) for losses in out])
+
+
+def _blocks(u, v, how: Plan, anchors: slice, num_negatives=None, generator=None):
+    """``(view, (make, *inputs))`` of each row or sampled block, in order (sampled columns
+    drawn as they come)."""
     n, size = u.size(0), how.block_size
     columns = n if num_negatives is None else num_negatives + 1
-    out = []
     for view, (a, o) in enumerate(((u, v), (v, u))):
-        blocks = []
         for start in range(anchors.start, anchors.stop, size):
             rows = slice(start, min(start + size, anchors.stop))
             if how.path == "rows":
-                make = (row_block, a, o, rows, view)
+                yield view, (row_block, a, o, rows, view)
             else:
                 cols = torch.randperm(n, generator=generator)[:columns].to(u.device)
-                make = (sampled_block, a, o, rows, view, cols)
-            blocks.append(_block_losses(make, tau, term))
-        out.append(torch.cat(blocks))
-    return torch.stack(out)
+                yield view, (sampled_block, a, o, rows, view, cols)
+
+
+def reduced_losses(u: Tensor, v: Tensor, tau: float, term: NegativeTermFn, how: Plan, **kw):
+    """:func:`contrastive_losses` of all anchors (``kw``: its ``num_negatives`` and
+    ``generator``) for a loss that reduces them by their mean or sum: row and sampled
+    blocks whose views need a gradient take it as they go (:class:`_ReducedBlocks`)."""
+    if how.path != "dense" and torch.is_grad_enabled() and (u.requires_grad or v.requires_grad):
+        return _ReducedBlocks.apply(u, v, (tau, term, how, kw))
+    return contrastive_losses(u, v, tau, term, how, slice(0, u.size(0)), **kw)
+
+
+class _ReducedBlocks(torch.autograd.Function):
+    """``[2, N]`` losses of the row (or sampled) blocks, each block's gradient taken by
+    autograd as soon as the block is computed and added to the views' gradients (``[N, d]``
+    each): one block's intermediates are alive at a time, as under checkpoint, but no block
+    is computed again in backward (docs/design.md). The gradient kept is that of the sum,
+    so the losses must be reduced by their mean or sum (an incoming gradient equal for
+    every anchor, which scales it)."""
+
+    @staticmethod
+    def forward(ctx, u: Tensor, v: Tensor, args: tuple) -> Tensor:
+        tau, term, how, kw = args
+        ctx.wanted = ctx.needs_input_grad[:2]
+        leaves = [t.detach().requires_grad_(w) for t, w in zip((u, v), ctx.wanted)]
+        inputs = [t for t in leaves if t.requires_grad]
+        grads, out = [torch.zeros_like(t) for t in inputs], [[], []]
+        with torch.enable_grad():
+            for view, (make, *block) in _blocks(*leaves, how, slice(0, u.size(0)), **kw):
+                losses = anchor_losses(make(*block, tau), term)
+                for grad, part in zip(grads, torch.autograd.grad(losses.sum(), inputs)):
+                    grad.add_(part)
+                out[view].append(losses.detach())
+        ctx.save_for_backward(*grads)
+        return torch.stack([torch.cat(losses) for losses in out])
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        grads, g = iter(ctx.saved_tensors), g[0, 0]  # (equal for every anchor)
+        return *(next(grads) * g if wanted else None for wanted in ctx.wanted), None
 
 
 def _block_losses(args: tuple, tau: float, term: NegativeTermFn) -> Tensor:

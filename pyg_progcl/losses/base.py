@@ -15,6 +15,7 @@ from ._engine import (
     full_precision,
     normalize_views,
     plan,
+    reduced_losses,
     step_budget,
 )
 
@@ -114,7 +115,14 @@ class ContrastiveLoss(torch.nn.Module):
         refuses a loss whose ``forward`` is its own."""
         self.check_inputs(h1, h2)
         with full_precision(h1):
-            return self.reduce(self.compute_loss(h1, h2))
+            how = self.plan(h1)
+            own = type(self).compute_loss is not ContrastiveLoss.compute_loss
+            if how.path == "dense" or self.reduction == "none" or own:
+                return self.reduce(self._losses(h1, h2, None, how))
+            # Reduced row blocks: each block's gradient is taken as it is computed.
+            u, v = normalize_views(h1, h2)
+            kw = {"num_negatives": self.num_negatives}
+            return self.reduce(reduced_losses(u, v, self.tau, self.negative_term, how, **kw))
 
     def compute_loss(self, h1: Tensor, h2: Tensor, anchors: Optional[slice] = None) -> Tensor:
         """Per-anchor losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of checked views.
@@ -133,8 +141,11 @@ class ContrastiveLoss(torch.nn.Module):
         Returns:
             ``[2, M]`` losses of the ``M`` anchors (``[2, N]`` by default).
         """
+        return self._losses(h1, h2, anchors)
+
+    def _losses(self, h1: Tensor, h2: Tensor, anchors: Optional[slice], how=None) -> Tensor:
         rows = anchor_rows(anchors, h1.size(0))
-        how = self.plan(h1, rows)
+        how = self.plan(h1, rows) if how is None else how
         u, v = normalize_views(h1, h2)
         return contrastive_losses(
             u, v, self.tau, self.negative_term, how, rows, self.num_negatives
