@@ -172,7 +172,7 @@ class NegativeBlock:
         count: Negatives per view and anchor (``N - 1``, or ``k`` when sampled).
         tau: The temperature.
         view: The anchors' view: 0 (``a = u = h1``) or 1 (``a = v = h2``); ``None`` for
-            the dense path's two views in one block (:func:`batched_views`), whose
+            the dense path's two views in one block (``batched_views``), whose
             ``anchors``, ``others`` and ``peers`` are ``[2, N, d]`` (``u`` and ``v``
             stacked) and whose sums are ``[2, N]``.
         rows: The anchors' rows (``None``: all ``N``, the dense path).

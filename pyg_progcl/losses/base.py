@@ -115,9 +115,10 @@ class ContrastiveLoss(torch.nn.Module):
         refuses a loss whose ``forward`` is its own."""
         self.check_inputs(h1, h2)
         with full_precision(h1):
+            if type(self).compute_loss is not ContrastiveLoss.compute_loss:  # (its own)
+                return self.reduce(self.compute_loss(h1, h2))
             how = self.plan(h1)
-            own = type(self).compute_loss is not ContrastiveLoss.compute_loss
-            if how.path == "dense" or self.reduction == "none" or own:
+            if how.path == "dense" or self.reduction == "none":
                 return self.reduce(self._losses(h1, h2, None, how))
             # Reduced row blocks: each block's gradient is taken as it is computed.
             u, v = normalize_views(h1, h2)
