@@ -55,8 +55,9 @@ import torch  # noqa: E402
 from calls import count  # noqa: E402 (benchmarks/)
 from loss_step import METHODS, loss_step, make_loss, noisy_views  # noqa: E402
 
-from pyg_progcl.experiments import get_preset, load_dataset, synthetic_graph  # noqa: E402
-from pyg_progcl.experiments.run import start_seed  # noqa: E402
+from pyg_progcl.cli import get_preset, load_dataset  # noqa: E402
+from pyg_progcl.cli.run import start_seed  # noqa: E402
+from pyg_progcl.datasets import synthetic_graph  # noqa: E402
 from pyg_progcl.losses import (  # noqa: E402
     DebiasedInfoNCELoss,
     HardInfoNCELoss,

@@ -16,7 +16,7 @@ from torch_geometric.nn.inits import reset
 
 from ._checks import accepts_check, check_graph, check_input_width, check_int
 from ._compat import is_compiling
-from .augment import Augmenter, Compose
+from .augment import Augmenter, ComposeAugmenters
 from .encoders import _to_csr, as_parameter_dtype, sparse_features
 
 __all__ = ["GRACEModel"]
@@ -25,9 +25,9 @@ AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
 
 def _as_augmenter(name: str, augment: AugmentSpec) -> Optional[Callable]:
-    """``None`` stays the identity, a list becomes a :class:`Compose`, a callable is kept."""
+    """``None`` stays the identity, a list becomes a :class:`ComposeAugmenters`, a callable is kept."""
     if isinstance(augment, (list, tuple)):
-        return Compose(*augment)
+        return ComposeAugmenters(*augment)
     if augment is None or callable(augment):
         return augment
     raise ValueError(
@@ -106,7 +106,7 @@ class GRACEModel(torch.nn.Module):
             encoder's ``out_channels`` (else ``hidden_channels``) where it states one.
         proj_channels (int): Hidden size of the projection head.
         augment1 (Augmenter, list or callable, optional): Augmentation of the
-            first view; a list is wrapped in :class:`Compose`; :obj:`None` is the
+            first view; a list is wrapped in :class:`ComposeAugmenters`; :obj:`None` is the
             identity. Any callable ``(x, edge_index, edge_weight) -> (x,
             edge_index, edge_weight)`` works. (default: :obj:`None`)
         augment2 (Augmenter, list or callable, optional): Same for the second

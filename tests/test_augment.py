@@ -14,13 +14,13 @@ from pyg_progcl.augment import (
     AdaptiveEdgeDrop,
     AdaptiveFeatureMask,
     Augmenter,
-    Compose,
+    ComposeAugmenters,
     EdgeDrop,
     FeatureMask,
     drop_edge_weighted,
     edge_drop_probabilities,
     feature_drop_probabilities,
-    mask_feature,
+    mask_feature_csr,
     mask_feature_weighted,
     node_centrality,
 )
@@ -99,7 +99,7 @@ def test_edge_drop_draws_what_pyg_dropout_edge_draws():
 def test_mask_feature_masks_whole_columns_at_rate_p():
     torch.manual_seed(0)
     x = torch.rand(40, 4000) + 0.5
-    out, feat_mask = mask_feature(x, 0.3)
+    out, feat_mask = mask_feature_csr(x, 0.3)
     zero_cols = (out == 0).all(dim=0)
     kept_cols = (out == x).all(dim=0)
     assert bool((zero_cols | kept_cols).all()), "every column is masked for all nodes or none"
@@ -122,7 +122,7 @@ def test_mask_feature_masks_whole_columns_at_rate_p():
 def test_mask_feature_on_dense_x_is_pyg_mask_feature(kwargs):
     x = torch.rand(30, 20) + 0.5
     torch.manual_seed(5)
-    out, feat_mask = mask_feature(x, **kwargs)
+    out, feat_mask = mask_feature_csr(x, **kwargs)
     torch.manual_seed(5)
     expected, expected_mask = pyg_mask_feature(x, **kwargs)
     assert torch.equal(out, expected)
@@ -135,7 +135,7 @@ def test_weighted_with_constant_probability_equals_uniform():
     x = torch.rand(100, 64)
     torch.manual_seed(3)
     uniform_edges, uniform_edge_mask = dropout_edge(edge_index, 0.4)
-    uniform_x, uniform_feat_mask = mask_feature(x, 0.4)
+    uniform_x, uniform_feat_mask = mask_feature_csr(x, 0.4)
     torch.manual_seed(3)
     weighted_edges, weighted_edge_mask = drop_edge_weighted(edge_index, torch.full((500,), 0.4))
     weighted_x, weighted_feat_mask = mask_feature_weighted(x, torch.full((64,), 0.4))
@@ -319,7 +319,7 @@ ALL_AUGMENTERS = [
     lambda p: FeatureMask(p),
     lambda p: AdaptiveEdgeDrop(p, centrality="degree"),
     lambda p: AdaptiveFeatureMask(p, centrality="degree"),
-    lambda p: Compose(EdgeDrop(p), AdaptiveFeatureMask(p, centrality="evc")),
+    lambda p: ComposeAugmenters(EdgeDrop(p), AdaptiveFeatureMask(p, centrality="evc")),
 ]
 
 
@@ -395,7 +395,7 @@ def test_a_custom_augmenter_is_prepared_once_on_the_input_graph():
 
     data = make_data()
     custom = KeepFirstEdges()
-    compose = Compose(EdgeDrop(0.5), custom)
+    compose = ComposeAugmenters(EdgeDrop(0.5), custom)
     assert not compose.is_prepared()
     for _ in range(3):
         compose(data.x, data.edge_index)
@@ -473,7 +473,7 @@ def test_feature_mask_on_data_masks_columns():
 
 
 def test_eval_propagates_through_parent_module():
-    compose = Compose(EdgeDrop(0.5), AdaptiveFeatureMask(0.5, centrality="degree"))
+    compose = ComposeAugmenters(EdgeDrop(0.5), AdaptiveFeatureMask(0.5, centrality="degree"))
     parent = torch.nn.Module()
     parent.aug = compose
     parent.eval()
@@ -501,13 +501,13 @@ def test_adaptive_augmenters_prepare_once_and_only_again_when_asked(monkeypatch)
     calls = count_evc_calls(monkeypatch)
     _, edge_index = karate()
     x = sparse_features(34, 20, density=0.3)
-    view1 = Compose(AdaptiveEdgeDrop(0.3), AdaptiveFeatureMask(0.2))
-    view2 = Compose(AdaptiveFeatureMask(0.4), AdaptiveEdgeDrop(0.2))
+    view1 = ComposeAugmenters(AdaptiveEdgeDrop(0.3), AdaptiveFeatureMask(0.2))
+    view2 = ComposeAugmenters(AdaptiveFeatureMask(0.4), AdaptiveEdgeDrop(0.2))
     assert not view1.is_prepared()
     for _ in range(5):
         view1(x, edge_index)
         view2(x, edge_index)
-    assert len(calls) == 2, "one networkx call per Compose, shared by its members"
+    assert len(calls) == 2, "one networkx call per ComposeAugmenters, shared by its members"
     assert view1.is_prepared() and view2.is_prepared()
     prepared = view1.augmenters[0].node_drop_prob
     view1(x.clone(), edge_index.clone())  # an equal graph: nothing recomputed
@@ -557,7 +557,7 @@ def test_an_adaptive_member_after_an_edge_drop_keeps_the_input_graphs_probabilit
     calls = count_evc_calls(monkeypatch)
     data = make_data()
     adaptive = AdaptiveEdgeDrop(0.5)
-    compose = Compose(EdgeDrop(0.5), adaptive)
+    compose = ComposeAugmenters(EdgeDrop(0.5), adaptive)
     torch.manual_seed(0)
     for _ in range(3):
         _, edge_index, _ = compose(data.x, data.edge_index)
@@ -567,7 +567,7 @@ def test_an_adaptive_member_after_an_edge_drop_keeps_the_input_graphs_probabilit
     assert torch.equal(adaptive.node_drop_prob, expected)
     # An edge-only call: the members see the input's node count, not one inferred from
     # what the edge drop left (here nothing).
-    _, edge_index, _ = Compose(EdgeDrop(1.0), adaptive)(None, data.edge_index)
+    _, edge_index, _ = ComposeAugmenters(EdgeDrop(1.0), adaptive)(None, data.edge_index)
     assert edge_index.shape == (2, 0)
 
 
@@ -575,7 +575,7 @@ def test_prepared_probabilities_are_buffers_that_move_and_show():
     data = make_data()
     edge_drop = AdaptiveEdgeDrop(0.3, centrality="degree")
     feature_mask = AdaptiveFeatureMask(0.2, centrality="degree")
-    compose = Compose(edge_drop, feature_mask).prepare(data)
+    compose = ComposeAugmenters(edge_drop, feature_mask).prepare(data)
     assert repr(edge_drop) == (
         f"AdaptiveEdgeDrop(p=0.3, centrality=degree, threshold=0.7, "
         f"node_drop_prob=[{data.num_nodes}])"
@@ -611,7 +611,7 @@ def test_features_of_another_shape_are_refused_with_one_line():
 
 def test_compose_fits_adaptive_members_on_the_input_graph():
     data = make_data()
-    compose = Compose(EdgeDrop(0.9), AdaptiveFeatureMask(0.3, centrality="degree"))
+    compose = ComposeAugmenters(EdgeDrop(0.9), AdaptiveFeatureMask(0.3, centrality="degree"))
     compose(data.x, data.edge_index)
     c = node_centrality(data.edge_index, data.num_nodes, "degree")
     expected = feature_drop_probabilities(data.x, c, 0.3)
@@ -639,8 +639,8 @@ def test_reprs():
         repr(AdaptiveFeatureMask(0.1, "degree", 0.5, dense=True))
         == "AdaptiveFeatureMask(p=0.1, centrality=degree, threshold=0.5, dense=True)"
     )
-    assert repr(Compose(EdgeDrop(0.2), FeatureMask(0.3))) == (
-        "Compose(EdgeDrop(p=0.2), FeatureMask(p=0.3))"
+    assert repr(ComposeAugmenters(EdgeDrop(0.2), FeatureMask(0.3))) == (
+        "ComposeAugmenters(EdgeDrop(p=0.2), FeatureMask(p=0.3))"
     )
 
 
@@ -654,18 +654,21 @@ def test_reprs():
         (lambda: AdaptiveFeatureMask(0.3, threshold=1.2), "`threshold`"),
         (lambda: AdaptiveEdgeDrop(0.3, centrality="katz"), "`centrality`"),
         (lambda: AdaptiveFeatureMask(0.3, dense="yes"), "`dense`"),
-        (lambda: Compose(EdgeDrop(0.1), "not an augmenter"), "`augmenters"),
+        (lambda: ComposeAugmenters(EdgeDrop(0.1), "not an augmenter"), "`augmenters"),
         (lambda: node_centrality(ring(4), 4, "closeness"), "`kind`"),
         (lambda: node_centrality(ring(4), 3, "degree"), "`num_nodes`"),
-        (lambda: mask_feature(torch.ones(4, 2), 2.0), "`p`"),
-        (lambda: mask_feature(torch.ones(4, 2), 0.1, mode="column"), "`mode`"),
+        (lambda: mask_feature_csr(torch.ones(4, 2), 2.0), "`p`"),
+        (lambda: mask_feature_csr(torch.ones(4, 2), 0.1, mode="column"), "`mode`"),
         (
             lambda: drop_edge_weighted(torch.zeros(3, 4, dtype=torch.long), torch.zeros(4)),
             "`edge_index`",
         ),
-        (lambda: mask_feature(torch.ones(4), 0.1), "`x`"),
-        (lambda: mask_feature(torch.eye(3).to_sparse_csr(), 0.1, mode="row"), "`mode`"),
-        (lambda: mask_feature(torch.eye(3).to_sparse_csr(), 0.1, fill_value=1.0), "`fill_value`"),
+        (lambda: mask_feature_csr(torch.ones(4), 0.1), "`x`"),
+        (lambda: mask_feature_csr(torch.eye(3).to_sparse_csr(), 0.1, mode="row"), "`mode`"),
+        (
+            lambda: mask_feature_csr(torch.eye(3).to_sparse_csr(), 0.1, fill_value=1.0),
+            "`fill_value`",
+        ),
         (lambda: drop_edge_weighted(ring(4), torch.full((3,), 0.1)), "`drop_prob`"),
         (  # the edge weights of the old signature, now `training`
             lambda: drop_edge_weighted(ring(4), torch.full((8,), 0.1), torch.ones(8)),
@@ -706,7 +709,7 @@ def test_csr_feature_masks_draw_the_dense_masks(mask):
     def apply(features):
         torch.manual_seed(3)
         if mask == "uniform":
-            return mask_feature(features, 0.4)
+            return mask_feature_csr(features, 0.4)
         return mask_feature_weighted(features, prob)
 
     (dense, dense_mask), (sparse, sparse_mask) = apply(x), apply(x.to_sparse_csr())
@@ -720,8 +723,8 @@ def test_csr_feature_masks_draw_the_dense_masks(mask):
         torch.manual_seed(3)
         assert torch.equal(dense, pyg_mask_feature(x, 0.4)[0])
     for no_op in (
-        mask_feature(x.to_sparse_csr(), 0.4, training=False),
-        mask_feature(x.to_sparse_csr(), 0.0),
+        mask_feature_csr(x.to_sparse_csr(), 0.4, training=False),
+        mask_feature_csr(x.to_sparse_csr(), 0.0),
         mask_feature_weighted(x.to_sparse_csr(), prob, training=False),
     ):
         assert no_op[0].layout == torch.sparse_csr

@@ -27,8 +27,8 @@ from helpers import (
 )
 
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel
-from pyg_progcl.experiments import train_seed
-from pyg_progcl.experiments.datasets import synthetic_graph
+from pyg_progcl.cli import train_seed
+from pyg_progcl.cli.datasets import synthetic_graph
 from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from pyg_progcl.mixture import BetaMixture
 

@@ -13,10 +13,8 @@ import torch
 import torch_geometric.transforms as T
 from torch_geometric.utils import homophily, is_undirected
 
-import pyg_progcl.experiments as experiments
-import pyg_progcl.experiments.datasets as harness
+from pyg_progcl.cli.datasets import DATASETS, canonical_name, load_dataset
 from pyg_progcl.datasets import synthetic_graph
-from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset
 
 
 @pytest.mark.parametrize(
@@ -87,9 +85,7 @@ def test_synthetic_graph_rejects_bad_arguments():
         synthetic_graph(num_features=5, topic_size=10)
 
 
-def test_the_harness_loads_and_reexports_the_library_graph():
-    assert harness.synthetic_graph is synthetic_graph
-    assert experiments.synthetic_graph is synthetic_graph
+def test_the_harness_loads_the_library_graph():
     loaded, built = (
         load_dataset("synthetic", seed=3),
         T.NormalizeFeatures()(synthetic_graph(seed=3)),
@@ -239,7 +235,7 @@ def test_a_failed_download_leaves_nothing_that_breaks_the_next_run(
     """A download that fails halfway (here: a loader that writes part of its files, then
     loses the network) leaves no partial folder or archive: the next run downloads anew.
     What was there before stays."""
-    import pyg_progcl.experiments.datasets as datasets
+    import pyg_progcl.cli.datasets as datasets
 
     (tmp_path / "keep.txt").write_text("mine")
     info = datasets.DATASETS[canonical_name(name)]
@@ -263,7 +259,7 @@ def test_a_failed_download_leaves_nothing_that_breaks_the_next_run(
 
 
 def test_cache_copy_is_refreshed_when_a_source_file_changes(tmp_path, _isolated_cache):
-    from pyg_progcl.experiments.datasets import _writable_copy
+    from pyg_progcl.cli.datasets import _writable_copy
 
     src = tmp_path / "Toy"
     (src / "raw").mkdir(parents=True)
@@ -288,12 +284,12 @@ def test_loaders_of_one_dataset_take_turns(tmp_path, _isolated_cache):
     import sys
     import time
 
-    from pyg_progcl.experiments.datasets import DATASETS, _lock
+    from pyg_progcl.cli.datasets import DATASETS, _lock
 
     _write_wikics(tmp_path / "warm")
     _write_wikics(tmp_path / "root")
     script = (  # the first load imports and processes, so the second alone can wait
-        "import sys\nfrom pyg_progcl.experiments.datasets import load_dataset\n"
+        "import sys\nfrom pyg_progcl.cli.datasets import load_dataset\n"
         "load_dataset('WikiCS', sys.argv[1] + '/warm')\nprint('loading', flush=True)\n"
         "print(load_dataset('WikiCS', sys.argv[1] + '/root').num_nodes, flush=True)\n"
     )

@@ -113,7 +113,8 @@ def test_swapped_and_merged_components_are_degenerate():
 def test_the_trainer_records_every_degenerate_epoch_and_warns_only_without_a_floor(
     monkeypatch, schedule
 ):
-    from pyg_progcl.experiments import get_preset, synthetic_graph, train_seed
+    from pyg_progcl.cli import get_preset, train_seed
+    from pyg_progcl.datasets import synthetic_graph
 
     monkeypatch.setattr(
         BetaMixture, "_findings", lambda self, swapped_from=None, params=None: [("x", "test")]
@@ -236,8 +237,8 @@ SHORT = dict(epochs=12, warmup_epochs=4, probe_epochs=50)
 
 
 def test_the_default_progcl_on_the_karate_club_gives_no_warning(tmp_path):
-    from pyg_progcl import read_graph
-    from pyg_progcl.experiments import get_preset, train
+    from pyg_progcl.cli import get_preset, train
+    from pyg_progcl.io import read_graph
 
     data = read_graph(karate_file(tmp_path))
     config = get_preset("file:karate", "progcl-weight", hidden=16, proj=16, **SHORT)
@@ -252,7 +253,7 @@ def test_the_default_progcl_on_the_karate_club_gives_no_warning(tmp_path):
 def test_the_default_progcl_on_cora_gives_no_warning(shared_data, tmp_path):
     import shutil
 
-    from pyg_progcl.experiments import get_preset, train
+    from pyg_progcl.cli import get_preset, train
 
     shutil.copytree(shared_data / "planetoid" / "Cora" / "raw", tmp_path / "Cora" / "raw")
     config = get_preset("Cora", "progcl-weight", eval_every=0, **SHORT)

@@ -10,7 +10,7 @@ import torch
 from helpers import TINY, one_line_error, run_main
 from torch_geometric.data import Data
 
-from pyg_progcl.__main__ import main
+from pyg_progcl.cli import main
 
 DIAGNOSE = ["--num-pairs", "500", "--num-anchors", "50", "--no-plot", "-q"]
 

@@ -432,9 +432,9 @@ def test_missing_matplotlib_names_the_extra(monkeypatch):
 
 
 def test_tracker_records_without_changing_training():
-    from pyg_progcl.experiments import train_seed
-    from pyg_progcl.experiments.datasets import synthetic_graph
-    from pyg_progcl.experiments.presets import get_preset
+    from pyg_progcl.cli import train_seed
+    from pyg_progcl.cli.datasets import synthetic_graph
+    from pyg_progcl.cli.presets import get_preset
 
     data = synthetic_graph(num_nodes=200, num_features=50, topic_size=10, seed=0)
     config = get_preset(
@@ -462,8 +462,7 @@ RUNS = {
 def test_cli_without_matplotlib_stops_before_any_work(tmp_path, monkeypatch, capsys):
     import sys
 
-    from pyg_progcl.__main__ import main
-    from pyg_progcl.experiments import control
+    from pyg_progcl.cli import control, main
 
     def no_training(*args, **kwargs):
         raise AssertionError("trained before checking for matplotlib")
@@ -483,7 +482,7 @@ def test_cli_without_matplotlib_stops_before_any_work(tmp_path, monkeypatch, cap
 
 
 def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path, capsys):
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     out = tmp_path / "out"
     argv = [*DIAGNOSE_TRAINING, "--num-pairs", "2000", "--out", str(out), "--no-plot", "-q"]
@@ -517,7 +516,7 @@ def test_cli_trains_tracks_and_reads_a_checkpoint(tmp_path, capsys):
 @pytest.mark.slow  # matplotlib: renders the comparison and the tracking figures
 def test_cli_writes_its_plots(tmp_path):
     pytest.importorskip("matplotlib")
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     out = tmp_path / "out"
     assert main([*DIAGNOSE_TRAINING, "--num-pairs", "2000", "--out", str(out), "-q"]) == 0
@@ -527,7 +526,7 @@ def test_cli_writes_its_plots(tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["diagnose", "--checkpoint", str(tmp_path / "missing.pt"), "--out", str(tmp_path)])

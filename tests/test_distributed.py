@@ -330,7 +330,7 @@ def _graph_files(tmp_path) -> None:
     """``g.npz`` and ``other/g.npz``: the same graph but for one feature value."""
     import numpy as np
 
-    from pyg_progcl.experiments.datasets import synthetic_graph
+    from pyg_progcl.cli.datasets import synthetic_graph
 
     g = synthetic_graph(num_nodes=120)
     arrays = {"x": g.x.numpy(), "edge_index": g.edge_index.numpy(), "y": g.y.numpy()}

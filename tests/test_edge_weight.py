@@ -21,19 +21,17 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GraphConv, SAGEConv
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
-from pyg_progcl import (
-    EdgeDrop,
-    GCNEncoder,
-    GRACEModel,
-    MLPEncoder,
+from pyg_progcl import EdgeDrop, GCNEncoder, GRACEModel, MLPEncoder
+from pyg_progcl.augment import AdaptiveEdgeDrop, ComposeAugmenters, FeatureMask
+from pyg_progcl.cli import get_preset, train
+from pyg_progcl.io import (
+    GraphFieldWarning,
     embed,
+    graph_for_model,
     load_model,
     read_graph,
     save_model,
 )
-from pyg_progcl.augment import AdaptiveEdgeDrop, Compose, FeatureMask
-from pyg_progcl.experiments import get_preset, train
-from pyg_progcl.io import GraphFieldWarning, graph_for_model
 from pyg_progcl.minibatch import SubgraphAugmenter, embed_minibatch, neighbor_loader
 
 TINY = ["--epochs", "3", "--hidden", "16", "--proj", "16", "--probe-epochs", "20"]
@@ -351,7 +349,7 @@ def test_sampled_batches_and_their_edge_drop_keep_the_weights(backend):
     loader = neighbor_loader(data, [5, 5], 32, backend=backend)
     batch = next(iter(loader))
     assert torch.equal(batch.edge_weight, data.edge_weight[batch.e_id])
-    views = Compose(AdaptiveEdgeDrop(0.5, "degree"), EdgeDrop(0.3), FeatureMask(0.2))
+    views = ComposeAugmenters(AdaptiveEdgeDrop(0.5, "degree"), EdgeDrop(0.3), FeatureMask(0.2))
     torch.manual_seed(0)
     _, kept, weight = SubgraphAugmenter(views, data)(
         batch.x, batch.edge_index, batch.n_id, batch.edge_weight

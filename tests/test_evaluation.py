@@ -1,5 +1,5 @@
 """Evaluation protocols (pyg_progcl.evaluation): splits, the Adam probe, the GRACE
-cross-validated probe; the harness's re-exports and summary."""
+cross-validated probe; the harness's summary."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import torch
 from torch_geometric.data import Data
 
 import pyg_progcl.evaluation as evaluation
-import pyg_progcl.experiments as experiments
-import pyg_progcl.experiments.evaluation as harness
+from pyg_progcl.cli.evaluation import mean_std
 from pyg_progcl.evaluation import (
     evaluate,
     gca_protocol,
@@ -18,7 +17,6 @@ from pyg_progcl.evaluation import (
     public_splits,
     random_split,
 )
-from pyg_progcl.experiments.evaluation import mean_std
 
 
 def clusters(n=600, num_classes=4, dim=16, spread=0.5, seed=0):
@@ -192,11 +190,3 @@ def test_ogb_evaluator_scores_like_plain_accuracy():
 
 def test_mean_std():
     assert mean_std([0.5, 0.7]) == pytest.approx((0.6, 0.1))
-
-
-def test_the_harness_reexports_the_library_probe():
-    names = evaluation.__all__
-    assert "evaluate" in names and "logistic_regression_probe" in names
-    for name in [*names, "gca_protocol", "grace_protocol", "public_splits", "PROTOCOLS", "SPLITS"]:
-        assert getattr(harness, name) is getattr(evaluation, name), name
-    assert experiments.evaluate is evaluate

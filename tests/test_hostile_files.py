@@ -21,16 +21,8 @@ import torch
 from helpers import REPO, one_line_error, run_main
 from torch_geometric.data import Data
 
-from pyg_progcl import (
-    EdgeDrop,
-    FeatureMask,
-    GCNEncoder,
-    GRACEModel,
-    embed,
-    load_model,
-    read_graph,
-    save_model,
-)
+from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel
+from pyg_progcl.io import embed, load_model, read_graph, save_model
 
 TESTS = REPO / "tests"
 
@@ -392,7 +384,7 @@ def _drive(window: str, argv: list[str]) -> None:
     handler is restored); exits with its status."""
     import builtins
 
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     real_replace, real_print, real_signal = os.replace, builtins.print, signal.signal
 
@@ -479,7 +471,7 @@ def _killed_in_write(model, data, out) -> subprocess.CompletedProcess:
         "    fh.write(data[: len(data) * 2 // 5]); fh.flush()\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
         "np.save = save\n"
-        "from pyg_progcl.__main__ import main\n"
+        "from pyg_progcl.cli import main\n"
         "main(sys.argv[1:])\n"
     )
     argv = ["embed", "--model", model, "--data", data, "--output", out, "-q", "--threads", "1"]

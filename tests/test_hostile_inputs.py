@@ -212,7 +212,7 @@ def test_huge_labels_are_refused_before_the_probe_and_before_training():
         one_line(err)
     assert 0 <= evaluate(z, Data(y=torch.arange(50) % 3), probe_epochs=5)["accuracy"] <= 1
 
-    from pyg_progcl.experiments.loop import train
+    from pyg_progcl.cli.loop import train
 
     data = small_graph()
     data.y = torch.full_like(data.y, 2**62)
@@ -226,7 +226,7 @@ def test_huge_labels_are_refused_before_the_probe_and_before_training():
 def test_huge_labels_in_a_graph_file_are_refused_when_it_is_read(tmp_path):
     import numpy as np
 
-    from pyg_progcl import read_graph
+    from pyg_progcl.io import read_graph
 
     data = small_graph()
     arrays = {"x": data.x.numpy(), "edge_index": data.edge_index.numpy()}

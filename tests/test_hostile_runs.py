@@ -19,10 +19,10 @@ import pytest
 import torch
 from conftest import make_read_only, make_writable
 from helpers import REPO, TINY, one_line_error, run_main
-
 from pyg_progcl._files import LOCK_NAME
-from pyg_progcl.experiments import train_seed
-from pyg_progcl.experiments.checkpoint import payload_checksum
+
+from pyg_progcl.cli import train_seed
+from pyg_progcl.cli.checkpoint import payload_checksum
 
 #: TINY without a probe before the last epoch (the phases of a run's end are its own).
 RUN = [*TINY, "--eval-every", "0"]
@@ -30,8 +30,8 @@ RUN = [*TINY, "--eval-every", "0"]
 
 def _no_training(monkeypatch):
     """Makes loading a graph or training fail the test."""
-    import pyg_progcl.experiments.loop as loop
-    import pyg_progcl.experiments.train_cli as train_cli
+    import pyg_progcl.cli.loop as loop
+    import pyg_progcl.cli.train_cli as train_cli
 
     def trained(*args, **kwargs):
         pytest.fail("loaded or trained before the outputs were checked")
@@ -143,8 +143,8 @@ def test_a_run_holds_its_folder_from_before_the_graph_loads_to_its_last_output(
 ):
     """Every step from the graph's load to the model file runs while the lock file names
     this process."""
-    import pyg_progcl.experiments.loop as loop
-    import pyg_progcl.experiments.train_cli as train_cli
+    import pyg_progcl.cli.loop as loop
+    import pyg_progcl.cli.train_cli as train_cli
 
     ckpt = tmp_path / "ck"
     held = []
@@ -159,7 +159,7 @@ def test_a_run_holds_its_folder_from_before_the_graph_loads_to_its_last_output(
 
         monkeypatch.setattr(module, name, step)
 
-    for module, name in [(loop, "load_dataset"), (train_cli, "load_dataset"), (loop, "_write_json"),
+    for module, name in [(loop, "load_dataset"), (train_cli, "load_dataset"), (loop, "write_json"),
                          (train_cli, "save_embeddings"), (train_cli, "save_model")]:  # fmt: skip
         holding(module, name)
     argv = [*RUN, "--checkpoint", str(ckpt), "--output", str(tmp_path / "r.json")]
@@ -169,7 +169,7 @@ def test_a_run_holds_its_folder_from_before_the_graph_loads_to_its_last_output(
     assert held and all(locked for _, locked in held), held
     names = [name for name, _ in held]
     assert "load_dataset" in names
-    assert names[-3:] == ["_write_json", "save_embeddings", "save_model"]
+    assert names[-3:] == ["write_json", "save_embeddings", "save_model"]
     assert not (ckpt / LOCK_NAME).exists()  # (released at exit)
 
 
@@ -177,7 +177,7 @@ def test_a_run_holds_its_folder_from_before_the_graph_loads_to_its_last_output(
 #: exists, after printing "held" (a real process, in its probe, JSON or output phase).
 _HOLD = """
 import importlib, pathlib, sys, time
-module = importlib.import_module("pyg_progcl.experiments." + {module!r})
+module = importlib.import_module("pyg_progcl.cli." + {module!r})
 real = getattr(module, {name!r})
 def held(*args, **kwargs):
     print("held", flush=True)
@@ -186,7 +186,7 @@ def held(*args, **kwargs):
         time.sleep(0.05)
     return real(*args, **kwargs)
 setattr(module, {name!r}, held)
-from pyg_progcl.__main__ import main
+from pyg_progcl.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -194,7 +194,7 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.slow  # two processes
 @pytest.mark.parametrize(
     "module,name",
-    [("run", "evaluate_embeddings"), ("loop", "_write_json"), ("train_cli", "save_model")],
+    [("run", "evaluate_embeddings"), ("loop", "write_json"), ("train_cli", "save_model")],
 )
 def test_a_second_run_ends_at_once_while_the_first_writes_its_results(tmp_path, module, name):
     ckpt, go = tmp_path / "ck", tmp_path / "go"
@@ -249,7 +249,7 @@ def test_a_fresh_run_on_a_finished_run_s_folder_is_refused(capsys, tmp_path, sma
     assert status == 0, err
     assert (ckpt / "seed0.pt").read_bytes() == before["seed0.pt"]
     # the library too
-    from pyg_progcl.experiments.presets import get_preset
+    from pyg_progcl.cli.presets import get_preset
 
     config = get_preset("synthetic", "grace", epochs=2, hidden=8, proj=8, probe_epochs=5)
     train_seed(config, small_graph_tiny, checkpoint_dir=tmp_path / "lib", progress=False)
@@ -259,7 +259,7 @@ def test_a_fresh_run_on_a_finished_run_s_folder_is_refused(capsys, tmp_path, sma
 
 @pytest.fixture(name="small_graph_tiny")
 def small_graph_tiny_fixture():
-    from pyg_progcl.experiments.datasets import synthetic_graph
+    from pyg_progcl.cli.datasets import synthetic_graph
 
     return synthetic_graph(num_nodes=60, num_classes=3)
 
@@ -294,7 +294,7 @@ def test_a_checkpoint_resumes_and_diagnoses_only_on_its_own_graph(capsys, tmp_pa
 def test_the_graph_record_of_a_big_graph_takes_well_under_a_second():
     from torch_geometric.data import Data
 
-    from pyg_progcl.experiments.checkpoint import graph_fingerprint
+    from pyg_progcl.cli.checkpoint import graph_fingerprint
 
     gen = torch.Generator().manual_seed(0)
     n, e = 100_000, 1_000_000
@@ -319,7 +319,7 @@ def test_the_graph_record_of_a_big_graph_takes_well_under_a_second():
 @pytest.fixture(scope="module", name="finished")
 def finished_fixture(tmp_path_factory):
     """A finished 3-epoch run's checkpoint folder (``RUN``) and its checkpoint's bytes."""
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     folder = tmp_path_factory.mktemp("finished")
     assert main(["train", *RUN, "--checkpoint", str(folder)]) == 0
@@ -449,8 +449,8 @@ def test_a_damaged_file_of_a_read_only_root_is_named_in_the_root(capsys, tmp_pat
     [{}, {"activation": "prelu", "num_layers": 3}, {"encoder": "mlp", "hidden": 32, "proj": 16}],
 )
 def test_the_weight_count_is_the_built_models(overrides):
-    from pyg_progcl.experiments import get_preset
-    from pyg_progcl.experiments.build import build_model, weight_count
+    from pyg_progcl.cli import get_preset
+    from pyg_progcl.cli.build import build_model, weight_count
 
     config = get_preset("synthetic", "grace", **overrides)
     built = sum(p.numel() for p in build_model(config, 37).parameters())

@@ -23,9 +23,9 @@ from torch_geometric.utils import stochastic_blockmodel_graph, to_dense_adj, to_
 
 from pyg_progcl._clusters import matched_accuracy
 from pyg_progcl._links import hits_at_k
+from pyg_progcl.cli import train
+from pyg_progcl.cli.loop import train_seed
 from pyg_progcl.evaluation import cluster_scores, link_scores, split_edges
-from pyg_progcl.experiments import train
-from pyg_progcl.experiments.loop import train_seed
 
 
 def pair_set(edge_index):
@@ -350,7 +350,7 @@ def test_cli_impossible_split_is_one_line_and_writes_nothing(tmp_path, capsys):
 
 
 def test_cli_saved_embeddings_of_a_link_run_are_of_the_training_graph(tmp_path, capsys):
-    from pyg_progcl import load_model
+    from pyg_progcl.io import load_model
 
     data = small_graph()
     path = tmp_path / "g.pt"

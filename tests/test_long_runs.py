@@ -10,10 +10,10 @@ import torch
 from helpers import run_main
 from torch_geometric.data import Data
 
-import pyg_progcl.experiments.planning as planning
-import pyg_progcl.experiments.threads as threads
+import pyg_progcl.cli.planning as planning
+import pyg_progcl.cli.threads as threads
 from pyg_progcl import GCNEncoder, GRACEModel, InfoNCELoss
-from pyg_progcl.experiments.presets import get_preset
+from pyg_progcl.cli.presets import get_preset
 from pyg_progcl.minibatch import embed_minibatch, minibatch_epoch, neighbor_loader
 
 CPU = torch.device("cpu")

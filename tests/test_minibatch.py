@@ -12,7 +12,6 @@ import pyg_progcl.minibatch as mb
 from pyg_progcl import (
     AdaptiveEdgeDrop,
     AdaptiveFeatureMask,
-    Compose,
     EdgeDrop,
     FeatureMask,
     GCNEncoder,
@@ -20,11 +19,10 @@ from pyg_progcl import (
     InfoNCELoss,
     MLPEncoder,
     ProGCLLoss,
-    edge_drop_probabilities,
-    node_centrality,
 )
-from pyg_progcl.experiments.datasets import synthetic_graph
-from pyg_progcl.experiments.evaluation import evaluate
+from pyg_progcl.augment import ComposeAugmenters, edge_drop_probabilities, node_centrality
+from pyg_progcl.cli.datasets import synthetic_graph
+from pyg_progcl.evaluation import evaluate
 from pyg_progcl.minibatch import (
     NeighborSubgraphLoader,
     SubgraphAugmenter,
@@ -281,7 +279,7 @@ def test_adaptive_augmenters_use_the_full_graphs_probabilities(graph):
     torch.manual_seed(0)
     edge_drop = AdaptiveEdgeDrop(0.4, "degree")
     feature_mask = AdaptiveFeatureMask(0.3, "degree")
-    augment = SubgraphAugmenter(Compose(edge_drop, feature_mask), graph)
+    augment = SubgraphAugmenter(ComposeAugmenters(edge_drop, feature_mask), graph)
     centrality = node_centrality(graph.edge_index, graph.num_nodes, "degree")
     full_prob = edge_drop_probabilities(graph.edge_index, centrality, 0.4)
     prepared = edge_drop.node_drop_prob  # prepared on the full graph
@@ -298,11 +296,13 @@ def test_adaptive_augmenters_use_the_full_graphs_probabilities(graph):
 
 def test_without_n_id_adaptive_members_fit_the_unaugmented_subgraph(graph):
     # A loader that records no n_id: the feature mask is fitted on the subgraph as it came,
-    # not on what the edge drop before it left (as Compose does on the full graph).
+    # not on what the edge drop before it left (as ComposeAugmenters does on the full graph).
     batch = next(iter(NeighborSubgraphLoader(graph, [5, 5], 64)))
     expected = AdaptiveFeatureMask(0.3, "degree").prepare(batch.x, batch.edge_index).drop_prob
     feature_mask = AdaptiveFeatureMask(0.3, "degree")
-    augment = SubgraphAugmenter(Compose(AdaptiveEdgeDrop(0.7, "degree"), feature_mask), graph)
+    augment = SubgraphAugmenter(
+        ComposeAugmenters(AdaptiveEdgeDrop(0.7, "degree"), feature_mask), graph
+    )
     feature_mask.reset_parameters()  # forget the full graph's fit
     augment(batch.x, batch.edge_index)
     torch.testing.assert_close(feature_mask.drop_prob, expected)
@@ -374,9 +374,9 @@ def test_minibatch_with_sampled_negatives_skips_too_small_batches(graph):
 
 
 def test_trainer_minibatch_from_python(graph, backend, monkeypatch):
-    import pyg_progcl.experiments as trainer
-    import pyg_progcl.experiments.run as run
-    from pyg_progcl.experiments.presets import get_preset
+    import pyg_progcl.cli as trainer
+    import pyg_progcl.cli.run as run
+    from pyg_progcl.cli.presets import get_preset
 
     calls = []
     epoch = run.minibatch_epoch
@@ -396,7 +396,7 @@ def test_trainer_minibatch_from_python(graph, backend, monkeypatch):
 def test_trainer_cli_minibatch_flags(tmp_path):
     import json
 
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     out = tmp_path / "result.json"
     argv = ["train", "--dataset", "synthetic", "--method", "grace", "--epochs", "3"]
@@ -415,7 +415,7 @@ def test_trainer_cli_minibatch_flags(tmp_path):
     "flags", [["--batch-size", "0"], ["--num-neighbors", "0"], ["--num-negatives", "0"]]
 )
 def test_trainer_cli_rejects_bad_minibatch_flags(flags, capsys):
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     with pytest.raises(SystemExit) as info:
         main(["train", "--epochs", "1", "--quiet", *flags])
@@ -424,8 +424,8 @@ def test_trainer_cli_rejects_bad_minibatch_flags(flags, capsys):
 
 
 def test_trainer_minibatch_resume_equals_uninterrupted(graph, tmp_path):
-    from pyg_progcl.experiments import train_seed
-    from pyg_progcl.experiments.presets import get_preset
+    from pyg_progcl.cli import train_seed
+    from pyg_progcl.cli.presets import get_preset
 
     config = get_preset(
         "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, batch_size=200,

@@ -11,7 +11,7 @@ from torch_geometric.utils import erdos_renyi_graph, to_undirected
 from pyg_progcl.augment import (
     AdaptiveEdgeDrop,
     AdaptiveFeatureMask,
-    Compose,
+    ComposeAugmenters,
     EdgeDrop,
     FeatureMask,
 )
@@ -223,7 +223,7 @@ def make_model(encoder_cls=GCNEncoder, **kwargs):
         8,
         6,
         augment1=kwargs.get("augment1", [EdgeDrop(0.3), FeatureMask(0.3)]),
-        augment2=kwargs.get("augment2", Compose(EdgeDrop(0.4), FeatureMask(0.2))),
+        augment2=kwargs.get("augment2", ComposeAugmenters(EdgeDrop(0.4), FeatureMask(0.2))),
     )
 
 
@@ -234,11 +234,11 @@ def test_views_shapes_and_encoder_swap(encoder_cls):
     h1, h2 = model.views(x, edge_index)
     assert h1.shape == h2.shape == (40, 8)
     assert model(x, edge_index).shape == (40, 8)
-    # A list of augmenters acts as their Compose.
+    # A list of augmenters acts as their ComposeAugmenters.
     torch.manual_seed(4)
     listed = model.augment1(x, edge_index)
     torch.manual_seed(4)
-    composed = Compose(EdgeDrop(0.3), FeatureMask(0.3))(x, edge_index)
+    composed = ComposeAugmenters(EdgeDrop(0.3), FeatureMask(0.3))(x, edge_index)
     assert all(torch.equal(a, b) for a, b in zip(listed[:2], composed[:2]))
 
 
@@ -405,8 +405,8 @@ def test_model_repr():
     assert text.startswith("GRACEModel(\n")
     assert "encoder=GCNEncoder(12, 8, num_layers=2, conv=GCNConv, activation=prelu)" in text
     assert "projector=Linear-ELU-Linear(8 -> 6 -> 8)" in text
-    assert "augment1=Compose(EdgeDrop(p=0.3), FeatureMask(p=0.3))" in text
-    assert "augment2=Compose(EdgeDrop(p=0.4), FeatureMask(p=0.2))" in text
+    assert "augment1=ComposeAugmenters(EdgeDrop(p=0.3), FeatureMask(p=0.3))" in text
+    assert "augment2=ComposeAugmenters(EdgeDrop(p=0.4), FeatureMask(p=0.2))" in text
 
 
 @pytest.mark.parametrize(
@@ -607,8 +607,8 @@ def test_the_model_keeps_no_copy_of_the_features():
 
 
 def test_build_model_recomputes_views_only_for_large_dense_view_features(monkeypatch):
-    import pyg_progcl.experiments.build as build
-    from pyg_progcl.experiments.presets import get_preset
+    import pyg_progcl.cli.build as build
+    from pyg_progcl.cli.presets import get_preset
 
     monkeypatch.setattr(build, "RECOMPUTE_FEATURES", 1000)  # 50 × 40 = 2000 entries
     config = get_preset("synthetic", "grace")

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 from helpers import REPO, run_main
+from pyg_progcl._files import payload_checksum
 from torch_geometric.data import Data
 
-from pyg_progcl import GCNEncoder, GRACEModel, embed, load_model, read_graph, save_model
-from pyg_progcl._files import payload_checksum
-from pyg_progcl.experiments import get_preset, train
-from pyg_progcl.experiments.build import build_model
+from pyg_progcl import GCNEncoder, GRACEModel
+from pyg_progcl.cli import get_preset, train
+from pyg_progcl.cli.build import build_model
+from pyg_progcl.io import embed, load_model, read_graph, save_model
 
 TINY = ["--epochs", "3", "--hidden", "16", "--proj", "16", "--probe-epochs", "20"]
 TINY += ["--quiet", "--threads", "1"]
@@ -414,7 +415,7 @@ def _one_line_error(status, err, message):
 
 
 def test_train_bad_graph_files_are_one_line_and_write_nothing(capsys, tmp_path, monkeypatch):
-    import pyg_progcl.experiments.train_cli as train_cli
+    import pyg_progcl.cli.train_cli as train_cli
 
     def no_training(*args, **kwargs):
         raise AssertionError("training started")

@@ -8,8 +8,8 @@ from dataclasses import fields
 
 import pytest
 
-from pyg_progcl.experiments.datasets import DATASETS
-from pyg_progcl.experiments.presets import (
+from pyg_progcl.cli.datasets import DATASETS
+from pyg_progcl.cli.presets import (
     DATASET_PRESETS,
     METHOD_PRESETS,
     METHODS,
@@ -188,7 +188,7 @@ def test_configs_with_a_former_field_are_refused():
 
 
 def test_the_floor_is_the_schedule_s_one_setting():
-    from pyg_progcl.experiments.build import build_loss
+    from pyg_progcl.cli.build import build_loss
 
     assert get_preset("synthetic", "progcl-weight").floor is None
     floored = build_loss(get_preset("synthetic", "progcl-weight")).schedule

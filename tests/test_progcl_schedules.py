@@ -21,8 +21,8 @@ from helpers import (
     views,
 )
 
-from pyg_progcl.experiments.build import build_loss
-from pyg_progcl.experiments.presets import get_preset
+from pyg_progcl.cli.build import build_loss
+from pyg_progcl.cli.presets import get_preset
 from pyg_progcl.losses import FlooredFit, FrozenFit, InfoNCELoss, OnlineFit, ProGCLLoss
 from pyg_progcl.losses.schedules import SCHEDULES, FitSchedule, as_schedule, schedule_name
 

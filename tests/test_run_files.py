@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import REPO, TINY, one_line_error, run_main, small_config, small_graph
-
 from pyg_progcl._files import LOCK_NAME, TEMP_PREFIX
-from pyg_progcl.experiments import train, train_seed
-from pyg_progcl.experiments.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
-from pyg_progcl.experiments.loop import resolve_device
+
+from pyg_progcl.cli import train, train_seed
+from pyg_progcl.cli.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from pyg_progcl.cli.loop import resolve_device
 
 TESTS = Path(__file__).resolve().parent
 #: A run of 8 epochs that checkpoints at epochs 2, 3 (the warm-up's end: two files), 4, 6, 8.
@@ -52,7 +52,7 @@ def test_unsupported_devices_are_one_line_before_anything_runs(capsys, device):
 
 def _no_training(monkeypatch):
     """Makes any training (or data loading) fail the test."""
-    import pyg_progcl.experiments.loop as loop
+    import pyg_progcl.cli.loop as loop
 
     def trained(*args, **kwargs):
         pytest.fail("trained before the outputs were checked")
@@ -74,7 +74,7 @@ def test_unwritable_outputs_fail_before_training(capsys, tmp_path, monkeypatch):
         (["--checkpoint", str(blocker / "ckpt")], "is a file, not a folder"),
         (["--checkpoint", str(blocker / "ckpt"), "--resume"], "is a file, not a folder"),
     ]
-    from pyg_progcl.__main__ import build_parser
+    from pyg_progcl.cli.entry import build_parser
 
     flags = build_parser("train")[1]["train"]._option_string_actions
     for flag in ("--save-embeddings", "--save-model"):  # (where the command has them)
@@ -109,7 +109,7 @@ def test_read_only_output_folders_fail_before_training(capsys, tmp_path, monkeyp
 def checkpoint_fixture(tmp_path_factory):
     """A finished 3-epoch run's checkpoint folder (``TINY``) and its bytes."""
     folder = tmp_path_factory.mktemp("ckpt")
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     assert main(["train", *TINY, "--checkpoint", str(folder)]) == 0
     return folder / "seed0.pt", (folder / "seed0.pt").read_bytes()
@@ -186,7 +186,7 @@ def test_damaged_checkpoints_are_refused_with_one_line(capsys, tmp_path, checkpo
 
 
 def test_checkpoints_carry_their_format_and_checksum(checkpoint):
-    from pyg_progcl.experiments.checkpoint import payload_checksum, read_checkpoint
+    from pyg_progcl.cli.checkpoint import payload_checksum, read_checkpoint
 
     path, _ = checkpoint
     payload = read_checkpoint(path)
@@ -327,7 +327,7 @@ def _drive(spec_file: str) -> None:
     their ``kill_at_write``-th text file write, or ``kill_after`` seconds after they start);
     writes each one's exit code (``-9``: killed) and seconds to the file's ``report``."""
     torch.set_num_threads(1)
-    from pyg_progcl.__main__ import build_parser, main
+    from pyg_progcl.cli.entry import build_parser, main
 
     build_parser("train")  # (imports the command's modules before forking)
     main(["train", "--epochs", "2", "--hidden", "8", "--proj", "8", "--probe-epochs", "5", "-q"])
@@ -346,7 +346,7 @@ def _fork_main(argv, kill_at_save=None, kill_at_write=None, kill_after=None, log
         status = 1
         try:
             _die_inside(kill_at_save, kill_at_write, log)
-            from pyg_progcl.__main__ import main
+            from pyg_progcl.cli import main
 
             status = main(argv)
         except SystemExit as exc:

@@ -17,7 +17,7 @@ def schedules():
 
 
 def test_only_the_beta_guard_needs_a_loss_factory(schedules):
-    from pyg_progcl.experiments.presets import get_preset
+    from pyg_progcl.cli.presets import get_preset
 
     config = get_preset("synthetic", "progcl-weight", tau=0.3)
     for variant in ("online", "floored", "frozen", "floor-0.5", "grace"):
@@ -48,9 +48,9 @@ def test_variants_run_the_library_schedules(schedules, tmp_path):
 
 
 def test_frozen_clean_refits_on_the_unaugmented_graph(schedules):
-    from pyg_progcl.experiments import build_loss, build_model
-    from pyg_progcl.experiments.datasets import synthetic_graph
-    from pyg_progcl.experiments.presets import get_preset
+    from pyg_progcl.cli import build_loss, build_model
+    from pyg_progcl.cli.datasets import synthetic_graph
+    from pyg_progcl.cli.presets import get_preset
 
     data = synthetic_graph(num_nodes=120, num_classes=3)
     config = get_preset("synthetic", "progcl-weight", warmup_epochs=4, schedule="frozen")
@@ -71,7 +71,7 @@ def test_frozen_clean_refits_on_the_unaugmented_graph(schedules):
 
 def test_the_floor_variant_is_labelled_by_its_config(schedules):
     """``floor-0.5`` writes no ``variant``: compare.py names it from its schedule and floor."""
-    from pyg_progcl.experiments.presets import get_preset
+    from pyg_progcl.cli.presets import get_preset
 
     compare = load_script("compare")
     config = get_preset("Cora", "progcl-weight", schedule="online", floor=0.5).to_dict()

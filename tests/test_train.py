@@ -25,10 +25,11 @@ from helpers import (
     views,
 )
 
-from pyg_progcl.experiments import build_loss, evaluate, train, train_seed
-from pyg_progcl.experiments.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
-from pyg_progcl.experiments.loop import _machine as pyg_machine
-from pyg_progcl.experiments.presets import METHODS, get_preset
+from pyg_progcl.cli import build_loss, train, train_seed
+from pyg_progcl.cli.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from pyg_progcl.cli.loop import machine_info as pyg_machine
+from pyg_progcl.cli.presets import METHODS, get_preset
+from pyg_progcl.evaluation import evaluate
 
 
 @pytest.fixture(scope="module", name="small_graph")
@@ -163,7 +164,7 @@ def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
 ):
     import signal
 
-    from pyg_progcl.experiments import TrainingInterruptedError
+    from pyg_progcl.cli import TrainingInterruptedError
 
     config = small_config(epochs=10, warmup_epochs=4, eval_every=5, probe_epochs=30)
     original = signal.getsignal(signal.SIGTERM)
@@ -196,7 +197,7 @@ def test_sigterm_checkpoints_the_current_epoch_and_resume_equals_uninterrupted(
 def test_mixture_options_reach_the_mixture_from_config_and_command_line(
     capsys, small_graph, tmp_path
 ):
-    from pyg_progcl.experiments import build_loss
+    from pyg_progcl.cli import build_loss
 
     config = small_config(epochs=8, warmup_epochs=2, eval_every=0, probe_epochs=20)
     assert build_loss(config).mixture.min_beta_high is None  # the default: no floor
@@ -221,7 +222,7 @@ def test_mixture_options_reach_the_mixture_from_config_and_command_line(
 
 
 def test_shared_weights_reach_the_loss_from_the_command_line(capsys, tmp_path):
-    from pyg_progcl.experiments.train_cli import config_from_args
+    from pyg_progcl.cli.train_cli import config_from_args
 
     out = tmp_path / "shared.json"
     argv = ["--schedule", "frozen", "--shared-weights", "true", "--output", str(out)]
@@ -282,7 +283,7 @@ def test_checkpoints_of_another_version_are_refused_in_one_line(capsys, tmp_path
 
 
 def test_the_floor_flags_set_the_schedule_s_one_floor():
-    from pyg_progcl.experiments.train_cli import add_arguments, config_from_args
+    from pyg_progcl.cli.train_cli import add_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -478,8 +479,8 @@ def test_bad_input_is_one_clear_line(capsys, argv, message):
 
 
 def test_cli_overrides_none_num_neighbors_and_config_epochs(tmp_path):
-    from pyg_progcl.__main__ import build_parser
-    from pyg_progcl.experiments.train_cli import config_from_args
+    from pyg_progcl.cli.entry import build_parser
+    from pyg_progcl.cli.train_cli import config_from_args
 
     def config(*argv):
         parser, _ = build_parser(argv[0])
@@ -586,8 +587,8 @@ def test_cli_sigterm_stops_after_a_checkpoint_with_one_line(tmp_path):
 
 
 def test_diagnostics_are_tracked_into_the_results(tmp_path):
+    from pyg_progcl.cli.datasets import synthetic_graph
     from pyg_progcl.diagnostics import DiagnosticsTracker, false_negative_rate
-    from pyg_progcl.experiments.datasets import synthetic_graph
 
     config = get_preset(
         "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, diagnose_every=3, probe_epochs=20
@@ -605,7 +606,7 @@ def test_diagnostics_are_tracked_into_the_results(tmp_path):
 
 
 def test_progress_bar_shows_the_false_negative_component():
-    from pyg_progcl.experiments.loop import progress_postfix
+    from pyg_progcl.cli.loop import progress_postfix
     from pyg_progcl.losses import ProGCLLoss
 
     loss = ProGCLLoss(tau=0.5)
@@ -662,7 +663,7 @@ def test_progcl_options_reach_the_built_loss():
 @pytest.mark.parametrize("method", METHODS)
 def test_each_method_builds_its_augmenters_from_the_config(method):
     from pyg_progcl.augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, EdgeDrop, FeatureMask
-    from pyg_progcl.experiments import build_augmentations
+    from pyg_progcl.cli import build_augmentations
 
     config = get_preset("Amazon-Photo", method)
     assert config.pe1 != config.pf1 and (config.pe1, config.pf1) != (config.pe2, config.pf2)

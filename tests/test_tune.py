@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import load_script
 
-from pyg_progcl.experiments.train_cli import add_arguments, config_from_args
+from pyg_progcl.cli.train_cli import add_arguments, config_from_args
 
 
 @pytest.fixture()

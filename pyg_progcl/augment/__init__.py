@@ -17,11 +17,11 @@ of a parent model propagate; called on its own in eval mode it is a no-op, while
 
 .. code-block:: python
 
-    aug = Compose(EdgeDrop(0.2), FeatureMask(0.3))
+    aug = ComposeAugmenters(EdgeDrop(0.2), FeatureMask(0.3))
     x, edge_index, edge_weight = aug(x, edge_index)   # tensors
     view = aug(data)                                  # a new Data, input untouched
 
-The functions follow PyG's contracts: :func:`mask_feature` is
+The functions follow PyG's contracts: :func:`mask_feature_csr` is
 :func:`torch_geometric.utils.mask_feature` (``(x, feat_mask)``) that also takes sparse CSR
 features; uniform edge dropping is :func:`torch_geometric.utils.dropout_edge` itself; GCA's
 :func:`drop_edge_weighted` and :func:`mask_feature_weighted` return ``(edge_index,
@@ -32,27 +32,27 @@ which is how :class:`~pyg_progcl.GRACEModel` feeds bag-of-words features to an e
 sparse.
 
 Modules: :mod:`.functional` (the functions on tensors), :mod:`.modules` (``Augmenter``,
-``EdgeDrop``, ``FeatureMask``, ``Compose``), :mod:`.adaptive` (GCA's augmenters), their
+``EdgeDrop``, ``FeatureMask``, ``ComposeAugmenters``), :mod:`.adaptive` (GCA's augmenters), their
 :mod:`.centrality` and :mod:`.probabilities`.
 """
 
 from .adaptive import AdaptiveEdgeDrop, AdaptiveFeatureMask
 from .centrality import node_centrality
-from .functional import drop_edge_weighted, mask_feature, mask_feature_weighted
-from .modules import Augmenter, Compose, EdgeDrop, FeatureMask
+from .functional import drop_edge_weighted, mask_feature_csr, mask_feature_weighted
+from .modules import Augmenter, ComposeAugmenters, EdgeDrop, FeatureMask
 from .probabilities import edge_drop_probabilities, feature_drop_probabilities
 
 __all__ = [
     "AdaptiveEdgeDrop",
     "AdaptiveFeatureMask",
     "Augmenter",
-    "Compose",
+    "ComposeAugmenters",
     "EdgeDrop",
     "FeatureMask",
     "drop_edge_weighted",
     "edge_drop_probabilities",
     "feature_drop_probabilities",
-    "mask_feature",
+    "mask_feature_csr",
     "mask_feature_weighted",
     "node_centrality",
 ]

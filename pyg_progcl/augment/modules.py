@@ -1,5 +1,5 @@
 """The augmenter modules: each a :class:`torch.nn.Module` and a PyG ``BaseTransform``;
-GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`Compose`
+GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`ComposeAugmenters`
 (docs/algorithms.md §2)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from torch_geometric.data.data import BaseData
 from torch_geometric.transforms import BaseTransform
 
 from .._checks import check_edge_index, check_probability
-from .functional import mask_feature, num_nodes_of
+from .functional import mask_feature_csr, num_nodes_of
 
-__all__ = ["Augmenter", "Compose", "EdgeDrop", "FeatureMask"]
+__all__ = ["Augmenter", "ComposeAugmenters", "EdgeDrop", "FeatureMask"]
 
 GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
 
@@ -53,7 +53,7 @@ class Augmenter(torch.nn.Module, BaseTransform):
     * :meth:`edge_keep_mask` returns a boolean mask of the edges to keep;
     * :meth:`prepare` computes graph-dependent state (such as drop probabilities) from
       the un-augmented graph, once: an augmenter whose :meth:`is_prepared` is
-      :obj:`False` prepares itself on the first graph it augments (a :class:`Compose`
+      :obj:`False` prepares itself on the first graph it augments (a :class:`ComposeAugmenters`
       prepares its members on its input graph), and again only when :meth:`prepare` is
       called.
 
@@ -176,7 +176,7 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
         Called by the user, or once by the augmenter itself while :meth:`is_prepared` is
         :obj:`False` (a subclass with state to prepare overrides both): on the first graph
-        it augments, or, inside a :class:`Compose`, on the :class:`Compose`'s input graph
+        it augments, or, inside a :class:`ComposeAugmenters`, on the :class:`ComposeAugmenters`'s input graph
         before the first member is applied, so that a member placed after an edge dropper
         still sees every edge. The adaptive augmenters compute their drop probabilities
         here.
@@ -231,7 +231,7 @@ class EdgeDrop(Augmenter):
 class FeatureMask(Augmenter):
     r"""Zeroes every feature column with probability ``p``, shared by all nodes
     (GRACE, Zhu et al., 2020, https://arxiv.org/abs/2006.04131): ``x'_{ij} = x_{ij} m_j``,
-    ``m_j ~ Bernoulli(1 - p)``, drawn by :func:`mask_feature` (PyG's, dense or CSR ``x``).
+    ``m_j ~ Bernoulli(1 - p)``, drawn by :func:`mask_feature_csr` (PyG's, dense or CSR ``x``).
 
     Args:
         p (float): Masking probability in ``[0, 1]``.
@@ -243,11 +243,11 @@ class FeatureMask(Augmenter):
 
     def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
         """Zeroes each feature column with probability ``p``."""
-        return mask_feature(x, self.p)[0]
+        return mask_feature_csr(x, self.p)[0]
 
 
-class Compose(Augmenter):
-    r"""Applies augmenters in order: ``Compose(a, b)(g) = b(a(g))``.
+class ComposeAugmenters(Augmenter):
+    r"""Applies augmenters in order: ``ComposeAugmenters(a, b)(g) = b(a(g))``.
 
     Before applying them, adaptive members are fitted on the *input* graph, so
     that e.g. :class:`AdaptiveFeatureMask` after :class:`AdaptiveEdgeDrop` sees

@@ -14,7 +14,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch_geometric.data import Data
 
-from ..io import graph_for_model
+from pyg_progcl.io import graph_for_model
+
 from .build import build_loss
 from .presets import TrainConfig
 from .run import full_graph_epoch

@@ -17,13 +17,13 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from .._checks import check_int
-from .._files import atomic_write_text, check_distinct, check_writable
-from ..io import GraphFieldWarning
-from ..io.progress import BatchBar
-from ..losses import ProGCLLoss
-from ..losses.schedules import DEFAULT_SCHEDULE, schedule_name
-from ..model import GRACEModel
+from pyg_progcl.evaluation import EdgeSplit, split_edges
+from pyg_progcl.io import GraphFieldWarning
+from pyg_progcl.io.files import check_writable
+from pyg_progcl.losses import ProGCLLoss
+from pyg_progcl.losses.schedules import DEFAULT_SCHEDULE, schedule_name
+from pyg_progcl.model import GRACEModel
+
 from .checkpoint import (
     TrainingInterruptedError,
     check_fresh,
@@ -31,10 +31,13 @@ from .checkpoint import (
     checkpoint_folder,
     stop_requests,
 )
+from .checks import check_int
 from .datasets import load_dataset
-from .evaluation import EdgeSplit, check_probes, mean_std, split_edges
+from .evaluation import check_probes, mean_std
+from .files import atomic_write_text, check_distinct
 from .parallel import ONE, Ranks
 from .presets import TrainConfig, get_preset, is_graph_file
+from .progress import BatchBar
 from .run import NO_LABELS, NOT_ASKED, has_labels, mixture_state, start_seed
 
 __all__ = ["train"]
@@ -115,13 +118,13 @@ def command_line_warnings(show: bool = True) -> Iterator[None]:
         yield
 
 
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
     """Versions of the library and its main dependencies, for result files (the trainer's
     and, through ``benchmarks/_stamp.py``, the benchmarks')."""
     import sklearn
     import torch_geometric
 
-    from .. import __version__
+    from pyg_progcl import __version__
 
     return {
         "pyg_progcl": __version__,
@@ -133,7 +136,7 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _machine(device: Union[str, torch.device] = "cpu") -> dict[str, Any]:
+def machine_info(device: Union[str, torch.device] = "cpu") -> dict[str, Any]:
     """The machine a result comes from: CPU model, cores, torch's CPU threads, the device
     (and its GPU's name), for result files (the trainer's and, through
     ``benchmarks/_stamp.py``, the benchmarks')."""
@@ -201,12 +204,12 @@ def train_seed(
         callback: Called as ``callback(epoch, info)`` after every epoch (and its
             checkpoint); ``info`` holds ``loss``, ``model``, ``loss_fn``.
         loss_factory: Builds the loss from the config instead of
-            :func:`~pyg_progcl.experiments.build_loss` (e.g. a :class:`ProGCLLoss` with its
+            :func:`~pyg_progcl.cli.build_loss` (e.g. a :class:`ProGCLLoss` with its
             own :class:`~pyg_progcl.BetaMixture`). A
             :class:`ProGCLLoss`, subclasses included, is refitted every epoch after the
             warm-up.
         ranks: This process's place among several training processes
-            (:func:`~pyg_progcl.experiments.parallel.join`): data parallel mini-batch
+            (:func:`~pyg_progcl.cli.parallel.join`): data parallel mini-batch
             training; rank 0 alone writes checkpoints and shows progress, and a SIGTERM
             on any rank stops every rank after the same epoch.
         probes: The evaluations, one or more of ``"linear"`` (the linear probe),
@@ -252,10 +255,10 @@ def owned_folder(
     check: Optional[Callable[[Path], None]] = None,
 ):
     """Rank 0 holds ``checkpoint_dir`` while the ``with`` block runs
-    (:func:`~pyg_progcl.experiments.checkpoint.checkpoint_folder`: created if missing,
+    (:func:`~pyg_progcl.cli.checkpoint.checkpoint_folder`: created if missing,
     locked, stale temporary files removed) and then calls ``check(folder)``, which may
     refuse it with a ``ValueError`` (e.g.
-    :func:`~pyg_progcl.experiments.checkpoint.check_fresh`); if it cannot take it, or
+    :func:`~pyg_progcl.cli.checkpoint.check_fresh`); if it cannot take it, or
     ``check`` refuses, every rank fails alike."""
     with contextlib.ExitStack() as stack:
         error = None
@@ -409,8 +412,8 @@ def _summarize(
         "num_nodes": int(data.num_nodes),
         "num_edges": int(data.num_edges),
         "device": str(device),
-        "machine": _machine(device),
-        "versions": _versions(),
+        "machine": machine_info(device),
+        "versions": versions(),
     }
 
 
@@ -444,7 +447,7 @@ def train(
             (ProGCL-weight on the built-in synthetic graph).
         data: The graph; default: ``load_dataset(config.dataset, root)``.
         seeds: A number of seeds (``0 .. seeds-1``) or the seeds themselves.
-        root: Data root for :func:`~pyg_progcl.experiments.datasets.load_dataset`.
+        root: Data root for :func:`~pyg_progcl.cli.datasets.load_dataset`.
         device: Torch device.
         checkpoint_dir, checkpoint_every, resume, progress, callback, loss_factory:
             See :func:`train_seed` (one checkpoint file per seed). The run holds the
@@ -540,11 +543,11 @@ def train(
         if unsaved:
             result["unsaved_checkpoints"] = unsaved
         if output is not None and ranks.main:
-            _write_json(result, output)
+            write_json(result, output)
     return (result, first_model) if return_model else result
 
 
-def _write_json(result: dict[str, Any], path: Union[str, os.PathLike]) -> None:
+def write_json(result: dict[str, Any], path: Union[str, os.PathLike]) -> None:
     """Writes a result dict as JSON (creating the folder), atomically: a reader never
     sees a half-written file, and a failed write leaves the old one."""
     path = Path(path).expanduser()

@@ -13,14 +13,21 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
-from .._files import NO_SPACE
-from ..diagnostics import summarize
-from ..distributed import DistributedLoss
-from ..evaluation import check_labels
-from ..io.graphs import graph_for_model
-from ..losses import ProGCLLoss
-from ..minibatch import SeedViews, embed_minibatch, epoch_seeds, minibatch_epoch, neighbor_loader
-from ..model import GRACEModel
+from pyg_progcl.diagnostics import summarize
+from pyg_progcl.distributed import DistributedLoss
+from pyg_progcl.evaluation import EdgeSplit, check_labels, cluster_scores, evaluate
+from pyg_progcl.io.files import NO_SPACE
+from pyg_progcl.io.graphs import graph_for_model
+from pyg_progcl.losses import ProGCLLoss
+from pyg_progcl.minibatch import (
+    SeedViews,
+    embed_minibatch,
+    epoch_seeds,
+    minibatch_epoch,
+    neighbor_loader,
+)
+from pyg_progcl.model import GRACEModel
+
 from .build import build_loss, build_model, check_model_fits, seed_everything
 from .checkpoint import (
     checkpoint_path,
@@ -31,7 +38,6 @@ from .checkpoint import (
     save_checkpoint,
     warmup_checkpoint_path,
 )
-from .evaluation import EdgeSplit, cluster_scores, evaluate
 from .parallel import ONE, Ranks
 from .presets import TrainConfig
 

@@ -40,7 +40,10 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Optional, Union
 
-from .._checks import (
+from pyg_progcl.encoders import ACTIVATIONS
+from pyg_progcl.losses.schedules import DEFAULT_SCHEDULE, SCHEDULES
+
+from .checks import (
     check_bool,
     check_choice,
     check_int,
@@ -48,8 +51,6 @@ from .._checks import (
     check_positive,
     check_probability,
 )
-from ..encoders import ACTIVATIONS
-from ..losses.schedules import DEFAULT_SCHEDULE, SCHEDULES
 from .datasets import canonical_name
 
 __all__ = ["TrainConfig", "get_preset"]
@@ -226,7 +227,7 @@ class TrainConfig:
             if getattr(self, key) is not None:
                 setattr(self, key, check_int(key, getattr(self, key)))
         if self.num_neighbors is not None:
-            from ..minibatch.sampling import check_num_neighbors
+            from pyg_progcl.minibatch.sampling import check_num_neighbors
 
             self.num_neighbors = check_num_neighbors(self.num_neighbors)
             if len(self.num_neighbors) != self.num_layers:

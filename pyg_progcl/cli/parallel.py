@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..distributed.comm import all_gather_rows
-from ..minibatch.inference import node_part
+from pyg_progcl.distributed.comm import all_gather_rows
+from pyg_progcl.minibatch.inference import node_part
 
 __all__: list[str] = []
 

@@ -10,18 +10,25 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..augment import (
+from pyg_progcl.augment import (
     AdaptiveEdgeDrop,
     AdaptiveFeatureMask,
-    Compose,
+    ComposeAugmenters,
     EdgeDrop,
     FeatureMask,
 )
-from ..encoders import GCNEncoder, MLPEncoder, layer_widths
-from ..losses import DebiasedInfoNCELoss, FrozenFit, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
-from ..losses.schedules import as_schedule
-from ..mixture import BetaMixture
-from ..model import GRACEModel
+from pyg_progcl.encoders import GCNEncoder, MLPEncoder, layer_widths
+from pyg_progcl.losses import (
+    DebiasedInfoNCELoss,
+    FrozenFit,
+    HardInfoNCELoss,
+    InfoNCELoss,
+    ProGCLLoss,
+)
+from pyg_progcl.losses.schedules import as_schedule
+from pyg_progcl.mixture import BetaMixture
+from pyg_progcl.model import GRACEModel
+
 from .presets import TrainConfig
 
 __all__ = ["build_loss", "build_model", "seed_everything"]
@@ -31,15 +38,17 @@ __all__ = ["build_loss", "build_model", "seed_everything"]
 TRAINING_BYTES_PER_WEIGHT = 4 * 4
 
 
-def build_augmentations(config: TrainConfig) -> tuple[Compose, Compose]:
+def build_augmentations(config: TrainConfig) -> tuple[ComposeAugmenters, ComposeAugmenters]:
     """The two views' augmenters: GRACE's uniform edge drop + feature mask, or
     GCA's centrality-adaptive versions (``config.augmentation``)."""
 
-    def view(pe: float, pf: float) -> Compose:
+    def view(pe: float, pf: float) -> ComposeAugmenters:
         if config.augmentation == "uniform":
-            return Compose(EdgeDrop(pe), FeatureMask(pf))
+            return ComposeAugmenters(EdgeDrop(pe), FeatureMask(pf))
         kind, cap = config.augmentation, config.aug_threshold
-        return Compose(AdaptiveEdgeDrop(pe, kind, cap), AdaptiveFeatureMask(pf, kind, cap))
+        return ComposeAugmenters(
+            AdaptiveEdgeDrop(pe, kind, cap), AdaptiveFeatureMask(pf, kind, cap)
+        )
 
     return view(config.pe1, config.pf1), view(config.pe2, config.pf2)
 

@@ -1,25 +1,10 @@
-"""The harness's evaluation: the library's linear-probe protocols, link prediction and
-clustering (:mod:`pyg_progcl.evaluation`, re-exported here), the probes a run may ask for
+"""The harness's evaluation, beside the library's (:mod:`pyg_progcl.evaluation`): the probes a run may ask for
 (``PROBES``, ``check_probes``) and :func:`mean_std`, the summary of scores over
 seeds that results report."""
 
 from __future__ import annotations
 
 import numpy as np
-
-# The library's probe, re-exported for the harness (not part of the public API here).
-from ..evaluation import PROTOCOLS as PROTOCOLS
-from ..evaluation import SPLITS as SPLITS
-from ..evaluation import EdgeSplit as EdgeSplit
-from ..evaluation import cluster_scores as cluster_scores
-from ..evaluation import evaluate as evaluate
-from ..evaluation import gca_protocol as gca_protocol
-from ..evaluation import grace_protocol as grace_protocol
-from ..evaluation import link_scores as link_scores
-from ..evaluation import logistic_regression_probe as logistic_regression_probe
-from ..evaluation import public_splits as public_splits
-from ..evaluation import random_split as random_split
-from ..evaluation import split_edges as split_edges
 
 __all__: list[str] = []
 

@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from ..diagnostics import Diagnosis, DiagnosticsTracker, diagnose
+from pyg_progcl.diagnostics import Diagnosis, DiagnosticsTracker, diagnose
+
 from .build import build_loss, build_model, seed_everything
 from .loop import train_seed
 from .presets import get_preset
@@ -56,9 +57,9 @@ def diagnose_training(
     """Diagnoses one preset's model at initialisation and after training.
 
     Args:
-        config: A :class:`~pyg_progcl.experiments.presets.TrainConfig` (its ``encoder`` is used).
+        config: A :class:`~pyg_progcl.cli.presets.TrainConfig` (its ``encoder`` is used).
         data: The graph with labels ``y``.
-        train: Train ``config.epochs`` epochs with :func:`~pyg_progcl.experiments.loop.train_seed`
+        train: Train ``config.epochs`` epochs with :func:`~pyg_progcl.cli.loop.train_seed`
             (then ``after`` and ``accuracy`` are set); else only the initial model.
         seed: Seed of the initialisation and training (the initial model is exactly the
             one training starts from).
@@ -66,7 +67,7 @@ def diagnose_training(
         device: Torch device.
         progress: Show the trainer's progress bar.
         callback: Called after every training epoch as
-            :func:`~pyg_progcl.experiments.loop.train_seed` calls it (after the tracker).
+            :func:`~pyg_progcl.cli.loop.train_seed` calls it (after the tracker).
         **diagnose_kwargs: Passed to :func:`~pyg_progcl.diagnostics.diagnose`.
     """
     seed_everything(seed)
@@ -110,7 +111,7 @@ def compare_encoders(
 
     Args:
         data: The graph with labels ``y``.
-        config: A :class:`~pyg_progcl.experiments.presets.TrainConfig` (default: the synthetic
+        config: A :class:`~pyg_progcl.cli.presets.TrainConfig` (default: the synthetic
             ProGCL-weight preset).
         encoders: Encoder kinds, ``'gcn'`` and/or ``'mlp'``.
         **kwargs: Passed to :func:`diagnose_training` (``train``, ``seed``, ``every``, and

@@ -1,7 +1,10 @@
-"""The experiment harness: presets, datasets, evaluation protocols, the trainer, the CLI.
+"""The command line and its experiment harness: presets, datasets, evaluation protocols,
+the trainer (``python -m pyg_progcl``, :func:`main`).
 
-Everything here sits on top of the library (:mod:`pyg_progcl`'s models, augmenters and
-losses) and reproduces the papers' experiments: hyperparameter presets by dataset and
+A layer on top of the library: it uses the library's public names only, and
+``import pyg_progcl`` does not load it. It needs the ``cli`` extra
+(``pip install "pyg_progcl[cli]"``: tqdm, filelock); without it, importing it raises a
+``ModuleNotFoundError`` that says so. It reproduces the papers' experiments: hyperparameter presets by dataset and
 method (:mod:`.presets`), datasets by name with read-only data roots
 (:mod:`.datasets`), the linear-probe protocols (:mod:`.evaluation`), the training loop
 with checkpoints and resume (:mod:`.loop`, :mod:`.run`, :mod:`.checkpoint`,
@@ -14,7 +17,7 @@ before the loss is computed (docs/algorithms.md §5.4).
 
 .. code-block:: python
 
-    from pyg_progcl.experiments import get_preset, train
+    from pyg_progcl.cli import get_preset, train
 
     result = train(get_preset("Cora", "progcl-weight", epochs=50), seeds=2, root="data")
     print(result["accuracy_mean"], result["accuracy_std"])
@@ -22,26 +25,27 @@ before the loss is computed (docs/algorithms.md §5.4).
 Command line: ``python -m pyg_progcl train --dataset Cora --method progcl-weight``.
 """
 
-# Besides ``__all__``, what the tests, the benchmarks and custom runs use (the ``name as
-# name`` imports): ``evaluate`` and ``synthetic_graph`` are the library's own
-# (:func:`pyg_progcl.evaluation.evaluate`, :func:`pyg_progcl.datasets.synthetic_graph`).
-from .build import build_augmentations as build_augmentations
-from .build import build_loss, build_model, seed_everything
-from .checkpoint import TrainingInterruptedError
-from .datasets import load_dataset
-from .datasets import synthetic_graph as synthetic_graph
-from .evaluation import evaluate as evaluate
-from .loop import train
-from .loop import train_seed as train_seed
-from .presets import TrainConfig, get_preset
+from ._extra import require_extra
+
+require_extra()
+
+from .build import build_augmentations, build_loss, build_model, seed_everything  # noqa: E402
+from .checkpoint import TrainingInterruptedError  # noqa: E402
+from .datasets import load_dataset  # noqa: E402
+from .entry import main  # noqa: E402
+from .loop import train, train_seed  # noqa: E402
+from .presets import TrainConfig, get_preset  # noqa: E402
 
 __all__ = [
+    "main",
     "TrainConfig",
     "TrainingInterruptedError",
+    "build_augmentations",
     "build_loss",
     "build_model",
     "get_preset",
     "load_dataset",
     "seed_everything",
     "train",
+    "train_seed",
 ]

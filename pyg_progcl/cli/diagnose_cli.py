@@ -25,10 +25,12 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from .._files import check_distinct, check_input_file
-from ..diagnostics import diagnose
-from ..io import read_graph
-from ..mixture import MixtureDegeneracyWarning, first_warning_only
+from pyg_progcl.diagnostics import diagnose
+from pyg_progcl.io import read_graph
+from pyg_progcl.io.files import check_input_file
+from pyg_progcl.mixture import MixtureDegeneracyWarning, first_warning_only
+
+from .files import check_distinct
 from .loop import resolve_device
 from .planning import RunEstimate
 from .threads import set_threads
@@ -255,7 +257,7 @@ def _from_preset(args, kwargs):
 
 def run_cli(args: argparse.Namespace) -> int:
     """Runs the ``diagnose`` subcommand; returns the exit status."""
-    from .loop import _write_json, command_line_warnings
+    from .loop import command_line_warnings, write_json
 
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
@@ -285,10 +287,10 @@ def run_cli(args: argparse.Namespace) -> int:
         "history": history,
         "probe_accuracy": accuracy,
     }
-    _write_json(result, out / "diagnostics.json")
+    write_json(result, out / "diagnostics.json")
     written = [out / "diagnostics.json"]
     if not args.no_plot:
-        from ..diagnostics.plots import plot_comparison, plot_tracking
+        from pyg_progcl.diagnostics.plots import plot_comparison, plot_tracking
 
         plot_comparison(diags, out / "similarity.png", suptitle=config.dataset)
         written.append(out / "similarity.png")

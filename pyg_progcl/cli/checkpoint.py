@@ -18,15 +18,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .._files import (
-    LOCK_NAME,
-    atomic_write,
-    check_folder,
-    lock_folder,
-    payload_checksum,
-    remove_temporaries,
-    torch_save,
-)
+from pyg_progcl.io.files import atomic_write, check_folder, payload_checksum, torch_save
+
+from .files import LOCK_NAME, lock_folder, remove_temporaries
 from .presets import TrainConfig
 
 __all__ = ["TrainingInterruptedError"]
@@ -135,7 +129,7 @@ def check_fresh(directory: Path, seeds: Sequence[int]) -> None:
 
 def checkpoint_files(directory: Path, seeds: Sequence[int]) -> list[tuple[str, Path]]:
     """The files of checkpoint folder ``directory`` that a run of ``seeds`` reads or
-    writes, as ``(what, path)`` pairs for :func:`~pyg_progcl._files.check_distinct`: each
+    writes, as ``(what, path)`` pairs for :func:`~pyg_progcl.cli.files.check_distinct`: each
     seed's checkpoint and warm-up checkpoint, the lock file, every checkpoint there."""
     directory = Path(directory).expanduser()
     paths = [directory / LOCK_NAME]

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from .._files import check_distinct, check_folder, check_input_file, check_writable
-from ..io import check_embedding_path, embed, read_graph, save_embeddings, save_model
+from pyg_progcl.evaluation import split_edges
+from pyg_progcl.io import check_embedding_path, embed, read_graph, save_embeddings, save_model
+from pyg_progcl.io.files import check_folder, check_input_file, check_writable
+
 from .agreement import agree, graph_digests, training_options
 from .checkpoint import (
     TrainingInterruptedError,
@@ -26,11 +28,13 @@ from .checkpoint import (
     stored_warmup,
 )
 from .datasets import DATASETS, canonical_name, load_dataset
-from .evaluation import PROBES, split_edges
+from .evaluation import PROBES
+from .files import check_distinct
 from .loop import command_line_warnings, owned_folder, resolve_device, train
 from .parallel import ONE, join, leave
 from .planning import RunEstimate, path_note
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
+from .progress import batch_bar
 from .threads import set_threads
 
 __all__: list[str] = []
@@ -322,7 +326,9 @@ def _save_outputs(args, config: TrainConfig, model, data) -> None:
     if "link" in args.probe:
         data = split_edges(data, seed=args.seed).train_data
     if args.save_embeddings:
-        z = embed(model, data, batch_size=config.batch_size, progress=not args.quiet)
+        shown, batched = not args.quiet, config.batch_size is not None
+        with batch_bar("embedding: batch", shown, batched) as bar:
+            z = embed(model, data, batch_size=config.batch_size, progress=bar)
         save_embeddings(z, args.save_embeddings)
         if not args.quiet:
             print(f"wrote {args.save_embeddings} ({z.size(0)} x {z.size(1)} embeddings)")

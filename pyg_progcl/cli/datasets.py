@@ -43,7 +43,7 @@ from filelock import FileLock
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
-from ..datasets import synthetic_graph
+from pyg_progcl.datasets import synthetic_graph
 
 __all__ = ["load_dataset"]
 

@@ -6,6 +6,8 @@ told from a hung one."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Optional
 
 __all__: list[str] = []
@@ -41,3 +43,17 @@ class BatchBar:
 
     def close(self) -> None:
         self.bar.close()
+
+
+@contextlib.contextmanager
+def batch_bar(desc: str, shown: bool, batched: bool = True) -> Iterator[Optional[BatchBar]]:
+    """A :class:`BatchBar` of ``desc`` while the ``with`` block runs, closed after it;
+    ``None`` where nothing is batched (``batched`` false: no bar is drawn at all)."""
+    if not batched:
+        yield None
+        return
+    bar = BatchBar(desc, disable=not shown)
+    try:
+        yield bar
+    finally:
+        bar.close()

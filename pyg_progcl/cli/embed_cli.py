@@ -27,9 +27,11 @@ from typing import Optional
 
 import torch
 
-from .._files import check_distinct
-from ..io import check_embedding_path, embed, load_model, read_graph, save_embeddings
+from pyg_progcl.io import check_embedding_path, embed, load_model, read_graph, save_embeddings
+
+from .files import check_distinct
 from .loop import resolve_device
+from .progress import batch_bar
 from .threads import set_threads
 from .train_cli import THREADS_HELP, int_at_least, note
 
@@ -140,10 +142,11 @@ def _embed(args, output: Path, device: torch.device, threads: Optional[str]) -> 
     model = load_model(args.model, map_location=device)
     # (a graph file of another feature width is refused before its arrays are read)
     data = read_graph(args.data, num_features=model.encoder.in_channels)
-    z = embed(
-        model, data, batch_size=args.batch_size, num_neighbors=args.num_neighbors,
-        device=device, progress=not args.quiet,
-    )  # fmt: skip
+    with batch_bar("embedding: batch", not args.quiet, args.batch_size is not None) as bar:
+        z = embed(
+            model, data, batch_size=args.batch_size, num_neighbors=args.num_neighbors,
+            device=device, progress=bar,
+        )  # fmt: skip
     save_embeddings(z, output)
     if not args.quiet:
         if threads:
