@@ -345,6 +345,23 @@ def test_heterogeneous_data_is_a_clear_error(make):
         make(0.5)(data)
 
 
+def test_one_forward_serves_tensors_and_data_through_the_modules_call():
+    # No __call__ of its own: a Data goes through nn.Module's call (hooks run) to the
+    # one forward, which hands it to the BaseTransform path.
+    assert Augmenter.__call__ is torch.nn.Module.__call__
+    aug = FeatureMask(0.5)
+    calls = []
+    aug.register_forward_hook(lambda module, args, out: calls.append(type(out).__name__))
+    data = Data(x=torch.ones(4, 6), edge_index=torch.tensor([[0, 1], [1, 2]]))
+    assert isinstance(aug(data), Data) and data.x.sum() == 24  # (the input is untouched)
+    assert isinstance(aug(data.x, data.edge_index), tuple)
+    assert calls == ["Data", "tuple"]
+    with pytest.raises(ValueError, match="either a Data"):
+        aug(data, data.edge_index)
+    with pytest.raises(ValueError, match="`edge_index` is required"):
+        aug(data.x)
+
+
 def test_augmenter_subclass_works_as_module_and_transform():
     class DropAll(Augmenter):  # the documented extension points
         p = 1.0

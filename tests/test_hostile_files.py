@@ -188,7 +188,7 @@ def test_embed_takes_features_of_any_float_dtype():
 def _resealed(payload: dict) -> dict:
     """``payload`` sealed again after an edit, as a forger would (where files are sealed)."""
     if "checksum" in payload:
-        from pyg_progcl._files import payload_checksum
+        from pyg_progcl.io.files import payload_checksum
 
         payload["checksum"] = payload_checksum(payload)
     return payload

@@ -19,10 +19,10 @@ import pytest
 import torch
 from conftest import make_read_only, make_writable
 from helpers import REPO, TINY, one_line_error, run_main
-from pyg_progcl._files import LOCK_NAME
 
 from pyg_progcl.cli import train_seed
 from pyg_progcl.cli.checkpoint import payload_checksum
+from pyg_progcl.cli.files import LOCK_NAME
 
 #: TINY without a probe before the last epoch (the phases of a run's end are its own).
 RUN = [*TINY, "--eval-every", "0"]

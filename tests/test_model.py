@@ -187,7 +187,7 @@ def test_encoder_reprs():
     assert ", sparse_features=True," in repr(GCNEncoder(4, 2, sparse_features=True))
     assert "sparse" not in repr(GCNEncoder(4, 2))
     model = GRACEModel(GCNEncoder(4, 2), 2, 2, recompute_views=True)
-    assert repr(model).endswith("  recompute_views=True,\n)")
+    assert repr(model).endswith(", 2, 2, recompute_views=True)")
 
 
 @pytest.mark.parametrize(
@@ -250,6 +250,54 @@ def test_projection_head_widths():
     assert (last.in_features, last.out_features) == (6, 8)
     z = torch.randn(5, 8)
     torch.testing.assert_close(model.project(z), last(F.elu(first(z))))
+
+
+def test_projector_is_any_module_or_none():
+    x, edge_index = graph()
+    head = torch.nn.Linear(8, 3)
+    model = GRACEModel(GCNEncoder(12, 8), 8, projector=head)
+    assert model.projector is head and model.proj_channels is None
+    h1, h2 = model.views(x, edge_index)
+    assert h1.shape == h2.shape == (x.size(0), 3)
+    torch.testing.assert_close(model.project(model(x, edge_index)), head(model(x, edge_index)))
+    bare = GRACEModel(GCNEncoder(12, 8), 8, projector=None)
+    assert bare.projector is None and not any("projector" in k for k in bare.state_dict())
+    torch.manual_seed(0)
+    h1, _ = bare.views(x, edge_index)
+    assert h1.shape == (x.size(0), 8)
+    z = torch.randn(5, 8)
+    assert bare.project(z) is z
+    # The default head keeps its state-dict keys (the model files' contract).
+    keys = [k for k in make_model().state_dict() if k.startswith("projector.")]
+    assert keys == [
+        "projector.0.weight",
+        "projector.0.bias",
+        "projector.2.weight",
+        "projector.2.bias",
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "`proj_channels` is required"),
+        ({"proj_channels": 4, "projector": None}, "`proj_channels` sizes the default"),
+        ({"projector": "mlp"}, "`projector` must be"),
+        ({"projector": lambda z: z}, "`projector` must be"),
+    ],
+)
+def test_bad_projector_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GRACEModel(GCNEncoder(12, 8), 8, **kwargs)
+
+
+def test_reset_parameters_resets_a_custom_projector():
+    head = torch.nn.Linear(8, 3)
+    model = GRACEModel(GCNEncoder(12, 8), 8, projector=head)
+    before = head.weight.detach().clone()
+    torch.manual_seed(1)
+    model.reset_parameters()
+    assert not torch.equal(before, head.weight)
 
 
 def test_views_are_augmented_in_eval_mode_too():
@@ -400,13 +448,18 @@ def test_model_moves_with_to_and_keeps_working():
         assert h1.device.type == device
 
 
-def test_model_repr():
-    text = repr(make_model())
-    assert text.startswith("GRACEModel(\n")
-    assert "encoder=GCNEncoder(12, 8, num_layers=2, conv=GCNConv, activation=prelu)" in text
-    assert "projector=Linear-ELU-Linear(8 -> 6 -> 8)" in text
-    assert "augment1=ComposeAugmenters(EdgeDrop(p=0.3), FeatureMask(p=0.3))" in text
-    assert "augment2=ComposeAugmenters(EdgeDrop(p=0.4), FeatureMask(p=0.2))" in text
+def test_model_repr_is_one_line_in_pygs_style():
+    assert repr(make_model()) == (
+        "GRACEModel(GCNEncoder(12, 8, num_layers=2, conv=GCNConv, activation=prelu), 8, 6, "
+        "augment1=ComposeAugmenters(EdgeDrop(p=0.3), FeatureMask(p=0.3)), "
+        "augment2=ComposeAugmenters(EdgeDrop(p=0.4), FeatureMask(p=0.2)))"
+    )
+    head = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU())
+    assert repr(GRACEModel(MLPEncoder(4, 2), 2, projector=head)) == (
+        "GRACEModel(MLPEncoder(4, 2, num_layers=2, activation=relu), 2, projector=Sequential( "
+        "(0): Linear(in_features=2, out_features=3, bias=True) (1): ReLU() ))"
+    )
+    assert repr(GRACEModel(MLPEncoder(4, 2), 2, projector=None)).endswith(", 2, projector=None)")
 
 
 @pytest.mark.parametrize(

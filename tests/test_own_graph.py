@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 from helpers import REPO, run_main
-from pyg_progcl._files import payload_checksum
 from torch_geometric.data import Data
 
 from pyg_progcl import GCNEncoder, GRACEModel
 from pyg_progcl.cli import get_preset, train
 from pyg_progcl.cli.build import build_model
 from pyg_progcl.io import embed, load_model, read_graph, save_model
+from pyg_progcl.io.files import payload_checksum
 
 TINY = ["--epochs", "3", "--hidden", "16", "--proj", "16", "--probe-epochs", "20"]
 TINY += ["--quiet", "--threads", "1"]
@@ -185,9 +185,10 @@ def _models():
     gat = GCNEncoder(10, 8, conv=GATConv, conv_kwargs={"heads": 2, "concat": False})
     yield GRACEModel(gat, 8, 4, [EdgeDrop(0.1), FeatureMask(0.2)], FeatureMask(0.3))
     yield GRACEModel(MLPEncoder(10, 8, num_layers=3, activation="rrelu"), 8, 8)
+    yield GRACEModel(GCNEncoder(10, 8), 8, projector=None)
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_a_saved_model_loads_back_equal(tmp_path, index):
     model = list(_models())[index]
     data = random_graph()
@@ -223,6 +224,26 @@ def test_save_model_says_what_it_supports(tmp_path):
     with pytest.warns(UserWarning, match="not saved"):
         save_model(custom, tmp_path / "e.pt")
     assert load_model(tmp_path / "e.pt").augment1 is None
+    headed = GRACEModel(GCNEncoder(10, 8), 8, projector=torch.nn.Linear(8, 4))
+    with pytest.raises(ValueError, match="the default projection head or none"):
+        save_model(headed, tmp_path / "f.pt")
+    assert not (tmp_path / "f.pt").exists()
+
+
+def test_a_model_file_keeps_the_default_heads_keys(tmp_path):
+    # Files written before the `projector` argument describe the default head by
+    # `proj_channels` alone and hold its weights under `projector.0` / `projector.2`.
+    path = save_model(GRACEModel(GCNEncoder(10, 8), 8, 4), tmp_path / "m.pt")
+    payload = torch.load(path, weights_only=True)
+    assert "projector" not in payload["config"] and payload["config"]["proj_channels"] == 4
+    heads = sorted(k for k in payload["state_dict"] if k.startswith("projector."))
+    assert heads == [
+        "projector.0.bias",
+        "projector.0.weight",
+        "projector.2.bias",
+        "projector.2.weight",
+    ]
+    assert isinstance(load_model(path).projector[1], torch.nn.ELU)
 
 
 def _bad_model_files(tmp_path):

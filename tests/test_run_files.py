@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import REPO, TINY, one_line_error, run_main, small_config, small_graph
-from pyg_progcl._files import LOCK_NAME, TEMP_PREFIX
 
 from pyg_progcl.cli import train, train_seed
 from pyg_progcl.cli.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from pyg_progcl.cli.files import LOCK_NAME
 from pyg_progcl.cli.loop import resolve_device
+from pyg_progcl.io.files import TEMP_PREFIX
 
 TESTS = Path(__file__).resolve().parent
 #: A run of 8 epochs that checkpoints at epochs 2, 3 (the warm-up's end: two files), 4, 6, 8.

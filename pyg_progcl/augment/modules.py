@@ -5,7 +5,7 @@ GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`ComposeAugmenter
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -39,9 +39,10 @@ class Augmenter(torch.nn.Module, BaseTransform):
     :class:`~torch_geometric.transforms.BaseTransform`.
 
     Call it on tensors, ``aug(x, edge_index, edge_weight=None) -> (x, edge_index,
-    edge_weight)`` (this runs :meth:`forward`), or on a
-    :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a new object;
-    edge-level attributes are filtered with the edges). It is a no-op in eval
+    edge_weight)``, or on a :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a
+    new object; edge-level attributes are filtered with the edges): both run the one
+    :meth:`forward` through :class:`torch.nn.Module`'s call (hooks included), which makes
+    it usable wherever PyG takes a transform (``T.Compose([..., aug])``). It is a no-op in eval
     mode and with ``p = 0``; :meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>`
     runs its augmenters in training mode whatever the model's mode.
 
@@ -73,22 +74,26 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
     p: float = 0.0
 
-    def __call__(self, *args, **kwargs):
-        if len(args) == 1 and not kwargs and isinstance(args[0], BaseData):
-            return self.transform(args[0])
-        return super().__call__(*args, **kwargs)
-
     def is_active(self) -> bool:
         """Whether a call changes its input (training mode and ``p > 0``)."""
         return self.training and self.p > 0.0
 
     def forward(
         self,
-        x: Optional[Tensor],
-        edge_index: Tensor,
+        x: Union[Optional[Tensor], BaseData],
+        edge_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
-    ) -> GraphTensors:
-        r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
+    ) -> Union[GraphTensors, Data]:
+        r"""Augments tensors and returns ``(x, edge_index, edge_weight)``; or, given a
+        :class:`~torch_geometric.data.Data` alone (the
+        :class:`~torch_geometric.transforms.BaseTransform` path), returns a new ``Data``
+        (:meth:`transform`)."""
+        if isinstance(x, BaseData):
+            if edge_index is not None or edge_weight is not None:
+                raise ValueError("pass either a Data object or (x, edge_index, edge_weight)")
+            return self.transform(x)
+        if edge_index is None:
+            raise ValueError("`edge_index` is required (the graph's connectivity)")
         if not self.is_active():  # passes anything through, e.g. a sparse adjacency
             return x, edge_index, edge_weight
         check_edge_index(edge_index)

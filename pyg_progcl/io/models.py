@@ -26,7 +26,7 @@ from ..augment import (
     FeatureMask,
 )
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
-from ..model import GRACEModel
+from ..model import DEFAULT_PROJECTOR, GRACEModel
 from ._common import PathLike, first_line, load_failure, uncompiled
 from .files import (
     atomic_write,
@@ -159,7 +159,8 @@ def model_config(model: GRACEModel) -> dict[str, Any]:
         ValueError: for a model this format cannot describe (not a :class:`GRACEModel`, an
             encoder other than :class:`~pyg_progcl.GCNEncoder` / :class:`~pyg_progcl.MLPEncoder`,
             a convolution outside ``torch_geometric.nn``, non-JSON ``conv_kwargs``, an
-            activation not given by name).
+            activation not given by name, a ``projector`` other than the default head or
+            none).
     """
     model = uncompiled(model)
     if type(model) is not GRACEModel:
@@ -167,15 +168,23 @@ def model_config(model: GRACEModel) -> dict[str, Any]:
             f"save_model supports a GRACEModel (got {type(model).__name__}); save another "
             "module's state_dict yourself"
         )
-    return {
+    if model.proj_channels is None and model.projector is not None:
+        raise ValueError(
+            f"save_model supports the default projection head or none (got a "
+            f"{type(model.projector).__name__}); save the model's state_dict yourself"
+        )
+    config = {
         "model": "GRACEModel",
         "hidden_channels": int(model.hidden_channels),
-        "proj_channels": int(model.proj_channels),
+        "proj_channels": None if model.proj_channels is None else int(model.proj_channels),
         "recompute_views": bool(model.recompute_views),
         "encoder": _describe_encoder(uncompiled(model.encoder)),
         "augment1": _describe_augmenter("augment1", model.augment1),
         "augment2": _describe_augmenter("augment2", model.augment2),
     }
+    if model.projector is None:
+        config["projector"] = None  # (no projection head; absent: the default one)
+    return config
 
 
 def build_from_config(config: dict[str, Any]) -> GRACEModel:
@@ -201,6 +210,7 @@ def build_from_config(config: dict[str, Any]) -> GRACEModel:
         _build_augmenter(config.get("augment1")),
         _build_augmenter(config.get("augment2")),
         recompute_views=config.get("recompute_views", False),
+        projector=config.get("projector", DEFAULT_PROJECTOR),
     )
 
 
