@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -52,26 +51,6 @@ def write_npz(path, data: Data, **override):
 
 def listing(folder) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
-
-
-# ----------------------------------------------------------------------------- graph files
-
-
-@pytest.mark.parametrize("suffix", [".pt", ".npz"])
-@pytest.mark.parametrize("labels", [True, False])
-def test_read_graph_reads_both_formats(tmp_path, suffix, labels):
-    data = random_graph(labels=labels)
-    path = tmp_path / f"g{suffix}"
-    if suffix == ".pt":
-        torch.save(data, path)
-    else:
-        write_npz(path, data, x=data.x.double().numpy())  # float64 arrays become float32
-    got = read_graph(path)
-    assert got.x.dtype == torch.float32 and torch.equal(got.x, data.x)
-    assert got.edge_index.dtype == torch.long and torch.equal(got.edge_index, data.edge_index)
-    assert ("y" in got) == labels
-    if labels:
-        assert torch.equal(got.y, data.y) and torch.equal(got.train_mask, data.train_mask)
 
 
 def _bad_graph_files(tmp_path):
@@ -154,27 +133,6 @@ def _saved(path, obj):
     return path
 
 
-def test_bad_graph_files_are_clear_errors(tmp_path):
-    for name, (path, message) in _bad_graph_files(tmp_path).items():
-        kind = FileNotFoundError if name == "missing" else ValueError
-        with pytest.raises(kind, match=None) as info:
-            read_graph(path)
-        assert message in str(info.value), (name, str(info.value))
-        assert str(path.name) in str(info.value), name  # names the file
-
-
-def test_a_pt_file_that_would_run_code_is_refused(tmp_path):
-    """``weights_only``: a pickled object of another class is not unpickled."""
-    path = tmp_path / "evil.pt"
-    torch.save(Data(x=torch.randn(3, 2), edge_index=torch.zeros(2, 0, dtype=torch.long),
-                    note=warnings.WarningMessage), path)  # fmt: skip
-    with pytest.raises(ValueError, match="not a readable torch file"):
-        read_graph(path)
-
-
-# ----------------------------------------------------------------------------- model files
-
-
 def _models():
     from torch_geometric.nn import GATConv
 
@@ -205,47 +163,6 @@ def test_a_saved_model_loads_back_equal(tmp_path, index):
     torch.testing.assert_close(loaded(data.x, data.edge_index), model(data.x, data.edge_index))
 
 
-def test_save_model_says_what_it_supports(tmp_path):
-    from torch_geometric.nn import GraphSAGE, SAGEConv
-    from torch_geometric.nn.aggr import SumAggregation
-
-    with pytest.raises(ValueError, match="GCNEncoder or an MLPEncoder"):
-        save_model(GRACEModel(GraphSAGE(10, 8, 2, 8), 8, 8), tmp_path / "a.pt")
-    with pytest.raises(ValueError, match="supports a GRACEModel"):
-        save_model(GCNEncoder(10, 8), tmp_path / "b.pt")
-    odd = GCNEncoder(10, 8, conv=SAGEConv, conv_kwargs={"aggr": SumAggregation()})
-    with pytest.raises(ValueError, match="plain JSON"):
-        save_model(GRACEModel(odd, 8, 8), tmp_path / "c.pt")
-    with pytest.raises(ValueError, match="activations named by a string"):
-        save_model(GRACEModel(GCNEncoder(10, 8, activation=torch.nn.Softplus()), 8, 8),
-                   tmp_path / "d.pt")  # fmt: skip
-    assert listing(tmp_path) == []
-    custom = GRACEModel(GCNEncoder(10, 8), 8, 8, augment1=lambda x, e, w: (x, e, w))
-    with pytest.warns(UserWarning, match="not saved"):
-        save_model(custom, tmp_path / "e.pt")
-    assert load_model(tmp_path / "e.pt").augment1 is None
-    headed = GRACEModel(GCNEncoder(10, 8), 8, projector=torch.nn.Linear(8, 4))
-    with pytest.raises(ValueError, match="the default projection head or none"):
-        save_model(headed, tmp_path / "f.pt")
-    assert not (tmp_path / "f.pt").exists()
-
-
-def test_a_model_file_keeps_the_default_heads_keys(tmp_path):
-    # Files written before the `projector` argument describe the default head by
-    # `proj_channels` alone and hold its weights under `projector.0` / `projector.2`.
-    path = save_model(GRACEModel(GCNEncoder(10, 8), 8, 4), tmp_path / "m.pt")
-    payload = torch.load(path, weights_only=True)
-    assert "projector" not in payload["config"] and payload["config"]["proj_channels"] == 4
-    heads = sorted(k for k in payload["state_dict"] if k.startswith("projector."))
-    assert heads == [
-        "projector.0.bias",
-        "projector.0.weight",
-        "projector.2.bias",
-        "projector.2.weight",
-    ]
-    assert isinstance(load_model(path).projector[1], torch.nn.ELU)
-
-
 def _bad_model_files(tmp_path):
     tmp_path.mkdir(exist_ok=True)
     good = save_model(GRACEModel(GCNEncoder(10, 8), 8, 8), tmp_path / "good.pt")
@@ -269,17 +186,6 @@ def _bad_model_files(tmp_path):
         "edited": (_saved(tmp_path / "e.pt", edited), "does not match its checksum"),
         "unsealed": (_saved(tmp_path / "u.pt", unsealed), "has no checksum"),
     }
-
-
-def test_bad_model_files_are_clear_errors(tmp_path):
-    for name, (path, message) in _bad_model_files(tmp_path).items():
-        kind = FileNotFoundError if name == "missing" else ValueError
-        with pytest.raises(kind) as info:
-            load_model(path)
-        assert message in str(info.value), (name, str(info.value))
-
-
-# ----------------------------------------------------------------------------- Python API
 
 
 def test_train_on_a_graph_without_labels_returns_the_model():
@@ -322,26 +228,6 @@ def test_embed_in_batches_equals_the_full_graph(encoder):
         embed(model, data, num_neighbors=[-1, -1])
     with pytest.raises(ValueError, match="one entry per layer"):
         embed(model, data, 17, [-1])
-
-
-def test_a_failed_embeddings_write_keeps_the_old_file(tmp_path, monkeypatch):
-    from pyg_progcl.io import save_embeddings
-
-    out = tmp_path / "z.npy"
-    save_embeddings(torch.ones(4, 2), out)
-    good = out.read_bytes()
-
-    def broken_save(fh, array, **kwargs):
-        fh.write(b"\x93NUMPY half")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(np, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
-        save_embeddings(torch.zeros(4, 2), out)
-    assert out.read_bytes() == good and listing(tmp_path) == ["z.npy"]
-
-
-# ----------------------------------------------------------------------------- command line
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".npz"])
@@ -572,24 +458,6 @@ def test_an_interrupted_embed_leaves_no_partial_output(tmp_path, big_graph, sig,
     assert listing(tmp_path) == (["stderr.txt", "z.npy"] if existing else ["stderr.txt"])
     if existing:
         assert out.read_bytes() == before
-
-
-@pytest.mark.slow  # the benchmark script end to end, on a small graph (two processes)
-def test_the_embed_benchmark_reports_time_and_memory(tmp_path, monkeypatch, capsys):
-    from helpers import load_script
-
-    script = load_script("embed_scale")
-    argv = ["embed_scale.py", "--nodes", "3000", "--batch-size", "1000", "--full-graph",
-            "--threads", "1", "--epochs", "2", "--work", str(tmp_path)]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", argv)
-    script.main()
-    out = capsys.readouterr().out
-    rows = [r for r in out.splitlines() if r.startswith("| 3,000 |")]
-    assert [r.split(" | ")[2] for r in rows] == ["1,000", "whole graph"]
-    for row in rows:
-        peak_gb = float(row.strip(" |").split(" | ")[-1])
-        assert 0.05 < peak_gb < 20  # a process's peak resident memory, in GB
-    assert "embeddings: 3,000 x 64 float32" in out
 
 
 @pytest.mark.slow  # two processes under torchrun

@@ -657,17 +657,3 @@ def test_the_model_keeps_no_copy_of_the_features():
         assert clone(x, erdos_renyi_graph(50, 0.1)).shape == (50, 8)
     plain = GRACEModel(MLPEncoder(40, 8), 8, 8)
     assert plain.input_features(x) is x  # an encoder that takes dense features gets them
-
-
-def test_build_model_recomputes_views_only_for_large_dense_view_features(monkeypatch):
-    import pyg_progcl.cli.build as build
-    from pyg_progcl.cli.presets import get_preset
-
-    monkeypatch.setattr(build, "RECOMPUTE_FEATURES", 1000)  # 50 × 40 = 2000 entries
-    config = get_preset("synthetic", "grace")
-    sparse_x, dense_x = _bag_of_words(), torch.rand(50, 40)
-    assert build.build_model(config, 40, 50).recompute_views  # sizes only: dense
-    assert build.build_model(config, 40, 50, dense_x).recompute_views
-    assert not build.build_model(config, 40, 50, sparse_x).recompute_views  # ~100 non-zeros
-    mlp = config.replace(encoder="mlp")
-    assert not build.build_model(mlp, 40, 50, sparse_x).recompute_views

@@ -21,10 +21,7 @@ from helpers import (
     views,
 )
 
-from pyg_progcl.cli.build import build_loss
-from pyg_progcl.cli.presets import get_preset
 from pyg_progcl.losses import FlooredFit, FrozenFit, InfoNCELoss, OnlineFit, ProGCLLoss
-from pyg_progcl.losses.schedules import SCHEDULES, FitSchedule, as_schedule, schedule_name
 
 
 def fit_views(seed=5, n=23, d=5):
@@ -323,37 +320,6 @@ def test_floored_floors_the_posterior_from_the_first_degenerate_refit_on():
     assert not loss.fitted and loss.schedule.posterior_floor == 0.0
 
 
-def test_floored_is_a_named_schedule():
-    loss = ProGCLLoss(0.5, schedule="floored")
-    assert "FlooredFit()" in repr(loss) and loss.schedule.floor == 0.5
-    assert schedule_name(loss.schedule) == "floored"
-    config = get_preset("synthetic", "progcl-weight", schedule="floored")
-    assert schedule_name(build_loss(config).schedule) == "floored"
-    with pytest.raises(ValueError, match="floor"):
-        FlooredFit(floor=1.5)
-
-
-def test_schedules_are_named_by_their_name_whatever_their_options():
-    for name in SCHEDULES:
-        assert as_schedule(name).name == name and as_schedule(name, floor=0.7).name == name
-    named = {
-        "floored": FlooredFit(floor=0.7),  # (its repr differs from the registry's)
-        "online": OnlineFit(floor=0.5),
-        "frozen": FrozenFit(shared_weights=True, floor=0.2),
-    }
-    for name, schedule in named.items():
-        assert schedule_name(schedule) == name
-    config = get_preset("synthetic", "progcl-weight", schedule="online", floor=0.3)
-    assert schedule_name(build_loss(config).schedule) == "online"
-    assert build_loss(config).schedule.floor == 0.3
-
-    class Weekly(FitSchedule):
-        pass
-
-    assert schedule_name(Weekly()) == "Weekly"
-    assert "floor=0.7" in repr(FlooredFit(floor=0.7)) and repr(OnlineFit()) == "OnlineFit()"
-
-
 #: Loss, ``Σ ∂/∂h1``, ``Σ |∂/∂h2|`` and ``∂/∂h1[3, 1]`` of :func:`_float64_case` under
 #: schedules with and without a floor in effect (``degenerated``: as after a degenerate
 #: refit, which engages 'floored''s), pinned to float64 precision.
@@ -393,19 +359,6 @@ def test_floored_values_are_pinned(mode, schedule, degenerated, expected):
     out, g1, g2 = _float64_case(mode, copy.deepcopy(schedule), degenerated)
     got = [float(out.detach()), float(g1.sum()), float(g2.abs().sum()), float(g1[3, 1])]
     assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
-
-
-def test_bad_schedule_is_a_clear_error():
-    assert set(SCHEDULES) == {"online", "floored", "frozen"}
-    for name in ("sometimes", "guarded", "fit-once"):
-        with pytest.raises(ValueError, match=r"`schedule` must be one of .*got '"):
-            ProGCLLoss(0.5, schedule=name)
-    with pytest.raises(ValueError, match="schedule"):
-        get_preset("synthetic", "progcl-weight", schedule="weekly")
-    with pytest.raises(ValueError, match=r"schedule='frozen'.*batch_size"):
-        get_preset("synthetic", "progcl-weight", schedule="frozen", batch_size=64)
-    config = get_preset("synthetic", "progcl-weight", schedule="frozen")
-    assert isinstance(build_loss(config).schedule, FrozenFit)
 
 
 def test_a_frozen_state_with_edited_views_is_refused_on_loading():

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import InterruptError as _InterruptError
-from helpers import stop_at
 from torch_geometric.nn import SAGEConv
 
 import pyg_progcl.minibatch as mb
@@ -21,7 +19,7 @@ from pyg_progcl import (
     ProGCLLoss,
 )
 from pyg_progcl.augment import ComposeAugmenters, edge_drop_probabilities, node_centrality
-from pyg_progcl.cli.datasets import synthetic_graph
+from pyg_progcl.datasets import synthetic_graph
 from pyg_progcl.evaluation import evaluate
 from pyg_progcl.minibatch import (
     NeighborSubgraphLoader,
@@ -371,80 +369,6 @@ def test_minibatch_with_sampled_negatives_skips_too_small_batches(graph):
 
 
 # ----------------------------------------------------------------------------- trainer
-
-
-def test_trainer_minibatch_from_python(graph, backend, monkeypatch):
-    import pyg_progcl.cli as trainer
-    import pyg_progcl.cli.run as run
-    from pyg_progcl.cli.presets import get_preset
-
-    calls = []
-    epoch = run.minibatch_epoch
-    monkeypatch.setattr(
-        run, "minibatch_epoch", lambda *a, **k: calls.append(k["fit"]) or epoch(*a, **k)
-    )
-    config = get_preset(
-        "synthetic", "progcl-weight", epochs=4, warmup_epochs=2, batch_size=200,
-        num_neighbors=[5, 5], hidden=32, proj=32, probe_epochs=100, eval_every=0,
-    )  # fmt: skip
-    result = trainer.train(config, graph, seeds=1, progress=False)
-    assert calls == [False, False, True, True]  # refit after the warm-up
-    assert result["mixture"][0] is not None
-    assert result["accuracy_mean"] > 0.3  # chance is 0.2
-
-
-def test_trainer_cli_minibatch_flags(tmp_path):
-    import json
-
-    from pyg_progcl.cli import main
-
-    out = tmp_path / "result.json"
-    argv = ["train", "--dataset", "synthetic", "--method", "grace", "--epochs", "3"]
-    argv += ["--batch-size", "250", "--num-neighbors", "5", "5", "--num-negatives", "50"]
-    argv += ["--hidden", "32", "--proj", "32", "--probe-epochs", "50", "--eval-every", "0"]
-    assert main([*argv, "--quiet", "--output", str(out)]) == 0
-    config = json.loads(out.read_text())["config"]
-    assert (config["batch_size"], config["num_neighbors"], config["num_negatives"]) == (
-        250,
-        [5, 5],
-        50,
-    )
-
-
-@pytest.mark.parametrize(
-    "flags", [["--batch-size", "0"], ["--num-neighbors", "0"], ["--num-negatives", "0"]]
-)
-def test_trainer_cli_rejects_bad_minibatch_flags(flags, capsys):
-    from pyg_progcl.cli import main
-
-    with pytest.raises(SystemExit) as info:
-        main(["train", "--epochs", "1", "--quiet", *flags])
-    assert info.value.code == 2
-    assert "error" in capsys.readouterr().err
-
-
-def test_trainer_minibatch_resume_equals_uninterrupted(graph, tmp_path):
-    from pyg_progcl.cli import train_seed
-    from pyg_progcl.cli.presets import get_preset
-
-    config = get_preset(
-        "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, batch_size=200,
-        num_neighbors=[4, 4], hidden=16, proj=16, probe_epochs=20, eval_every=0,
-        num_samples=1000,
-    )  # fmt: skip
-    _, _, rec_a = train_seed(config, graph, seed=1, progress=False)
-
-    ckpt = tmp_path / "ckpt"
-    with pytest.raises(_InterruptError):
-        train_seed(
-            config, graph, seed=1, checkpoint_dir=ckpt, checkpoint_every=2, progress=False,
-            callback=stop_at(5),
-        )  # fmt: skip
-    _, _, rec_b = train_seed(
-        config, graph, seed=1, checkpoint_dir=ckpt, checkpoint_every=2, resume=True,
-        progress=False,
-    )  # fmt: skip
-    assert rec_b["losses"] == rec_a["losses"] and rec_b["accuracy"] == rec_a["accuracy"]
 
 
 def test_embed_minibatch_applies_gcns_linear_map_once_per_layer(graph):

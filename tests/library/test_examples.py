@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 SCRIPTS = ["progcl_cora.py", "any_encoder.py", "minibatch_large_graph.py", "diagnostics.py"]
 SCRIPTS += ["own_graph.py"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from helpers import load_script, views
@@ -31,26 +29,10 @@ def test_only_the_beta_guard_needs_a_loss_factory(schedules):
     assert float(guard.mixture.beta[1 - guard.mixture.true_negative_index]) >= 1.01
 
 
-@pytest.mark.slow  # four training runs of the synthetic preset (800 nodes)
-def test_variants_run_the_library_schedules(schedules, tmp_path):
-    argv = ["--dataset", "synthetic", "--epochs", "3", "--warmup-epochs", "1", "--seeds", "0"]
-    argv += ["--variants", "frozen", "frozen-clean", "floor-0.5", "grace"]
-    argv += ["--output-dir", str(tmp_path)]
-    assert schedules.main(argv) == 0
-    results = {p.name.split("_")[2]: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
-    assert set(results) == {"frozen", "frozen-clean", "floor-0.5", "grace"}
-    assert results["frozen"]["variant"] == schedules.LABELS["frozen"]
-    assert results["frozen"]["config"]["schedule"] == "frozen"
-    assert results["floor-0.5"]["config"]["schedule"] == "online"
-    assert results["floor-0.5"]["config"]["floor"] == 0.5
-    assert results["frozen-clean"]["config"]["schedule"] == "frozen"
-    assert results["grace"]["method"] == "grace" and "variant" not in results["grace"]
-
-
 def test_frozen_clean_refits_on_the_unaugmented_graph(schedules):
     from pyg_progcl.cli import build_loss, build_model
-    from pyg_progcl.cli.datasets import synthetic_graph
     from pyg_progcl.cli.presets import get_preset
+    from pyg_progcl.datasets import synthetic_graph
 
     data = synthetic_graph(num_nodes=120, num_classes=3)
     config = get_preset("synthetic", "progcl-weight", warmup_epochs=4, schedule="frozen")

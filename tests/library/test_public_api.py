@@ -34,7 +34,7 @@ from pyg_progcl.augment import (
     FeatureMask,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 API_PAGES = sorted((REPO / "docs" / "api").glob("*.rst"))
 

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:The mapping interface for autodoc options objects is deprecated"
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "api"
 PAGES = ["index", "package", "model", "augment", "encoders", "losses", "mixture"]
 PAGES += ["minibatch", "distributed", "io", "evaluation", "datasets", "diagnostics"]

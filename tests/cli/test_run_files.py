@@ -406,7 +406,7 @@ def _cut_and_die(path) -> None:
 def _run_driver(tmp_path: Path, spec: dict, timeout: float = 300) -> list:
     spec = {**spec, "report": str(tmp_path / "report.json")}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    code = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(REPO)!r}]; import test_run_files"
+    code = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(TESTS.parent)!r}, {str(REPO)!r}]; import test_run_files"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-c", code + "; test_run_files._drive(sys.argv[1])", str(tmp_path / "spec.json")],

@@ -8,7 +8,6 @@ import torch
 from torch_geometric.data import Data
 
 import pyg_progcl.evaluation as evaluation
-from pyg_progcl.cli.evaluation import mean_std
 from pyg_progcl.evaluation import (
     evaluate,
     gca_protocol,
@@ -186,7 +185,3 @@ def test_ogb_evaluator_scores_like_plain_accuracy():
     plain = logistic_regression_probe(z, y, *split, epochs=60)
     ogb = logistic_regression_probe(z, y, *split, epochs=60, ogb_name="ogbn-arxiv")
     assert ogb["accuracy"] == pytest.approx(plain["accuracy"])
-
-
-def test_mean_std():
-    assert mean_std([0.5, 0.7]) == pytest.approx((0.6, 0.1))
