@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``embed`` subcommand's arguments to ``parser``."""
     parser.add_argument(
         "--model", required=True, metavar="FILE",
-        help="a model written by `train --save-model` (or pyg_progcl.save_model)",
+        help="a model written by `train --save-model` (or pyg_progcl.io.save_model)",
     )  # fmt: skip
     parser.add_argument(
         "--data", required=True, metavar="FILE",

@@ -504,7 +504,7 @@ def train(
     if data is None and is_graph_file(config.dataset):
         raise ValueError(
             f"dataset {config.dataset!r} is a graph file: pass its graph, "
-            "data=pyg_progcl.read_graph(path)"
+            "data=pyg_progcl.io.read_graph(path)"
         )
     records = []
     # What the model cannot use of the graph (pyg_progcl.io.graph_for_model) is said once

@@ -200,7 +200,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save-model", metavar="FILE",
         help="write the trained model (configuration and weights, the first seed's) to FILE, "
-        "for pyg_progcl.load_model and the embed command",
+        "for pyg_progcl.io.load_model and the embed command",
     )  # fmt: skip
     parser.add_argument(
         "--checkpoint", metavar="DIR",
@@ -336,7 +336,7 @@ def _save_outputs(args, config: TrainConfig, model, data) -> None:
         graph = str(args.data) if args.data else config.dataset
         save_model(model, args.save_model, metadata={"config": config.to_dict(), "graph": graph})
         if not args.quiet:
-            print(f"wrote {args.save_model} (the model; pyg_progcl.load_model reads it)")
+            print(f"wrote {args.save_model} (the model; pyg_progcl.io.load_model reads it)")
 
 
 def _check_outputs(args: argparse.Namespace, seeds: list[int]) -> None:

@@ -15,6 +15,7 @@ FAKE_PYTHON = """#!/bin/sh
 if [ "$1" = "-c" ]; then exit 1; fi
 case " $* " in *" --quiet "*) exit 0 ;; esac
 echo "Collecting torch==2.13.0"
+echo "args: $*"
 echo "Requirement already satisfied: numpy in ./.venv"
 echo "Successfully installed torch-2.13.0"
 """
@@ -39,3 +40,5 @@ def test_setup_says_what_it_installs_as_it_goes(tmp_path):
     assert done.stdout.count("Collecting torch==2.13.0") == 2  # pip's own lines, one per step
     assert "Requirement already satisfied" not in done.stdout
     assert "setup.sh: done" in done.stderr
+    # The command line's extra comes with the plain set-up, the README's first command.
+    assert "-e .[cli]" in done.stdout
