@@ -22,13 +22,7 @@ from torch import Tensor
 from torch_geometric.utils import mask_feature as _pyg_mask_feature
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 
-from .._checks import (
-    check_bool,
-    check_choice,
-    check_edge_index,
-    check_features,
-    check_probability,
-)
+from .._checks import check_bool, check_choice, check_edge_index, check_features, check_probability
 
 __all__ = ["drop_edge_weighted", "mask_feature_csr", "mask_feature_weighted"]
 

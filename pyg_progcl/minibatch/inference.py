@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import accepts_check, check_data, check_input_width, check_int
+from .._checks import accepts_check, check_input_width, check_int
 from ..encoders import GCNEncoder, MLPEncoder, sparse_features
-from .sampling import InEdges, neighbor_loader, seed_count
+from .sampling import InEdges, check_data, neighbor_loader, seed_count
 
 __all__ = ["embed_minibatch"]
 
