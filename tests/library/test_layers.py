@@ -53,10 +53,10 @@ def test_a_layer_violation_breaks_the_contracts(module, line, tmp_path, monkeypa
 
 def test_importing_the_package_changes_nothing_and_imports_only_the_library():
     # The root imports its names as PyG's does (no module __getattr__), changes no
-    # environment variable, and loads none of the subpackages imported by name: the
+    # environment variable (beyond what importing torch and PyG sets), and loads none of the subpackages imported by name: the
     # command line, the diagnostics, io, evaluation, datasets, mini-batch, distributed.
     code = (
-        "import json, os, sys; before = dict(os.environ); import pyg_progcl; "
+        "import json, os, sys, torch_geometric; before = dict(os.environ); import pyg_progcl; "
         "loaded = sorted(m for m in sys.modules if m.startswith('pyg_progcl.')); "
         "print(json.dumps([dict(os.environ) == before, hasattr(pyg_progcl, '__getattr__'), "
         "all(n in vars(pyg_progcl) for n in pyg_progcl.__all__), loaded]))"
@@ -70,3 +70,53 @@ def test_importing_the_package_changes_nothing_and_imports_only_the_library():
     assert "pyg_progcl.losses" in loaded and "pyg_progcl.model" in loaded
     by_name = ("cli", "diagnostics", "io", "evaluation", "datasets", "minibatch", "distributed")
     assert not [m for m in loaded if m.split(".")[1] in by_name]
+
+
+#: Benchmarks that time the loss engine's internals (the engine's own measurements); they
+#: import its private modules until the engine exposes what they time.
+ENGINE_BENCHMARKS = {"benchmarks/fit_sampling.py", "benchmarks/scale.py"}
+
+
+def private_imports(path) -> list[str]:
+    """The imports in ``path`` of a private module of the library (``pyg_progcl._x``,
+    ``pyg_progcl.losses._x``) or of a private name (``_x``) from one of its modules; the
+    command line's own modules, which a file of the command line may use, excepted."""
+    import ast
+
+    found = []
+    own_cli = "pyg_progcl/cli/" in str(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            module, names = node.module or "", [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            module, names = "", [alias.name for alias in node.names]
+        else:
+            continue
+        for name in [module] if module else names:
+            if not name.startswith("pyg_progcl") or (own_cli and name.startswith("pyg_progcl.cli")):
+                continue
+            parts = name.split(".")
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if any(p.startswith("_") and not p.startswith("__") for p in parts) or (
+                module and private
+            ):
+                found.append(f"{path.name}:{node.lineno} {name} {private}")
+    return found
+
+
+def test_the_command_line_benchmarks_and_examples_use_public_names_only(tmp_path):
+    files = [*(REPO / "pyg_progcl" / "cli").glob("*.py"), *(REPO / "benchmarks").glob("*.py")]
+    files += [*(REPO / "examples").glob("*.py"), REPO / "pyg_progcl" / "__main__.py"]
+    found = {
+        str(path.relative_to(REPO)): private_imports(path)
+        for path in files
+        if str(path.relative_to(REPO)) not in ENGINE_BENCHMARKS
+    }
+    assert len(found) > 30
+    assert not {path: imports for path, imports in found.items() if imports}
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from pyg_progcl.io.files import _reason\nimport pyg_progcl._checks\n"
+        "from pyg_progcl.cli.loop import _machine\nfrom pyg_progcl import GRACEModel\n"
+    )
+    assert len(private_imports(bad)) == 3
