@@ -15,7 +15,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         from pyg_progcl.cli import main as cli_main
     except ModuleNotFoundError as exc:
-        if exc.name not in ("tqdm", "filelock"):
+        if exc.name not in ("tqdm", "filelock"):  # (the cli extra: pyg_progcl.cli._extra)
             raise
         print(f"pyg_progcl: error: {exc.msg}", file=sys.stderr)
         return 2

@@ -4,12 +4,14 @@ the trainer (``python -m pyg_progcl``, :func:`main`).
 A layer on top of the library: it uses the library's public names only, and
 ``import pyg_progcl`` does not load it. It needs the ``cli`` extra
 (``pip install "pyg_progcl[cli]"``: tqdm, filelock); without it, importing it raises a
-``ModuleNotFoundError`` that says so. It reproduces the papers' experiments: hyperparameter presets by dataset and
-method (:mod:`.presets`), datasets by name with read-only data roots
-(:mod:`.datasets`), the linear-probe protocols (:mod:`.evaluation`), the training loop
-with checkpoints and resume (:mod:`.loop`, :mod:`.run`, :mod:`.checkpoint`,
-:mod:`.build`), the GCN-vs-MLP control experiment (:mod:`.control`) and the
-``train`` / ``diagnose`` subcommands (:mod:`.train_cli`, :mod:`.diagnose_cli`).
+``ModuleNotFoundError`` that says so.
+
+It reproduces the papers' experiments: hyperparameter presets by dataset and method
+(:mod:`.presets`), datasets by name with read-only data roots (:mod:`.datasets`), the
+probes a run may ask for (:mod:`.evaluation`), the training loop with checkpoints and
+resume (:mod:`.loop`, :mod:`.run`, :mod:`.checkpoint`, :mod:`.build`), the GCN-vs-MLP
+control experiment (:mod:`.control`) and the ``train`` / ``diagnose`` / ``embed``
+subcommands (:mod:`.entry`, :mod:`.train_cli`, :mod:`.diagnose_cli`, :mod:`.embed_cli`).
 
 ProGCL's schedule (Xia et al., ICML 2022): ``warmup_epochs`` epochs with GRACE's loss, then
 :meth:`~pyg_progcl.ProGCLLoss.fit` at every later epoch on that epoch's (detached) views

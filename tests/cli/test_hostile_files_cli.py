@@ -24,7 +24,7 @@ from torch_geometric.data import Data
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel
 from pyg_progcl.io import load_model, read_graph, save_model
 
-TESTS = REPO / "tests"
+TESTS = Path(__file__).resolve().parent
 
 
 def graph(n=120, f=10, seed=0) -> Data:
@@ -339,7 +339,7 @@ def small_files(tmp_path_factory):
 
 
 def _python(code: str, *args) -> list[str]:
-    prefix = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(REPO)!r}]; "
+    prefix = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(TESTS.parent)!r}, {str(REPO)!r}]; "
     return [sys.executable, "-c", prefix + code, *map(str, args)]
 
 
@@ -365,7 +365,7 @@ def _writing_forever(path) -> subprocess.Popen:
     """Another live process in the middle of an atomic write to ``path``."""
     code = (
         "import importlib.util, time\n"
-        f"spec = importlib.util.spec_from_file_location('f', {str(REPO / 'pyg_progcl/_files.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('f', {str(REPO / 'pyg_progcl/io/files.py')!r})\n"
         "files = importlib.util.module_from_spec(spec); spec.loader.exec_module(files)\n"
         "def write(tmp):\n"
         "    tmp.write_bytes(b'partial')\n"

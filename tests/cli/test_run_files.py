@@ -253,10 +253,10 @@ def test_a_resumed_run_reports_the_time_of_every_part(tmp_path):
 
 
 def _hold_lock(folder: Path, seconds: float) -> subprocess.Popen:
-    """Another process holding ``folder``'s lock (``_files.py`` loaded alone: no torch)."""
+    """Another process holding ``folder``'s lock."""
     code = (
         "import importlib.util, sys, time\n"
-        f"spec = importlib.util.spec_from_file_location('f', {str(REPO / 'pyg_progcl/_files.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('f', {str(REPO / 'pyg_progcl/cli/files.py')!r})\n"
         "files = importlib.util.module_from_spec(spec); spec.loader.exec_module(files)\n"
         f"with files.lock_folder({str(folder)!r}):\n"
         "    print('locked', flush=True)\n"

@@ -264,15 +264,16 @@ def test_sample_never_pairs_a_node_with_itself():
     assert sample.same_label.float().mean() == pytest.approx(24 / 49, abs=0.02)
 
 
-def test_blocked_top_k_matches_a_dense_reference(monkeypatch):
+def test_blocked_top_k_matches_a_dense_reference():
     gen = torch.Generator().manual_seed(3)
     y = torch.randint(0, 4, (120,), generator=gen)
     h1 = class_embeddings(y, noise=0.8, seed=1)
     h2 = class_embeddings(y, noise=0.8, seed=2)
     u, v = diag_core.embed((h1, h2))
     mixture = fit_mixture(NegativeSample(((u @ v.T).flatten()).clamp(-1, 1), y.new_zeros(1)))
-    monkeypatch.setattr(diag_core, "BLOCK_ELEMENTS", 7 * 120)  # 18 row blocks
-    got = topk_false_negative_share(u, v, y, top_k=7, mixture=mixture, num_anchors=None)
+    got = topk_false_negative_share(  # 18 row blocks of 7 anchors
+        u, v, y, top_k=7, mixture=mixture, num_anchors=None, block_elements=7 * 120
+    )
     # Dense reference: the full N×N matrix, self excluded by -inf.
     eye = torch.eye(120, dtype=torch.bool)
     same = (y[:, None] == y[None, :]).double()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from torch_geometric.data import Data
 from pyg_progcl import GCNEncoder, GRACEModel
 from pyg_progcl.io import embed, save_model
 
-TESTS = REPO / "tests"
+TESTS = Path(__file__).resolve().parent
 
 
 def graph(n=120, f=10, seed=0) -> Data:
@@ -128,7 +129,7 @@ def small_files(tmp_path_factory):
 
 
 def _python(code: str, *args) -> list[str]:
-    prefix = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(REPO)!r}]; "
+    prefix = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(TESTS.parent)!r}, {str(REPO)!r}]; "
     return [sys.executable, "-c", prefix + code, *map(str, args)]
 
 

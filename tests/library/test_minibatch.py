@@ -390,17 +390,19 @@ def test_embed_minibatch_applies_gcns_linear_map_once_per_layer(graph):
         calls.clear()
 
 
-def test_embed_minibatch_sums_messages_in_chunks_exactly(graph, monkeypatch):
+def test_embed_minibatch_sums_messages_in_chunks_exactly(graph):
     # A batch's messages are summed a few edges at a time (here 16 values: one edge of 16
     # features per chunk), with and without edge weights, and still exact.
-    monkeypatch.setattr(mb.inference, "MESSAGE_CHUNK", 16)
     weighted = graph.clone()
     weighted.edge_weight = torch.rand(graph.num_edges)
     for data in (graph, weighted):
         torch.manual_seed(0)
         model = make_model(graph, hidden=8, augment=False).eval()
         full = model(data.x, data.edge_index, data.get("edge_weight"))
-        torch.testing.assert_close(embed_minibatch(model, data, 250), full, rtol=1e-5, atol=1e-6)
+        z = embed_minibatch(model, data, 250, message_chunk=16)
+        torch.testing.assert_close(z, full, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="`message_chunk`"):
+        embed_minibatch(model, graph, 250, message_chunk=0)
 
 
 _PEAK_SCRIPT = """
