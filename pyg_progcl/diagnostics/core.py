@@ -294,7 +294,7 @@ def topk_false_negative_share(
         num_candidates: Candidate negatives (a uniform subset; ``None``: all ``N``).
         seed: Seed of the subsets.
         block_elements: Elements of one row block (``B·C``): its memory against the
-            number of blocks. (default: :data:`BLOCK_ELEMENTS`)
+            number of blocks. (default: ``BLOCK_ELEMENTS``, 2**22)
 
     Returns:
         ``{'fn_share_topk': float}`` and, with a mixture, ``'fn_share_topk_hardness'``.

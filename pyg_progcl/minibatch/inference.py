@@ -294,7 +294,7 @@ def embed_minibatch(
             inference) or of the one sampled pass; e.g. to drive a progress bar.
         message_chunk: Exact inference of GCN layers sums a batch's messages (in-edges x
             width values) this many values at a time: the memory of one chunk against
-            the number of sums. (default: :data:`MESSAGE_CHUNK`)
+            the number of sums. (default: ``MESSAGE_CHUNK``, 2**22)
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings.
