@@ -1,4 +1,4 @@
-"""Datasets: the synthetic graph (pyg_progcl.datasets), the harness's names, read-only
+"""The command line's datasets (pyg_progcl.cli.datasets): the harness's names, read-only
 roots, and the real loaders on small files."""
 
 from __future__ import annotations

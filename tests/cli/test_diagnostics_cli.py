@@ -1,10 +1,5 @@
-"""Tests of pyg_progcl.diagnostics: false-negative analysis, plots, tracking and the CLI.
-
-Known answers come from graphs built here: a stochastic block model with strong
-homophily and class-free random features (message passing makes same-class nodes
-similar, an MLP cannot), and embeddings whose classes are orthogonal (a perfect
-separator).
-"""
+"""The command line over pyg_progcl.diagnostics: tracking a training run and the
+``diagnose`` subcommand's outputs."""
 
 from __future__ import annotations
 

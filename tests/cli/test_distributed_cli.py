@@ -1,5 +1,5 @@
-"""torch.distributed: 2 gloo processes spawned once for this module (``dist_worker.py``)
-against one process; and the torchrun command."""
+"""torch.distributed through the command line: ``train --distributed`` under torchrun
+against one process."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A graph file is used as written: its ``edge_weight`` reaches every encoder that takes
-edge weights, in full-graph and mini-batch training, the probe and ``embed`` (full graph
-and layer by layer alike); encoders that cannot use a field say so once; malformed
-weights are one clear error. Also the small io messages: compiled models, files that are
-not model files, a graph file's preset."""
+"""A graph file's ``edge_weight`` through the command line: ``train --data`` (full graph and
+mini-batch), the probe and ``embed``; what an encoder cannot use is said once."""
 
 from __future__ import annotations
 

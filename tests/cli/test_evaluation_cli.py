@@ -1,5 +1,4 @@
-"""Evaluation protocols (pyg_progcl.evaluation): splits, the Adam probe, the GRACE
-cross-validated probe; the harness's summary."""
+"""The harness's summary of scores over seeds (pyg_progcl.cli.evaluation)."""
 
 from __future__ import annotations
 

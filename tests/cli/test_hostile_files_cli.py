@@ -1,6 +1,6 @@
-"""Graph files, model files and ``embed`` against hostile input: forged or damaged files
-are refused in one line, features of any float dtype embed, and signals leave true
-messages and no stray temporary files (docs/own_graph.md)."""
+"""Graph and model files against hostile input through the command line: forged or
+damaged files are refused in one line, and signals leave true messages and no stray
+temporary files (docs/own_graph.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""A hostile tester's inputs at the library's boundary: each ends in one clear line (a
-``ValueError`` naming the argument and the fix) or in a correct result, never in a long
-traceback from inside torch or a silent NaN."""
+"""A hostile tester's inputs to the trainer (pyg_progcl.cli): one clear line, never a long
+traceback or a silent NaN."""
 
 from __future__ import annotations
 

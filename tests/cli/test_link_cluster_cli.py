@@ -1,5 +1,5 @@
-"""Link prediction and node clustering: the edge split (no held-out edge reaches training),
-the scores against scikit-learn and brute force, and the command line's ``--probe``."""
+"""Link prediction and clustering through the command line: ``--probe link cluster``, its
+summary and result keys, and the trainer's held-out edges."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Mini-batch training on sampled subgraphs and batched inference (docs/algorithms.md §9)."""
+"""Mini-batch training through the command line and the trainer (``--batch-size``)."""
 
 from __future__ import annotations
 

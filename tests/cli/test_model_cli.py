@@ -1,4 +1,4 @@
-"""Tests of pyg_progcl.encoders and pyg_progcl.model (docs/algorithms.md §1)."""
+"""The trainer's model building (pyg_progcl.cli.build) around pyg_progcl.model."""
 
 import torch
 

@@ -1,7 +1,5 @@
-"""Your graph in, embeddings out: graph files (``read_graph``), model files (``save_model``
-/ ``load_model``), ``embed``, ``train --data --save-embeddings --save-model`` and the
-``embed`` command; every bad input is one clear error and writes nothing; an interrupted
-``embed`` leaves no partial output."""
+"""Your graph through the command line: ``train --data --save-embeddings --save-model``,
+the ``embed`` command, and interrupted or bad runs that write nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""ProGCLLoss's fit schedules: 'online', 'floored' and 'frozen' (the reference code's);
-their names; the posterior floor, the schedule's one setting."""
+"""ProGCL's fit schedules as the presets and the trainer build them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Datasets: the synthetic graph (pyg_progcl.datasets), the harness's names, read-only
-roots, and the real loaders on small files."""
+"""Datasets: the synthetic graph (pyg_progcl.datasets)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of pyg_progcl.diagnostics: false-negative analysis, plots, tracking and the CLI.
+"""Tests of pyg_progcl.diagnostics: false-negative analysis and plots.
 
 Known answers come from graphs built here: a stochastic block model with strong
 homophily and class-free random features (message passing makes same-class nodes

@@ -1,5 +1,5 @@
 """Evaluation protocols (pyg_progcl.evaluation): splits, the Adam probe, the GRACE
-cross-validated probe; the harness's summary."""
+cross-validated probe."""
 
 from __future__ import annotations
 

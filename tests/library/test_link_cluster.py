@@ -1,5 +1,5 @@
 """Link prediction and node clustering: the edge split (no held-out edge reaches training),
-the scores against scikit-learn and brute force, and the command line's ``--probe``."""
+the scores against scikit-learn and brute force."""
 
 import itertools
 

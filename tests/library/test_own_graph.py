@@ -1,7 +1,6 @@
-"""Your graph in, embeddings out: graph files (``read_graph``), model files (``save_model``
-/ ``load_model``), ``embed``, ``train --data --save-embeddings --save-model`` and the
-``embed`` command; every bad input is one clear error and writes nothing; an interrupted
-``embed`` leaves no partial output."""
+"""Your graph in, embeddings out, in Python: graph files (``read_graph``), model files
+(``save_model`` / ``load_model``) and ``embed``; every bad input is one clear error and
+writes nothing."""
 
 from __future__ import annotations
 
