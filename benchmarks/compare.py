@@ -12,7 +12,7 @@ has a ``variant`` field (an experiment outside the presets), or whose config nam
 schedule other than the default (``'floored'``), mixture options (``min_beta_high``,
 ``mixture_weight_init``) or ``shared_weights``, is a setting of its own. A ProGCL run's
 config must name its schedule, and no config may have fields this version's
-:class:`~pyg_progcl.experiments.presets.TrainConfig` lacks (files of other versions are
+:class:`~pyg_progcl.cli.presets.TrainConfig` lacks (files of other versions are
 refused). Runs of one row
 must share every other config field except :data:`NOT_A_SETTING` (else an error names
 the fields), and a row is paired with the baseline only where both were evaluated alike
@@ -33,8 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from pyg_progcl.experiments.evaluation import mean_std  # noqa: E402
-from pyg_progcl.experiments.presets import TrainConfig  # noqa: E402
+from pyg_progcl.cli.evaluation import mean_std  # noqa: E402
+from pyg_progcl.cli.presets import TrainConfig  # noqa: E402
 from pyg_progcl.losses.schedules import DEFAULT_SCHEDULE  # noqa: E402
 
 #: How a run's label names a ProGCL fit schedule other than the default

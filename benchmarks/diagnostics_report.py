@@ -37,15 +37,15 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 import torch  # noqa: E402
 from _stamp import versions  # noqa: E402
 
+from pyg_progcl.cli import build_model, seed_everything  # noqa: E402
+from pyg_progcl.cli.control import compare_encoders  # noqa: E402
+from pyg_progcl.cli.datasets import canonical_name, load_dataset  # noqa: E402
+from pyg_progcl.cli.presets import get_preset  # noqa: E402
 from pyg_progcl.diagnostics import (  # noqa: E402
     Diagnosis,
     NegativeSample,
     summarize,
 )
-from pyg_progcl.experiments import build_model, seed_everything  # noqa: E402
-from pyg_progcl.experiments.control import compare_encoders  # noqa: E402
-from pyg_progcl.experiments.datasets import canonical_name, load_dataset  # noqa: E402
-from pyg_progcl.experiments.presets import get_preset  # noqa: E402
 from pyg_progcl.mixture import BetaMixture  # noqa: E402
 
 DEFAULT_EPOCHS = {"Cora": 200, "Amazon-Photo": 50}

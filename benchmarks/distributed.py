@@ -35,8 +35,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 from pyg_progcl import EdgeDrop, FeatureMask, GCNEncoder, GRACEModel, ProGCLLoss  # noqa: E402
+from pyg_progcl.cli.datasets import synthetic_graph  # noqa: E402
 from pyg_progcl.distributed import DistributedLoss  # noqa: E402
-from pyg_progcl.experiments.datasets import synthetic_graph  # noqa: E402
 from pyg_progcl.minibatch import SeedViews, epoch_seeds, neighbor_loader  # noqa: E402
 from pyg_progcl.mixture import BetaMixture  # noqa: E402
 

@@ -43,8 +43,8 @@ def small_model(path: Path, features: int, hidden: int, epochs: int) -> None:
     """A model trained for a few epochs on a 2,000-node graph of the same feature width."""
     from torch_geometric.data import Data
 
-    from pyg_progcl import save_model
-    from pyg_progcl.experiments import get_preset, train
+    from pyg_progcl.cli import get_preset, train
+    from pyg_progcl.io import save_model
 
     g = torch.Generator().manual_seed(0)
     data = Data(

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from pyg_progcl import BetaMixture, ProGCLLoss
-from pyg_progcl.experiments.build import build_loss
-from pyg_progcl.experiments.presets import TrainConfig
+from pyg_progcl.cli.build import build_loss
+from pyg_progcl.cli.presets import TrainConfig
 from pyg_progcl.losses._sampling import sample_negative_similarities
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

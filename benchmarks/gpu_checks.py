@@ -15,7 +15,7 @@ hanging part is killed and recorded as ``timeout``; the others still run):
   with its ratio to GRACE's step and peak memory;
 - ``arxiv``: one exact full-graph ProGCL-weight epoch and one mini-batch epoch on a
   generated graph of ogbn-arxiv's size (169,343 nodes, 128 features, 1.17M edges);
-- ``pytest``: ``tests/test_cuda.py`` (slow tests included) on the device.
+- ``pytest``: ``tests/library/test_cuda.py`` (slow tests included) on the device.
 
 Everything goes to ``OUT/gpu_checks.json`` (rewritten after every part, so a killed session
 still leaves what finished) and ``OUT/gpu_checks.md``, each part's log to ``OUT/logs/``::
@@ -55,8 +55,9 @@ import torch  # noqa: E402
 from calls import count  # noqa: E402 (benchmarks/)
 from loss_step import METHODS, loss_step, make_loss, noisy_views  # noqa: E402
 
-from pyg_progcl.experiments import get_preset, load_dataset, synthetic_graph  # noqa: E402
-from pyg_progcl.experiments.run import start_seed  # noqa: E402
+from pyg_progcl.cli import get_preset, load_dataset  # noqa: E402
+from pyg_progcl.cli.run import start_seed  # noqa: E402
+from pyg_progcl.datasets import synthetic_graph  # noqa: E402
 from pyg_progcl.losses import (  # noqa: E402
     DebiasedInfoNCELoss,
     HardInfoNCELoss,
@@ -420,7 +421,7 @@ def part_arxiv(rec: Record, device: torch.device, args) -> None:
 def part_pytest(rec: Record, device: torch.device, args) -> None:
     env = {**os.environ, "PYG_PROGCL_TEST_DEVICE": str(device)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--slow"]
-    cmd.append(str(REPO / "tests" / "test_cuda.py"))
+    cmd.append(str(REPO / "tests" / "library" / "test_cuda.py"))
     timeout = max(5.0, args.deadline - time.time() - 3)
     try:
         proc = subprocess.run(
@@ -428,10 +429,12 @@ def part_pytest(rec: Record, device: torch.device, args) -> None:
             timeout=None if math.isinf(timeout) else timeout,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
-        rec.add(check="tests/test_cuda.py", ok=False, error=f"timed out after {timeout:.0f} s")
+        rec.add(
+            check="tests/library/test_cuda.py", ok=False, error=f"timed out after {timeout:.0f} s"
+        )
         return
     tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]
-    rec.add(check="tests/test_cuda.py", ok=proc.returncode == 0, exit_code=proc.returncode,
+    rec.add(check="tests/library/test_cuda.py", ok=proc.returncode == 0, exit_code=proc.returncode,
             summary=tail[0], output_tail=(proc.stdout + proc.stderr)[-4000:])  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 # One GPU session of about 9 minutes: the checks of benchmarks/gpu_checks.py (CUDA losses
 # against the CPU, bfloat16 training steps, step times and peak memory on Amazon-Photo,
 # Coauthor-CS and Coauthor-Physics, each loss's step alone on an Amazon-Photo-sized batch,
-# an ogbn-arxiv-sized epoch, tests/test_cuda.py), each part
+# an ogbn-arxiv-sized epoch, tests/library/test_cuda.py), each part
 # in its own time budget; results in OUT/gpu_checks.json and OUT/gpu_checks.md.
 #
 #   PYG_PROGCL_DATA=DATA bash benchmarks/gpu_session.sh --prepare  # the datasets' raw files -> .gpu_data/ (46 MB)

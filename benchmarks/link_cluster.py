@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from pyg_progcl.experiments.evaluation import mean_std  # noqa: E402
+from pyg_progcl.cli.evaluation import mean_std  # noqa: E402
 
 #: The table's columns: (title, probe, key); probe ``linear`` is the linear probe.
 COLUMNS = [

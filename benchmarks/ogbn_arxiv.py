@@ -2,14 +2,14 @@
 the official split with the official evaluator (docs/algorithms.md §6, §8, §9).
 
 The graph comes from the real ``ogb.nodeproppred.PygNodePropPredDataset`` (through
-:func:`pyg_progcl.experiments.datasets.load_dataset`, which handles the loader's offline quirks:
+:func:`pyg_progcl.cli.datasets.load_dataset`, which handles the loader's offline quirks:
 the ``outdated`` version check, ``torch.load`` on torch >= 2.6, a folder without
 ``RELEASE_v1.txt``); the edges are symmetrised. Training uses the trainer's preset of
 ``(dataset, method)`` with the flags below applied, and its progress bar; the frozen
 encoder is probed by the GCA-protocol linear probe (logistic regression, Adam) on the
 official train / valid / test split, with the test accuracy at the best validation
 accuracy computed by ``ogb.nodeproppred.Evaluator``. The result JSON is the trainer's
-(``pyg_progcl.experiments.train``) with an ``ogb`` entry added.
+(``pyg_progcl.cli.train``) with an ``ogb`` entry added.
 
 GRACE's published ogbn-arxiv number (71.51 ± 0.11) uses 2048 sampled negatives, because
 the full-graph loss ran out of memory; here both the exact row-blocked loss and the
@@ -35,16 +35,16 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 from _stamp import write_json  # noqa: E402
 
-from pyg_progcl.experiments import train  # noqa: E402
-from pyg_progcl.experiments.datasets import DATASETS, canonical_name, load_dataset  # noqa: E402
-from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402
+from pyg_progcl.cli import train  # noqa: E402
+from pyg_progcl.cli.datasets import DATASETS, canonical_name, load_dataset  # noqa: E402
+from pyg_progcl.cli.presets import METHODS, get_preset  # noqa: E402
 
 #: Published linear-probe accuracies (%, mean, std) by dataset and method (docs/algorithms.md §8).
 PUBLISHED = {"ogbn-arxiv": {"grace": (71.51, 0.11)}}
 
 
 def ogb_datasets() -> list[str]:
-    """The ``ogbn-*`` datasets :func:`~pyg_progcl.experiments.datasets.load_dataset` knows."""
+    """The ``ogbn-*`` datasets :func:`~pyg_progcl.cli.datasets.load_dataset` knows."""
     return [name for name, info in DATASETS.items() if info.kind == "ogb"]
 
 

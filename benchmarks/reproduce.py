@@ -38,9 +38,9 @@ import torch  # noqa: E402
 from _stamp import machine as train_machine  # noqa: E402
 from _stamp import versions  # noqa: E402
 
-from pyg_progcl.experiments import train  # noqa: E402
-from pyg_progcl.experiments.datasets import canonical_name, load_dataset  # noqa: E402
-from pyg_progcl.experiments.presets import METHODS, get_preset  # noqa: E402
+from pyg_progcl.cli import train  # noqa: E402
+from pyg_progcl.cli.datasets import canonical_name, load_dataset  # noqa: E402
+from pyg_progcl.cli.presets import METHODS, get_preset  # noqa: E402
 
 DEFAULT_DATASETS = ["Cora", "CiteSeer", "Amazon-Photo", "Coauthor-CS"]
 

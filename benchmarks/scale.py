@@ -55,9 +55,9 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from _stamp import machine as train_machine  # noqa: E402
 
-from pyg_progcl.experiments import build_loss, build_model, seed_everything  # noqa: E402
-from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
-from pyg_progcl.experiments.presets import get_preset  # noqa: E402
+from pyg_progcl.cli import build_loss, build_model, seed_everything  # noqa: E402
+from pyg_progcl.cli.datasets import load_dataset  # noqa: E402
+from pyg_progcl.cli.presets import get_preset  # noqa: E402
 from pyg_progcl.losses import ProGCLLoss, _engine  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES, ARXIV_FEATURES, ARXIV_CLASSES = 169_343, 1_166_243, 128, 40

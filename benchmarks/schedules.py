@@ -25,7 +25,7 @@ mixture is fitted and which similarities ``b`` is computed from is a schedule ch
   the same uniform augmentation; on Amazon / Coauthor it runs on GCA's adaptive one).
 
 Each variant runs the dataset's ProGCL-weight preset through the trainer
-(:func:`pyg_progcl.experiments.train`; ``beta-guard`` through a ``loss_factory``) and writes the trainer's JSON
+(:func:`pyg_progcl.cli.train`; ``beta-guard`` through a ``loss_factory``) and writes the trainer's JSON
 with a ``variant`` field, so that ``benchmarks/compare.py`` pairs the files by seed. The
 table printed at the end is compare.py's::
 
@@ -47,9 +47,9 @@ from _stamp import write_json  # noqa: E402
 from compare import SCHEDULE_LABELS, load_runs, merge, table  # noqa: E402
 
 from pyg_progcl import BetaMixture, ProGCLLoss  # noqa: E402
-from pyg_progcl.experiments import train  # noqa: E402
-from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
-from pyg_progcl.experiments.presets import TrainConfig, get_preset  # noqa: E402
+from pyg_progcl.cli import train  # noqa: E402
+from pyg_progcl.cli.datasets import load_dataset  # noqa: E402
+from pyg_progcl.cli.presets import TrainConfig, get_preset  # noqa: E402
 
 #: The ``variant`` field of each variant's result file (``None``: compare.py labels the run
 #: from its config's schedule and options).
@@ -128,9 +128,7 @@ def run(variant: str, args: argparse.Namespace) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="CiteSeer")
-    parser.add_argument(
-        "--root", default=None, help="data root (see pyg_progcl.experiments.datasets)"
-    )
+    parser.add_argument("--root", default=None, help="data root (see pyg_progcl.cli.datasets)")
     parser.add_argument("--epochs", type=int, default=400)
     parser.add_argument("--warmup-epochs", type=int, default=None, help="default: the preset's")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

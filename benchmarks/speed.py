@@ -43,8 +43,8 @@ from pyg_progcl import (  # noqa: E402
     InfoNCELoss,
     ProGCLLoss,
 )
+from pyg_progcl.cli.datasets import load_dataset  # noqa: E402
 from pyg_progcl.encoders import sparse_features  # noqa: E402
-from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
 from pyg_progcl.losses import FrozenFit  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

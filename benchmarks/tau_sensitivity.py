@@ -34,9 +34,9 @@ sys.modules.setdefault("outdated", None)  # ogb's network version check
 from _stamp import machine  # noqa: E402
 
 from pyg_progcl import InfoNCELoss, ProGCLLoss  # noqa: E402
-from pyg_progcl.experiments.datasets import load_dataset  # noqa: E402
-from pyg_progcl.experiments.loop import train_seed  # noqa: E402
-from pyg_progcl.experiments.presets import get_preset  # noqa: E402
+from pyg_progcl.cli.datasets import load_dataset  # noqa: E402
+from pyg_progcl.cli.loop import train_seed  # noqa: E402
+from pyg_progcl.cli.presets import get_preset  # noqa: E402
 
 TAUS = (0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.2)
 
@@ -106,9 +106,7 @@ def measure(name: str, root, epochs: int, draws: int, taus) -> tuple[float, dict
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["synthetic"])
-    parser.add_argument(
-        "--root", default=None, help="data root (see pyg_progcl.experiments.datasets)"
-    )
+    parser.add_argument("--root", default=None, help="data root (see pyg_progcl.cli.datasets)")
     parser.add_argument("--epochs", type=int, default=100, help="GRACE epochs first")
     parser.add_argument("--draws", type=int, default=3, help="augmentation draws per τ")
     parser.add_argument("--taus", type=float, nargs="+", default=list(TAUS))

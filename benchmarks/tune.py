@@ -39,8 +39,8 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 from _stamp import machine  # noqa: E402
 from compare import load_runs, merge, table  # noqa: E402
 
-from pyg_progcl.experiments.evaluation import mean_std  # noqa: E402
-from pyg_progcl.experiments.presets import get_preset  # noqa: E402
+from pyg_progcl.cli.evaluation import mean_std  # noqa: E402
+from pyg_progcl.cli.presets import get_preset  # noqa: E402
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -155,9 +155,7 @@ def held_out(args, best: dict[str, dict[str, str]], out: list[str]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="Cora")
-    parser.add_argument(
-        "--root", default=None, help="data root (see pyg_progcl.experiments.datasets)"
-    )
+    parser.add_argument("--root", default=None, help="data root (see pyg_progcl.cli.datasets)")
     parser.add_argument("--methods", nargs="+", default=["grace", "progcl-weight"])
     parser.add_argument("--grid", nargs="+", required=True, help="NAME=V1,V2,... (preset fields)")
     parser.add_argument("--tune-seeds", type=int, nargs="+", required=True)

@@ -1,42 +1,30 @@
 """pyg_progcl: hard-negative-aware graph contrastive learning for PyTorch Geometric.
 
-GRACE / GCA models with edge-drop and feature-mask augmenters, a message-passing encoder
-swappable for an MLP, and contrastive losses: InfoNCE (GRACE), DCL, HCL and ProGCL with an
-online Beta-mixture refit. Graph files and trained models go in and out through
-:func:`~pyg_progcl.io.read_graph`, :func:`~pyg_progcl.io.save_model`,
-:func:`~pyg_progcl.io.load_model` and :func:`~pyg_progcl.io.embed`; a linear probe
-(:func:`~pyg_progcl.evaluation.evaluate`) and a generated graph
-(:func:`~pyg_progcl.datasets.synthetic_graph`) come with them. The mini-batch and
-distributed entry points are in :mod:`pyg_progcl.minibatch` and
-:mod:`pyg_progcl.distributed`, the false-negative diagnostics in
-:mod:`pyg_progcl.diagnostics`.
+GRACE / GCA models (:class:`GRACEModel`) with edge-drop and feature-mask augmenters, a
+message-passing encoder swappable for an MLP, and contrastive losses: InfoNCE (GRACE),
+DCL, HCL and ProGCL with an online Beta-mixture refit (:class:`BetaMixture`).
+
+Everything else is a subpackage, imported by name:
+
+* :mod:`pyg_progcl.augment`: the augmentations as functions, GCA's probabilities, and
+  :class:`~pyg_progcl.augment.ComposeAugmenters`;
+* :mod:`pyg_progcl.losses`: the loss contract (:class:`~pyg_progcl.losses.NegativeBlock`)
+  and ProGCL's fit schedules;
+* :mod:`pyg_progcl.io`: graph files, model files, embeddings;
+* :mod:`pyg_progcl.evaluation`: the linear probe, link prediction, clustering;
+* :mod:`pyg_progcl.datasets`: a generated graph;
+* :mod:`pyg_progcl.minibatch` and :mod:`pyg_progcl.distributed`: training on large graphs;
+* :mod:`pyg_progcl.diagnostics`: false-negative diagnostics;
+* :mod:`pyg_progcl.cli`: the command line (``python -m pyg_progcl``; the ``cli`` extra).
 """
 
-from .augment import (
-    AdaptiveEdgeDrop,
-    AdaptiveFeatureMask,
-    Augmenter,
-    Compose,
-    EdgeDrop,
-    FeatureMask,
-    drop_edge_weighted,
-    edge_drop_probabilities,
-    feature_drop_probabilities,
-    mask_feature,
-    mask_feature_weighted,
-    node_centrality,
-)
-from .datasets import synthetic_graph
+from .augment.adaptive import AdaptiveEdgeDrop, AdaptiveFeatureMask
+from .augment.modules import Augmenter, EdgeDrop, FeatureMask
 from .encoders import GCNEncoder, MLPEncoder
-from .evaluation import evaluate, logistic_regression_probe, random_split
-from .io import embed, load_model, read_graph, save_model
-from .losses import (
-    ContrastiveLoss,
-    DebiasedInfoNCELoss,
-    HardInfoNCELoss,
-    InfoNCELoss,
-    ProGCLLoss,
-)
+from .losses.base import ContrastiveLoss
+from .losses.debiased import DebiasedInfoNCELoss, HardInfoNCELoss
+from .losses.infonce import InfoNCELoss
+from .losses.progcl import ProGCLLoss
 from .mixture import BetaMixture, MixtureDegeneracyWarning
 from .model import GRACEModel
 
@@ -51,13 +39,6 @@ __all__ = [
     "FeatureMask",
     "AdaptiveEdgeDrop",
     "AdaptiveFeatureMask",
-    "Compose",
-    "mask_feature",
-    "drop_edge_weighted",
-    "mask_feature_weighted",
-    "edge_drop_probabilities",
-    "feature_drop_probabilities",
-    "node_centrality",
     "ContrastiveLoss",
     "InfoNCELoss",
     "DebiasedInfoNCELoss",
@@ -65,12 +46,4 @@ __all__ = [
     "ProGCLLoss",
     "BetaMixture",
     "MixtureDegeneracyWarning",
-    "read_graph",
-    "save_model",
-    "load_model",
-    "embed",
-    "evaluate",
-    "logistic_regression_probe",
-    "random_split",
-    "synthetic_graph",
 ]

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._checks import check_bool, check_int, check_labels, check_matrix
+from ._checks import check_bool, check_int, check_matrix
+from ._labels import check_labels
 
 __all__ = ["cluster_scores"]
 

@@ -25,13 +25,7 @@ from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
-from ._checks import (
-    check_choice,
-    check_graph,
-    check_input_width,
-    check_int,
-    check_node_features,
-)
+from ._checks import check_choice, check_graph, check_input_width, check_int, check_node_features
 from ._compat import autocast_enabled, is_compiling, stacklevel_outside_package
 
 __all__ = ["GCNEncoder", "MLPEncoder"]

@@ -40,15 +40,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ._checks import (
-    check_choice,
-    check_int,
-    check_labels,
-    check_matrix,
-    check_nonnegative,
-    check_positive,
-)
+from ._checks import check_choice, check_int, check_matrix, check_nonnegative, check_positive
 from ._clusters import cluster_scores
+from ._labels import check_labels
 from ._links import EdgeSplit, link_scores, split_edges
 
 __all__ = [

@@ -16,18 +16,31 @@ from torch_geometric.nn.inits import reset
 
 from ._checks import accepts_check, check_graph, check_input_width, check_int
 from ._compat import is_compiling
-from .augment import Augmenter, Compose
+from .augment import Augmenter, ComposeAugmenters
 from .encoders import _to_csr, as_parameter_dtype, sparse_features
 
 __all__ = ["GRACEModel"]
 
 AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
+#: The ``projector`` argument that asks for GRACE's projection head,
+#: ``Linear(hidden, proj) -> ELU -> Linear(proj, hidden)``.
+DEFAULT_PROJECTOR = "default"
+
+
+def _projection_head(hidden_channels: int, proj_channels: int) -> torch.nn.Sequential:
+    """GRACE's projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(hidden_channels, proj_channels),
+        torch.nn.ELU(),
+        torch.nn.Linear(proj_channels, hidden_channels),
+    )
+
 
 def _as_augmenter(name: str, augment: AugmentSpec) -> Optional[Callable]:
-    """``None`` stays the identity, a list becomes a :class:`Compose`, a callable is kept."""
+    """``None`` stays the identity, a list becomes a :class:`ComposeAugmenters`, a callable is kept."""
     if isinstance(augment, (list, tuple)):
-        return Compose(*augment)
+        return ComposeAugmenters(*augment)
     if augment is None or callable(augment):
         return augment
     raise ValueError(
@@ -85,7 +98,7 @@ class GRACEModel(torch.nn.Module):
     r"""The GRACE / GCA model (Zhu et al., "Deep Graph Contrastive Representation
     Learning", 2020, https://arxiv.org/abs/2006.04131): two augmented views are
     encoded and projected, ``h_k = g(f(t_k(G)))`` with the projection head
-    ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``, ready for a contrastive loss
+    ``g(z) = W_2 ELU(W_1 z + b_1) + b_2`` (or any ``projector``), ready for a contrastive loss
     ``loss(h1, h2)`` (docs/algorithms.md §1); downstream tasks use the encoder output
     ``f(G)``.
 
@@ -104,9 +117,11 @@ class GRACEModel(torch.nn.Module):
             :class:`~pyg_progcl.MLPEncoder`.
         hidden_channels (int): Output size of the encoder; checked against the
             encoder's ``out_channels`` (else ``hidden_channels``) where it states one.
-        proj_channels (int): Hidden size of the projection head.
+        proj_channels (int, optional): Hidden size of the default projection head
+            (required with it, not allowed with another ``projector``).
+            (default: :obj:`None`)
         augment1 (Augmenter, list or callable, optional): Augmentation of the
-            first view; a list is wrapped in :class:`Compose`; :obj:`None` is the
+            first view; a list is wrapped in :class:`ComposeAugmenters`; :obj:`None` is the
             identity. Any callable ``(x, edge_index, edge_weight) -> (x,
             edge_index, edge_weight)`` works. (default: :obj:`None`)
         augment2 (Augmenter, list or callable, optional): Same for the second
@@ -118,6 +133,11 @@ class GRACEModel(torch.nn.Module):
             this trades one more encoder forward for it. Mostly-zero CPU features
             reach an encoder with ``sparse_features`` as one CSR matrix, masked
             entry-wise, so they need no recomputation. (default: :obj:`False`)
+        projector (torch.nn.Module or str, optional): The projection head ``g``: any
+            module mapping ``[num_nodes, hidden_channels]`` to the views, :obj:`None` for
+            none (the views are the encoder's outputs), or :obj:`"default"` for GRACE's
+            head ``Linear(hidden_channels, proj_channels) -> ELU -> Linear(proj_channels,
+            hidden_channels)``. (default: :obj:`"default"`)
 
     Adaptive augmenters (:class:`~pyg_progcl.AdaptiveEdgeDrop`,
     :class:`~pyg_progcl.AdaptiveFeatureMask`) that are not prepared yet are prepared by
@@ -129,10 +149,11 @@ class GRACEModel(torch.nn.Module):
         self,
         encoder: torch.nn.Module,
         hidden_channels: int,
-        proj_channels: int,
+        proj_channels: Optional[int] = None,
         augment1: AugmentSpec = None,
         augment2: AugmentSpec = None,
         recompute_views: bool = False,
+        projector: Union[torch.nn.Module, str, None] = DEFAULT_PROJECTOR,
     ):
         super().__init__()
         self.recompute_views = bool(recompute_views)
@@ -145,13 +166,24 @@ class GRACEModel(torch.nn.Module):
                 f"`hidden_channels` ({self.hidden_channels}) must equal the encoder's output "
                 f"width ({stated[1]}, its `{stated[0]}`)"
             )
-        self.proj_channels = check_int("proj_channels", proj_channels, minimum=1)
         self.encoder = encoder
-        self.projector = torch.nn.Sequential(
-            torch.nn.Linear(self.hidden_channels, self.proj_channels),
-            torch.nn.ELU(),
-            torch.nn.Linear(self.proj_channels, self.hidden_channels),
-        )
+        self.proj_channels = None
+        if isinstance(projector, str) and projector == DEFAULT_PROJECTOR:
+            if proj_channels is None:
+                raise ValueError("`proj_channels` is required for the default projection head")
+            self.proj_channels = check_int("proj_channels", proj_channels, minimum=1)
+            projector = _projection_head(self.hidden_channels, self.proj_channels)
+        elif projector is not None and not isinstance(projector, torch.nn.Module):
+            raise ValueError(
+                f"`projector` must be a torch.nn.Module, None or {DEFAULT_PROJECTOR!r} "
+                f"(got {projector!r})"
+            )
+        elif proj_channels is not None:
+            raise ValueError(
+                "`proj_channels` sizes the default projection head: with another "
+                "`projector`, leave it out"
+            )
+        self.projector = projector
         self.augment1 = _as_augmenter("augment1", augment1)
         self.augment2 = _as_augmenter("augment2", augment2)
         self.reset_parameters()
@@ -160,8 +192,8 @@ class GRACEModel(torch.nn.Module):
         r"""Resets the encoder and the projection head (and forgets what the augmenters
         prepared)."""
         reset(self.encoder)
-        for layer in self.projector:
-            reset(layer)
+        if self.projector is not None:
+            reset(self.projector)
         for augment in (self.augment1, self.augment2):
             if isinstance(augment, Augmenter):
                 augment.reset_parameters()
@@ -196,8 +228,8 @@ class GRACEModel(torch.nn.Module):
         return self._encode(self.input_features(x), edge_index, edge_weight)
 
     def project(self, z: Tensor) -> Tensor:
-        r"""Applies the projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
-        return self.projector(z)
+        r"""Applies the projection head ``g`` (``z`` itself where there is none)."""
+        return z if self.projector is None else self.projector(z)
 
     def views(
         self,
@@ -295,13 +327,14 @@ class GRACEModel(torch.nn.Module):
         return self.encoder(x, edge_index, edge_weight, **kwargs)
 
     def __repr__(self) -> str:
-        head = f"{self.hidden_channels} -> {self.proj_channels} -> {self.hidden_channels}"
-        return (
-            f"{self.__class__.__name__}(\n"
-            f"  encoder={self.encoder!r},\n"
-            f"  projector=Linear-ELU-Linear({head}),\n"
-            f"  augment1={self.augment1!r},\n"
-            f"  augment2={self.augment2!r},\n"
-            + ("  recompute_views=True,\n" if self.recompute_views else "")
-            + ")"
-        )
+        args = [repr(self.encoder), str(self.hidden_channels)]
+        if self.proj_channels is not None:
+            args.append(str(self.proj_channels))
+        else:
+            args.append("projector=" + " ".join(repr(self.projector).split()))
+        for name in ("augment1", "augment2"):
+            if getattr(self, name) is not None:
+                args.append(f"{name}={getattr(self, name)!r}")
+        if self.recompute_views:
+            args.append("recompute_views=True")
+        return f"{self.__class__.__name__}({', '.join(args)})"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up .venv at the repository root. Idempotent: a second run only checks.
 #
-#   ./scripts/setup.sh         the library and its run-time dependencies: enough for
+#   ./scripts/setup.sh         the library, its command line (the `cli` extra: tqdm,
+#                              filelock) and their run-time dependencies: enough for
 #                              `python -m pyg_progcl`
 #   ./scripts/setup.sh --dev   also the development tools (the `dev` extra: pytest, ruff,
 #                              Sphinx, import-linter, ogb, matplotlib); wheels only, a few
@@ -53,8 +54,8 @@ if ! .venv/bin/python -c "$installed" $needs 2>/dev/null; then
         say "step 2/2: pyg_progcl and its dependencies with the development tools (torch_geometric, scikit-learn, pytest, ruff, Sphinx, ogb, matplotlib, ...; a few minutes)"
         pip_install -e ".[dev]"
     else
-        say "step 2/2: pyg_progcl and its dependencies (torch_geometric, scikit-learn, networkx, tqdm, filelock; a minute or two)"
-        pip_install -e .
+        say "step 2/2: pyg_progcl, its command line and their dependencies (torch_geometric, scikit-learn, networkx, tqdm, filelock; a minute or two)"
+        pip_install -e ".[cli]"
     fi
     say "done: .venv is ready"
 else

@@ -245,9 +245,9 @@ def error_cases(rank: int, world: int) -> dict:
 def interrupted_training(rank: int, world: int, folder: str) -> dict:
     """The trainer on 2 ranks: uninterrupted, then a SIGTERM on rank 1 at epoch 3 and a
     resume, from the same seed."""
-    from pyg_progcl.experiments import TrainingInterruptedError, get_preset, train_seed
-    from pyg_progcl.experiments.datasets import synthetic_graph
-    from pyg_progcl.experiments.parallel import Ranks
+    from pyg_progcl.cli import TrainingInterruptedError, get_preset, train_seed
+    from pyg_progcl.cli.datasets import synthetic_graph
+    from pyg_progcl.cli.parallel import Ranks
 
     ranks = Ranks(rank, world, distributed=True)
     data = synthetic_graph(num_nodes=160)

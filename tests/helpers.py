@@ -150,7 +150,7 @@ def small_graph():
     """300 nodes, 3 classes, homophilous: 30 epochs of ProGCL reach > 0.6 (chance 1/3)."""
     import torch_geometric.transforms as T
 
-    from pyg_progcl.experiments.datasets import synthetic_graph
+    from pyg_progcl.cli.datasets import synthetic_graph
 
     graph = synthetic_graph(num_nodes=300, num_classes=3, homophily=0.8, topic_prob=0.15)
     return T.NormalizeFeatures()(graph)
@@ -158,7 +158,7 @@ def small_graph():
 
 def small_config(method="progcl-weight", **kw):
     """The synthetic preset of ``method``, made small (narrow, 30 epochs, short probe)."""
-    from pyg_progcl.experiments.presets import get_preset
+    from pyg_progcl.cli.presets import get_preset
 
     values = dict(
         epochs=30, warmup_epochs=10, hidden=32, proj=32, lr=0.01, probe_epochs=200,
@@ -193,7 +193,7 @@ TINY = [
 
 def run_main(capsys, *argv):
     """Runs the CLI in-process; returns ``(exit status, stdout, stderr)``."""
-    from pyg_progcl.__main__ import main
+    from pyg_progcl.cli import main
 
     try:
         status = main(list(argv))

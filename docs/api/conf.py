@@ -1,6 +1,6 @@
 """Sphinx configuration of the pyg_progcl API reference (docs/api).
 
-Build it strictly, as tests/test_docs.py does::
+Build it strictly, as tests/cli/test_docs.py does::
 
     python -m sphinx -b html -W --keep-going -n docs/api /tmp/pyg_progcl-api
 

@@ -173,7 +173,7 @@ class AdaptiveFeatureMask(_Adaptive):
 
     :meth:`prepare` computes the column probabilities once, the buffer ``drop_prob``
     ``[F]`` (:func:`feature_drop_probabilities`), from the features and the graph it is
-    given; inside :class:`Compose` that is the un-augmented graph whatever the order.
+    given; inside :class:`ComposeAugmenters` that is the un-augmented graph whatever the order.
     Each call masks as :func:`mask_feature_weighted`; features with another number of
     rows or columns are refused.
 

@@ -1,13 +1,13 @@
 """The augmentations as functions on tensors, with PyG's contracts.
 
-* :func:`mask_feature` is :func:`torch_geometric.utils.mask_feature` (same signature,
+* :func:`mask_feature_csr` is :func:`torch_geometric.utils.mask_feature` (same signature,
   same ``(x, feat_mask)`` result, same random draw), extended to sparse CSR feature
   matrices.
 * GRACE's uniform edge dropping is :func:`torch_geometric.utils.dropout_edge` itself
   (used by :class:`~pyg_progcl.augment.EdgeDrop`); this module does not duplicate it.
 * GCA's variants with one probability per edge / column have no PyG counterpart:
   :func:`drop_edge_weighted` returns ``(edge_index, edge_mask)`` as ``dropout_edge``
-  does, :func:`mask_feature_weighted` returns ``(x, feat_mask)`` as ``mask_feature``
+  does, :func:`mask_feature_weighted` returns ``(x, feat_mask)`` as ``mask_feature_csr``
   does.
 
 The formulas are those of docs/algorithms.md §2.
@@ -22,17 +22,11 @@ from torch import Tensor
 from torch_geometric.utils import mask_feature as _pyg_mask_feature
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 
-from .._checks import (
-    check_bool,
-    check_choice,
-    check_edge_index,
-    check_features,
-    check_probability,
-)
+from .._checks import check_bool, check_choice, check_edge_index, check_features, check_probability
 
-__all__ = ["drop_edge_weighted", "mask_feature", "mask_feature_weighted"]
+__all__ = ["drop_edge_weighted", "mask_feature_csr", "mask_feature_weighted"]
 
-#: The ``mode`` values of :func:`mask_feature` (PyG's); a CSR ``x`` takes ``'col'`` only.
+#: The ``mode`` values of :func:`mask_feature_csr` (PyG's); a CSR ``x`` takes ``'col'`` only.
 FEATURE_MASK_MODES = ("row", "col", "all")
 
 
@@ -41,7 +35,7 @@ def num_nodes_of(x: Optional[Tensor], edge_index: Tensor) -> int:
     return x.size(0) if x is not None else maybe_num_nodes(edge_index)
 
 
-def mask_feature(
+def mask_feature_csr(
     x: Tensor,
     p: float = 0.5,
     mode: str = "col",
@@ -128,8 +122,8 @@ def mask_feature_weighted(
     al., 2021, https://arxiv.org/abs/2010.14945): ``x'_{ij} = x_{ij} m_j``,
     ``m_j ~ Bernoulli(1 - p_j)``.
 
-    The contract of :func:`mask_feature` with ``mode='col'``; with a constant
-    ``drop_prob = p > 0`` it draws and returns exactly what ``mask_feature(x, p)`` does
+    The contract of :func:`mask_feature_csr` with ``mode='col'``; with a constant
+    ``drop_prob = p > 0`` it draws and returns exactly what ``mask_feature_csr(x, p)`` does
     under the same seed (docs/algorithms.md §2). A CSR ``x`` loses the masked columns'
     entries in ``O(nnz)``.
 
@@ -141,7 +135,7 @@ def mask_feature_weighted(
 
     Returns:
         ``(x, feat_mask)``: the masked features and the ``[1, num_features]`` keep mask
-        (a no-op's mask as in :func:`mask_feature`).
+        (a no-op's mask as in :func:`mask_feature_csr`).
     """
     check_features(x)
     _check_drop_prob(drop_prob, x.size(1), "num_features")

@@ -1,11 +1,11 @@
 """The augmenter modules: each a :class:`torch.nn.Module` and a PyG ``BaseTransform``;
-GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`Compose`
+GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`ComposeAugmenters`
 (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -14,9 +14,9 @@ from torch_geometric.data.data import BaseData
 from torch_geometric.transforms import BaseTransform
 
 from .._checks import check_edge_index, check_probability
-from .functional import mask_feature, num_nodes_of
+from .functional import mask_feature_csr, num_nodes_of
 
-__all__ = ["Augmenter", "Compose", "EdgeDrop", "FeatureMask"]
+__all__ = ["Augmenter", "ComposeAugmenters", "EdgeDrop", "FeatureMask"]
 
 GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
 
@@ -39,9 +39,10 @@ class Augmenter(torch.nn.Module, BaseTransform):
     :class:`~torch_geometric.transforms.BaseTransform`.
 
     Call it on tensors, ``aug(x, edge_index, edge_weight=None) -> (x, edge_index,
-    edge_weight)`` (this runs :meth:`forward`), or on a
-    :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a new object;
-    edge-level attributes are filtered with the edges). It is a no-op in eval
+    edge_weight)``, or on a :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a
+    new object; edge-level attributes are filtered with the edges): both run the one
+    :meth:`forward` through :class:`torch.nn.Module`'s call (hooks included), which makes
+    it usable wherever PyG takes a transform (``T.Compose([..., aug])``). It is a no-op in eval
     mode and with ``p = 0``; :meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>`
     runs its augmenters in training mode whatever the model's mode.
 
@@ -53,7 +54,7 @@ class Augmenter(torch.nn.Module, BaseTransform):
     * :meth:`edge_keep_mask` returns a boolean mask of the edges to keep;
     * :meth:`prepare` computes graph-dependent state (such as drop probabilities) from
       the un-augmented graph, once: an augmenter whose :meth:`is_prepared` is
-      :obj:`False` prepares itself on the first graph it augments (a :class:`Compose`
+      :obj:`False` prepares itself on the first graph it augments (a :class:`ComposeAugmenters`
       prepares its members on its input graph), and again only when :meth:`prepare` is
       called.
 
@@ -73,22 +74,26 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
     p: float = 0.0
 
-    def __call__(self, *args, **kwargs):
-        if len(args) == 1 and not kwargs and isinstance(args[0], BaseData):
-            return self.transform(args[0])
-        return super().__call__(*args, **kwargs)
-
     def is_active(self) -> bool:
         """Whether a call changes its input (training mode and ``p > 0``)."""
         return self.training and self.p > 0.0
 
     def forward(
         self,
-        x: Optional[Tensor],
-        edge_index: Tensor,
+        x: Union[Optional[Tensor], BaseData],
+        edge_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
-    ) -> GraphTensors:
-        r"""Augments tensors; returns ``(x, edge_index, edge_weight)``."""
+    ) -> Union[GraphTensors, Data]:
+        r"""Augments tensors and returns ``(x, edge_index, edge_weight)``; or, given a
+        :class:`~torch_geometric.data.Data` alone (the
+        :class:`~torch_geometric.transforms.BaseTransform` path), returns a new ``Data``
+        (:meth:`transform`)."""
+        if isinstance(x, BaseData):
+            if edge_index is not None or edge_weight is not None:
+                raise ValueError("pass either a Data object or (x, edge_index, edge_weight)")
+            return self.transform(x)
+        if edge_index is None:
+            raise ValueError("`edge_index` is required (the graph's connectivity)")
         if not self.is_active():  # passes anything through, e.g. a sparse adjacency
             return x, edge_index, edge_weight
         check_edge_index(edge_index)
@@ -176,7 +181,7 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
         Called by the user, or once by the augmenter itself while :meth:`is_prepared` is
         :obj:`False` (a subclass with state to prepare overrides both): on the first graph
-        it augments, or, inside a :class:`Compose`, on the :class:`Compose`'s input graph
+        it augments, or, inside a :class:`ComposeAugmenters`, on the :class:`ComposeAugmenters`'s input graph
         before the first member is applied, so that a member placed after an edge dropper
         still sees every edge. The adaptive augmenters compute their drop probabilities
         here.
@@ -231,7 +236,7 @@ class EdgeDrop(Augmenter):
 class FeatureMask(Augmenter):
     r"""Zeroes every feature column with probability ``p``, shared by all nodes
     (GRACE, Zhu et al., 2020, https://arxiv.org/abs/2006.04131): ``x'_{ij} = x_{ij} m_j``,
-    ``m_j ~ Bernoulli(1 - p)``, drawn by :func:`mask_feature` (PyG's, dense or CSR ``x``).
+    ``m_j ~ Bernoulli(1 - p)``, drawn by :func:`mask_feature_csr` (PyG's, dense or CSR ``x``).
 
     Args:
         p (float): Masking probability in ``[0, 1]``.
@@ -243,11 +248,11 @@ class FeatureMask(Augmenter):
 
     def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
         """Zeroes each feature column with probability ``p``."""
-        return mask_feature(x, self.p)[0]
+        return mask_feature_csr(x, self.p)[0]
 
 
-class Compose(Augmenter):
-    r"""Applies augmenters in order: ``Compose(a, b)(g) = b(a(g))``.
+class ComposeAugmenters(Augmenter):
+    r"""Applies augmenters in order: ``ComposeAugmenters(a, b)(g) = b(a(g))``.
 
     Before applying them, adaptive members are fitted on the *input* graph, so
     that e.g. :class:`AdaptiveFeatureMask` after :class:`AdaptiveEdgeDrop` sees

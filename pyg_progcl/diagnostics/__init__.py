@@ -28,24 +28,21 @@ ProGCL's hardness ``b = p(TN | s')·s'`` picks hard negatives with fewer false o
 Modules: :mod:`.core` (sampling, mixture fit, summary), :mod:`.tracker` (tracking over
 training), :mod:`.plots` (matplotlib, optional). The GCN-vs-MLP control experiment and
 ``python -m pyg_progcl diagnose`` train models, so they live in the experiment harness
-(:mod:`pyg_progcl.experiments.control`, :mod:`pyg_progcl.experiments.diagnose_cli`).
+(:mod:`pyg_progcl.cli.control`, :mod:`pyg_progcl.cli.diagnose_cli`).
 """
 
-# Besides ``__all__``, the helpers that the harness and the benchmarks use (the ``name as
-# name`` imports), documented at :mod:`.core` and :mod:`.plots`.
 from .core import (
     Diagnosis,
+    NegativeSample,
     diagnose,
     false_negative_rate,
+    fit_mixture,
+    negative_similarity_sample,
     separation_auc,
+    summarize,
     topk_false_negative_share,
 )
-from .core import NegativeSample as NegativeSample
-from .core import fit_mixture as fit_mixture
-from .core import negative_similarity_sample as negative_similarity_sample
-from .core import summarize as summarize
-from .plots import plot_comparison as plot_comparison
-from .plots import plot_similarity_histogram, plot_tracking
+from .plots import plot_comparison, plot_similarity_histogram, plot_tracking
 from .tracker import DiagnosticsTracker
 
 __all__ = [
@@ -57,4 +54,9 @@ __all__ = [
     "plot_tracking",
     "separation_auc",
     "topk_false_negative_share",
+    "NegativeSample",
+    "fit_mixture",
+    "negative_similarity_sample",
+    "summarize",
+    "plot_comparison",
 ]

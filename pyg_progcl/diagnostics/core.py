@@ -41,7 +41,8 @@ __all__ = [
 
 Source = Union[torch.nn.Module, Tensor, tuple]
 
-#: Elements of one anchors-by-candidates block of the top-k pass (16 MiB in float32).
+#: The default ``block_elements`` of :func:`topk_false_negative_share`: elements of one
+#: anchors-by-candidates block of the top-k pass (16 MiB in float32).
 BLOCK_ELEMENTS = 1 << 22
 
 
@@ -276,6 +277,7 @@ def topk_false_negative_share(
     num_anchors: Optional[int] = 4096,
     num_candidates: Optional[int] = None,
     seed: int = 0,
+    block_elements: int = BLOCK_ELEMENTS,
 ) -> dict:
     """Share of false negatives among each anchor's ``top_k`` most similar negatives.
 
@@ -291,18 +293,21 @@ def topk_false_negative_share(
         num_anchors: Anchors used (a uniform subset when ``N`` is larger; ``None``: all).
         num_candidates: Candidate negatives (a uniform subset; ``None``: all ``N``).
         seed: Seed of the subsets.
+        block_elements: Elements of one row block (``B·C``): its memory against the
+            number of blocks. (default: ``BLOCK_ELEMENTS``, 2**22)
 
     Returns:
         ``{'fn_share_topk': float}`` and, with a mixture, ``'fn_share_topk_hardness'``.
     """
     top_k = check_int("top_k", top_k, 1)
+    block_elements = check_int("block_elements", block_elements, 1)
     n = u.size(0)
     gen = torch.Generator().manual_seed(int(seed) + 1)
     anchors = _subset(n, num_anchors, "num_anchors", gen).to(u.device)
     cands = _subset(n, num_candidates, "num_candidates", gen).to(u.device)
     k = min(top_k, cands.numel() - 1)
     hardness = None if mixture is None else partial(log_hardness, mixture)
-    block = max(1, BLOCK_ELEMENTS // cands.numel())
+    block = max(1, block_elements // cands.numel())
     hits = {"fn_share_topk": 0.0, "fn_share_topk_hardness": 0.0}
     for start in range(0, anchors.numel(), block):
         rows = anchors[start : start + block]

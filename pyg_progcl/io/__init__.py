@@ -23,26 +23,12 @@ reads safely travels more easily; it can be uploaded to a model hub as it is.
 
 The package holds one module per kind of file: :mod:`~pyg_progcl.io.graphs`,
 :mod:`~pyg_progcl.io.models` and :mod:`~pyg_progcl.io.embedding`; and
-:mod:`~pyg_progcl.io.progress`, the progress bar of batches that :func:`embed` and the
-trainer show.
+:mod:`~pyg_progcl.io.files`, the checks of paths and the atomic writes they share.
 """
 
-# Besides ``__all__``, the helpers of the command line and the trainer and the modules'
-# constants (the ``name as name`` imports), documented at their modules.
-from ._common import PathLike as PathLike
-from .embedding import EMBEDDING_SUFFIXES as EMBEDDING_SUFFIXES
-from .embedding import check_embedding_path as check_embedding_path
-from .embedding import embed, save_embeddings
-from .graphs import GRAPH_SUFFIXES as GRAPH_SUFFIXES
-from .graphs import GraphFieldWarning, read_graph
-from .graphs import graph_for_model as graph_for_model
-from .graphs import takes_edge_weight as takes_edge_weight
-from .models import MODEL_FORMAT as MODEL_FORMAT
-from .models import MODEL_VERSION as MODEL_VERSION
-from .models import build_from_config as build_from_config
+from .embedding import check_embedding_path, embed, save_embeddings
+from .graphs import GraphFieldWarning, graph_for_model, read_graph
 from .models import load_model, save_model
-from .models import model_config as model_config
-from .models import read_model_file as read_model_file
 
 __all__ = [
     "GraphFieldWarning",
@@ -51,4 +37,6 @@ __all__ = [
     "read_graph",
     "save_embeddings",
     "save_model",
+    "check_embedding_path",
+    "graph_for_model",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -16,11 +16,10 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._checks import check_int
-from .._files import atomic_write, check_writable, torch_save
 from ..encoders import parameter_dtype
 from ._common import PathLike
+from .files import atomic_write, check_writable, torch_save
 from .graphs import graph_for_model
-from .progress import BatchBar
 
 __all__ = ["embed", "save_embeddings"]
 
@@ -34,7 +33,7 @@ def embed(
     batch_size: Optional[int] = None,
     num_neighbors: Optional[Sequence[int]] = None,
     device: Optional[Union[str, torch.device]] = None,
-    progress: bool = False,
+    progress: Optional[Callable[[int, Optional[int]], None]] = None,
 ) -> Tensor:
     """Every node's embedding ``model(data.x, data.edge_index, data.edge_weight)``,
     without gradients.
@@ -62,8 +61,9 @@ def embed(
         num_neighbors: With ``batch_size``: neighbours sampled per layer (approximate);
             ``None`` or all ``-1``: every neighbour (exact, layer by layer).
         device: Where to compute (default: the model's device); the result is on the CPU.
-        progress: Show a progress bar of the batches (with ``batch_size``): batches
-            done of all layers', time per batch and time left.
+        progress: With ``batch_size``: called as ``progress(done, total)`` after each
+            batch, ``done == 0`` starting a layer (as
+            :func:`~pyg_progcl.minibatch.embed_minibatch` calls it), e.g. a progress bar.
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings in node order, in the dtype of the
@@ -165,6 +165,10 @@ def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> 
     from ..minibatch.sampling import check_num_neighbors
 
     batch_size = check_int("batch_size", batch_size)
+    if progress is False:
+        progress = None
+    if progress is not None and not callable(progress):
+        raise ValueError(f"`progress` must be a callable progress(done, total) (got {progress!r})")
     if num_neighbors is not None:
         num_neighbors = check_num_neighbors(num_neighbors)
         layers = getattr(getattr(model, "encoder", model), "num_layers", None)
@@ -174,11 +178,7 @@ def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> 
             )
         if all(k == -1 for k in num_neighbors):
             num_neighbors = None  # every neighbour: exact, layer by layer
-    bar = BatchBar("embedding: batch", disable=not progress)
-    try:
-        return embed_minibatch(model, data, batch_size, num_neighbors, device=device, progress=bar)
-    finally:
-        bar.close()
+    return embed_minibatch(model, data, batch_size, num_neighbors, device=device, progress=progress)
 
 
 def save_embeddings(z: Tensor, path: PathLike) -> Path:

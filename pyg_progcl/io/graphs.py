@@ -22,10 +22,10 @@ from torch_geometric.data import Data
 
 from .._checks import check_graph
 from .._compat import stacklevel_outside_package
-from .._files import check_input_file
 from ..encoders import GCNEncoder, MLPEncoder
 from ..evaluation import check_labels
 from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled
+from .files import check_input_file
 
 __all__ = ["GraphFieldWarning", "read_graph"]
 

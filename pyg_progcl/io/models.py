@@ -18,17 +18,23 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .._files import (
+from ..augment import (
+    AdaptiveEdgeDrop,
+    AdaptiveFeatureMask,
+    ComposeAugmenters,
+    EdgeDrop,
+    FeatureMask,
+)
+from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
+from ..model import DEFAULT_PROJECTOR, GRACEModel
+from ._common import PathLike, first_line, load_failure, uncompiled
+from .files import (
     atomic_write,
     check_input_file,
     check_writable,
     payload_checksum,
     torch_save,
 )
-from ..augment import AdaptiveEdgeDrop, AdaptiveFeatureMask, Compose, EdgeDrop, FeatureMask
-from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
-from ..model import GRACEModel
-from ._common import PathLike, first_line, load_failure, uncompiled
 
 __all__ = ["load_model", "save_model"]
 
@@ -49,12 +55,12 @@ _AUGMENTERS = {
 
 
 def _describe_augmenter(name: str, augment) -> Union[None, dict, list[dict[str, Any]]]:
-    """A built-in augmenter as a dict of plain values, a :class:`Compose` of them as a list
+    """A built-in augmenter as a dict of plain values, a :class:`ComposeAugmenters` of them as a list
     of such dicts; ``None`` for none or a custom one (which is not saved: embedding does
     not use augmenters)."""
     if augment is None:
         return None
-    composed = type(augment) is Compose
+    composed = type(augment) is ComposeAugmenters
     members = list(augment.augmenters) if composed else [augment]
     described = []
     for aug in members:
@@ -84,7 +90,7 @@ def _build_augmenter(spec: Union[None, dict, list[dict[str, Any]]]):
     for entry in spec if isinstance(spec, list) else [spec]:
         entry = dict(entry)
         members.append(_AUGMENTERS[entry.pop("type")](**entry))
-    return Compose(*members) if isinstance(spec, list) else members[0]
+    return ComposeAugmenters(*members) if isinstance(spec, list) else members[0]
 
 
 def _describe_encoder(encoder) -> dict[str, Any]:
@@ -153,7 +159,8 @@ def model_config(model: GRACEModel) -> dict[str, Any]:
         ValueError: for a model this format cannot describe (not a :class:`GRACEModel`, an
             encoder other than :class:`~pyg_progcl.GCNEncoder` / :class:`~pyg_progcl.MLPEncoder`,
             a convolution outside ``torch_geometric.nn``, non-JSON ``conv_kwargs``, an
-            activation not given by name).
+            activation not given by name, a ``projector`` other than the default head or
+            none).
     """
     model = uncompiled(model)
     if type(model) is not GRACEModel:
@@ -161,15 +168,23 @@ def model_config(model: GRACEModel) -> dict[str, Any]:
             f"save_model supports a GRACEModel (got {type(model).__name__}); save another "
             "module's state_dict yourself"
         )
-    return {
+    if model.proj_channels is None and model.projector is not None:
+        raise ValueError(
+            f"save_model supports the default projection head or none (got a "
+            f"{type(model.projector).__name__}); save the model's state_dict yourself"
+        )
+    config = {
         "model": "GRACEModel",
         "hidden_channels": int(model.hidden_channels),
-        "proj_channels": int(model.proj_channels),
+        "proj_channels": None if model.proj_channels is None else int(model.proj_channels),
         "recompute_views": bool(model.recompute_views),
         "encoder": _describe_encoder(uncompiled(model.encoder)),
         "augment1": _describe_augmenter("augment1", model.augment1),
         "augment2": _describe_augmenter("augment2", model.augment2),
     }
+    if model.projector is None:
+        config["projector"] = None  # (no projection head; absent: the default one)
+    return config
 
 
 def build_from_config(config: dict[str, Any]) -> GRACEModel:
@@ -195,6 +210,7 @@ def build_from_config(config: dict[str, Any]) -> GRACEModel:
         _build_augmenter(config.get("augment1")),
         _build_augmenter(config.get("augment2")),
         recompute_views=config.get("recompute_views", False),
+        projector=config.get("projector", DEFAULT_PROJECTOR),
     )
 
 
@@ -208,7 +224,7 @@ def save_model(
     "checksum": ...}`` (the SHA-256 of the rest: a changed byte is refused on loading),
     readable with ``torch.load(path, weights_only=True)``; :func:`load_model` rebuilds
     the model. Augmenters are saved if they are built-in ones (:class:`~pyg_progcl.EdgeDrop`,
-    :class:`~pyg_progcl.FeatureMask`, the adaptive ones, a :class:`~pyg_progcl.Compose` of
+    :class:`~pyg_progcl.FeatureMask`, the adaptive ones, a :class:`~pyg_progcl.augment.ComposeAugmenters` of
     them), else left out with a warning. A model or encoder wrapped by ``torch.compile``
     is saved as the module it wraps (the file holds no compiled code; compile the loaded
     model again if you want it compiled).

@@ -24,15 +24,16 @@ Python::
     z = embed_minibatch(model, data, batch_size=4096)   # exact for GCN encoders
 """
 
-# Besides ``__all__``, the pieces that the trainer and the tests build on (the ``name as
-# name`` imports), documented at their modules.
-from .augmentation import SubgraphAugmenter as SubgraphAugmenter
+from .augmentation import SubgraphAugmenter
 from .epoch import SeedViews, minibatch_epoch
 from .inference import embed_minibatch
-from .sampling import NeighborSubgraphLoader as NeighborSubgraphLoader
-from .sampling import default_backend as default_backend
-from .sampling import epoch_seeds, neighbor_loader
-from .sampling import pyg_can_sample as pyg_can_sample
+from .sampling import (
+    NeighborSubgraphLoader,
+    default_backend,
+    epoch_seeds,
+    neighbor_loader,
+    pyg_can_sample,
+)
 
 __all__ = [
     "SeedViews",
@@ -40,4 +41,8 @@ __all__ = [
     "epoch_seeds",
     "minibatch_epoch",
     "neighbor_loader",
+    "SubgraphAugmenter",
+    "NeighborSubgraphLoader",
+    "default_backend",
+    "pyg_can_sample",
 ]

@@ -12,7 +12,7 @@ from ..augment import (
     AdaptiveEdgeDrop,
     AdaptiveFeatureMask,
     Augmenter,
-    Compose,
+    ComposeAugmenters,
     drop_edge_weighted,
     mask_feature_weighted,
 )
@@ -21,8 +21,8 @@ __all__: list[str] = []
 
 
 def _members(augment) -> list:
-    """The augmenters of a view, nested :class:`Compose` flattened (``None``: none)."""
-    if isinstance(augment, Compose):
+    """The augmenters of a view, nested :class:`ComposeAugmenters` flattened (``None``: none)."""
+    if isinstance(augment, ComposeAugmenters):
         return [m for aug in augment.augmenters for m in _members(aug)]
     return [] if augment is None else [augment]
 
@@ -42,7 +42,7 @@ class SubgraphAugmenter:
 
     Args:
         augment: A model's ``augment1`` / ``augment2`` (an augmenter, a
-            :class:`Compose`, a callable or ``None``), in its current train/eval mode.
+            :class:`ComposeAugmenters`, a callable or ``None``), in its current train/eval mode.
         data: The full graph the batches are sampled from.
     """
 
@@ -72,7 +72,7 @@ class SubgraphAugmenter:
         ``edge_weight``).
 
         Without ``n_id`` (a loader that does not record it) adaptive members are fitted
-        on the un-augmented subgraph, as :class:`Compose` fits them on its input.
+        on the un-augmented subgraph, as :class:`ComposeAugmenters` fits them on its input.
         """
         if n_id is None:
             for aug in self.members:

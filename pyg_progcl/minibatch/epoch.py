@@ -8,10 +8,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import accepts_check, check_data
+from .._checks import accepts_check
 from ..losses import FrozenFit
 from .augmentation import SubgraphAugmenter
-from .sampling import seed_count
+from .sampling import check_data, seed_count
 
 __all__ = ["SeedViews", "minibatch_epoch"]
 

@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import accepts_check, check_data, check_input_width, check_int
+from .._checks import accepts_check, check_input_width, check_int
 from ..encoders import GCNEncoder, MLPEncoder, sparse_features
-from .sampling import InEdges, neighbor_loader, seed_count
+from .sampling import InEdges, check_data, neighbor_loader, seed_count
 
 __all__ = ["embed_minibatch"]
 
@@ -126,20 +126,23 @@ def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Te
     return out
 
 
-#: Values of a batch's messages (edges x width) gathered at a time: a layer's batch holds
-#: about ``batch_size x mean degree`` edges, whose messages all at once outweigh the whole
-#: graph's forward (several GB for 65,536 targets of a graph of 2.7 M edges).
+#: The default ``message_chunk`` of :func:`embed_minibatch`: values of a batch's messages
+#: (edges x width) gathered at a time. A layer's batch holds about ``batch_size x mean
+#: degree`` edges, whose messages all at once outweigh the whole graph's forward (several
+#: GB for 65,536 targets of a graph of 2.7 M edges).
 MESSAGE_CHUNK = 1 << 22
 
 
-def _aggregate_on_targets(conv, xw: Tensor, graph: InEdges, targets: Tensor, device) -> Tensor:
+def _aggregate_on_targets(
+    conv, xw: Tensor, graph: InEdges, targets: Tensor, device, chunk: int
+) -> Tensor:
     """A linear-first layer's output at ``targets``: the (weighted) sum of their
     in-neighbours' transformed rows ``xw``, plus the bias. The messages are gathered and
-    summed :data:`MESSAGE_CHUNK` values at a time, so that memory stays that of the
-    output, not of every in-edge's row."""
+    summed ``chunk`` values at a time, so that memory stays that of the output, not of
+    every in-edge's row."""
     pos, slot = graph.sample(targets, -1)
     h = torch.zeros(targets.numel(), xw.size(1), dtype=xw.dtype, device=device)
-    step = max(1, MESSAGE_CHUNK // max(1, xw.size(1)))
+    step = max(1, chunk // max(1, xw.size(1)))
     for start in range(0, pos.numel(), step):
         part = pos[start : start + step]
         messages = xw[graph.source[part].to(xw.device)].to(device)
@@ -169,6 +172,7 @@ def _layerwise(
     part,
     gather,
     progress=None,
+    message_chunk: int = MESSAGE_CHUNK,
 ) -> Tensor:
     """Exact encoder output, one layer at a time over target-node batches: a layer's
     output at a node needs only its in-neighbours' inputs and edge weights (and, for GCN,
@@ -198,7 +202,7 @@ def _layerwise(
             if graph is None:
                 h = act(conv(x[targets].to(device)))
             elif xw is not None:
-                h = act(_aggregate_on_targets(conv, xw, graph, targets, device))
+                h = act(_aggregate_on_targets(conv, xw, graph, targets, device, message_chunk))
             else:
                 h = act(_layer_on_targets(conv, x, graph, targets, local, device, keyword))
             if out is None:
@@ -258,6 +262,7 @@ def embed_minibatch(
     part: tuple[int, int] = (0, 1),
     gather: Optional[Gather] = None,
     progress: Optional[Callable[[int, Optional[int]], None]] = None,
+    message_chunk: int = MESSAGE_CHUNK,
 ) -> Tensor:
     r"""Encoder embeddings ``f(G)`` of every node, computed in batches of nodes.
 
@@ -287,11 +292,15 @@ def embed_minibatch(
         progress: Called as ``progress(done, total)``: ``done = 0`` before the first batch,
             then after every batch; ``total`` counts the batches of every layer (exact
             inference) or of the one sampled pass; e.g. to drive a progress bar.
+        message_chunk: Exact inference of GCN layers sums a batch's messages (in-edges x
+            width values) this many values at a time: the memory of one chunk against
+            the number of sums. (default: ``MESSAGE_CHUNK``, 2**22)
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings.
     """
     batch_size = check_int("batch_size", batch_size)
+    message_chunk = check_int("message_chunk", message_chunk)
     if device is None:
         device = next(model.parameters()).device
     was_training = model.training
@@ -312,7 +321,7 @@ def embed_minibatch(
             check_data(data)  # (the sampled path's loader checks it)
             return _layerwise(
                 encoder, data.x, data.edge_index, weight, batch_size, device, part, gather,
-                progress,
+                progress, message_chunk,
             )  # fmt: skip
         if num_neighbors is None:
             num_neighbors = _full_neighbourhoods(encoder)

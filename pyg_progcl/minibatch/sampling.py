@@ -11,9 +11,16 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_choice, check_data, check_int
+from .._checks import check_choice, check_graph, check_int
 
 __all__ = ["epoch_seeds", "neighbor_loader"]
+
+
+def check_data(data) -> None:
+    """:func:`check_graph` on a ``Data``'s ``x``, ``edge_index`` (else ``adj_t``) and
+    ``edge_weight``, with its ``num_nodes``."""
+    edge_index = data.edge_index if data.edge_index is not None else data.get("adj_t")
+    check_graph(data.x, edge_index, data.get("edge_weight"), num_nodes=data.num_nodes)
 
 
 def pyg_can_sample() -> bool:

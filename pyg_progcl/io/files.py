@@ -1,0 +1,318 @@
+"""Files the library writes and reads: outputs are checked before the work starts and
+written atomically after it; inputs must be regular files.
+
+An output is written to a temporary file of a unique name in its own folder and renamed
+into place (:func:`atomic_write`), so that an interrupted or failed write leaves no
+half-written file and never replaces a good file with a broken one. Where an output will
+go is checked first (:func:`check_writable`, :func:`check_folder`), so that a bad path
+fails before hours of training, not after. A temporary file names the process that
+writes it, and a later write to its folder removes it once that process is gone
+(:func:`remove_stale_temporaries`). File contents are sealed with
+:func:`payload_checksum`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import socket
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Union
+
+__all__: list[str] = []
+
+PathLike = Union[str, os.PathLike]
+
+#: Prefix of the temporary files :func:`atomic_write` creates (and cleans up); the full
+#: name is ``TEMP_PREFIX + "<host tag>-<process id>-<random>.tmp"`` (:func:`remove_stale_temporaries`).
+TEMP_PREFIX = ".pyg_progcl-"
+#: Seconds after which a temporary file whose writer cannot be checked (another machine's,
+#: or an older naming without a process id) counts as left behind: a live write changes
+#: its file until the rename, which follows at once.
+STALE_AFTER_S = 24 * 3600
+_TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9a-f]{8})-(\d+)-.*\.tmp")
+#: The errors of a write to a full disk (or a full quota).
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def check_writable(path: PathLike, what: str = "output", create: bool = False) -> Path:
+    """Checks that a file can be written at ``path``: its folder exists (``create``: is
+    created, with its parents) and a file can be created in it, and ``path`` is not a
+    folder (an existing file there is replaced). Returns ``path`` as a
+    :class:`~pathlib.Path` (``~`` expanded).
+
+    Raises:
+        ValueError: naming ``what`` and the reason.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a folder, not a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{what} {str(path)!r} exists and is not writable")
+    _writable_folder(path.parent, f"{what} {str(path)!r}", create)
+    return path
+
+
+def check_folder(folder: PathLike, what: str = "output folder") -> Path:
+    """Creates ``folder`` (with its parents) if missing and checks that files can be
+    created in it. Returns it as a :class:`~pathlib.Path` (``~`` expanded).
+
+    Raises:
+        ValueError: naming ``what`` and the reason.
+    """
+    folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{what} {str(folder)!r} is a file, not a folder")
+    _writable_folder(folder, f"{what} {str(folder)!r}", create=True)
+    return folder
+
+
+def check_input_file(path: PathLike, what: str = "input file") -> Path:
+    """Checks that ``path`` names a regular file (through symbolic links), so that a
+    command never reads a device (``/dev/zero`` would be read until memory runs out), a
+    pipe (which blocks) or a folder. Returns it as a :class:`~pathlib.Path` (``~``
+    expanded).
+
+    Raises:
+        FileNotFoundError: nothing is there (or a symbolic link to nothing).
+        ValueError: naming ``what`` and what is there instead: a folder, a symbolic link
+            loop, a device, a pipe, a socket, or why it cannot be looked at.
+    """
+    path = Path(path).expanduser()
+    label = f"{what} {str(path)!r}"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{label} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{label} is a loop of symbolic links, not a file") from None
+        raise ValueError(f"{label} cannot be read ({_reason(exc)})") from None
+    if stat.S_ISREG(mode):
+        return path
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISFIFO, "a pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    raise ValueError(f"{label} is {kind}, not a file")
+
+
+def _writable_folder(folder: Path, label: str, create: bool) -> None:
+    """Checks (by creating and removing a file: as root, ``os.access`` answers yes even
+    on a read-only mount) that files can be created in ``folder``."""
+    if not folder.exists():
+        blocker = next((p for p in folder.parents if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            raise ValueError(f"{label}: {str(blocker)!r} is a file, not a folder")
+        if not create:
+            raise ValueError(f"{label}: folder {str(folder)!r} does not exist")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(
+                f"{label}: cannot create folder {str(folder)!r} ({_reason(exc)})"
+            ) from None
+    if not folder.is_dir():
+        raise ValueError(f"{label}: {str(folder)!r} is a file, not a folder")
+    remove_stale_temporaries(folder)
+    try:
+        fd, name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise ValueError(
+            f"{label}: folder {str(folder)!r} is not writable ({_reason(exc)})"
+        ) from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
+    """Calls ``write(tmp)`` on a new temporary file beside ``path``, flushes it to disk and
+    renames it to ``path`` (atomic on POSIX). If ``write`` fails, the temporary file is
+    removed and ``path`` is left as it was; if the process is killed, ``path`` is left as
+    it was too (its temporary file may remain, and is removed by the next write to that
+    folder: :func:`remove_stale_temporaries`). An exception raised after the rename (a
+    signal handler's) leaves ``path`` written, complete. Returns ``path``.
+
+    Raises:
+        OSError: one line, ``no space left on device to write <path>``, where the disk
+            (or the quota) is full (what ``write`` raised otherwise, as it is).
+    """
+    path = Path(path).expanduser()
+    remove_stale_temporaries(path.parent)
+    fd, name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    replaced = False
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it (mkstemp: 0600)
+        os.close(fd)
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        replaced = True
+    except BaseException as exc:
+        if not replaced:  # (after the rename, the name is free: not ours to remove)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            raise OSError(exc.errno, f"no space left on device to write {path}") from None
+        raise
+    _sync_folder(path.parent)
+    return path
+
+
+class _WriteRecorder:
+    """A file's ``write`` for ``torch.save``, which keeps the ``OSError`` a write raised
+    (``torch.save`` turns it into a ``RuntimeError`` that does not say why)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.error = fh, None
+        self.name = fh.name  # (the file's path, as a file object has it)
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def torch_save(obj: Any, path: PathLike) -> None:
+    """``torch.save(obj, path)``; a failed write raises its ``OSError`` (a full disk:
+    ``ENOSPC``), not torch's ``RuntimeError`` about the archive's position."""
+    import torch  # (here: this module is also loaded alone, without torch)
+
+    with open(path, "wb") as fh:
+        recorder = _WriteRecorder(fh)
+        try:
+            torch.save(obj, recorder)
+        except RuntimeError:
+            if recorder.error is not None:
+                raise recorder.error from None
+            raise
+
+
+def _temp_prefix() -> str:
+    """The start of this process's temporary file names: :data:`TEMP_PREFIX`, the host tag
+    and the process id (read at each call: a forked child writes under its own)."""
+    return f"{TEMP_PREFIX}{_host_tag()}-{os.getpid()}-"
+
+
+def _host_tag() -> str:
+    """8 hex digits naming this machine, boot and process-id namespace: process ids are
+    only compared within one of them (a folder may be shared over the network or between
+    containers, and a rebooted machine reuses ids)."""
+    parts = [socket.gethostname()]
+    for source in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        with contextlib.suppress(OSError):
+            parts.append(
+                os.readlink(source) if source.endswith("/pid") else Path(source).read_text()
+            )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+
+
+def _writer_is_gone(path: Path) -> bool:
+    """Whether the process that created temporary file ``path`` has ended: checked by its
+    process id where the name says it ran here (never on Windows, where ``os.kill``
+    would end the process); otherwise, by the file being unchanged for
+    :data:`STALE_AFTER_S`. The file of a live process here, and this process's own, are
+    never stale."""
+    found = _TEMP_NAME.fullmatch(path.name)
+    if found and found.group(1) == _host_tag() and os.name != "nt":
+        pid = int(found.group(2))
+        if pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)  # (signal 0: only asks whether the process exists)
+        except ProcessLookupError:
+            return True
+        except (OSError, OverflowError):  # alive under another user, or not a valid id
+            return False
+        return False
+    try:
+        return time.time() - path.lstat().st_mtime > STALE_AFTER_S
+    except OSError:
+        return False
+
+
+def remove_stale_temporaries(folder: PathLike) -> list[Path]:
+    """Removes from ``folder`` the temporary files of :func:`atomic_write` whose writing
+    process has ended (killed outright, e.g. by SIGKILL, in the
+    middle of a write); returns them. Safe while other runs write there: their files
+    are left alone. Called before every write and every check of an output folder."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for tmp in Path(folder).glob(TEMP_PREFIX + "*.tmp"):
+            if _writer_is_gone(tmp):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                    removed.append(tmp)
+    return removed
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flushes a folder's entries (the rename) to disk where the platform allows it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def payload_checksum(payload: dict[str, Any]) -> str:
+    """SHA-256 of everything in ``payload`` but its ``checksum`` entry: every tensor's
+    dtype, shape and bytes, every other value's type and value, every key, in order (what
+    seals checkpoints and model files)."""
+    digest = hashlib.sha256()
+    _feed(digest, {k: v for k, v in payload.items() if k != "checksum"})
+    return digest.hexdigest()
+
+
+def _feed(digest, value: Any) -> None:
+    import torch  # (here: this module is also loaded alone, without torch)
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        t = (t.to_dense() if t.layout != torch.strided else t).contiguous().reshape(-1)
+        digest.update(f"T{t.dtype}{tuple(value.shape)};".encode())
+        digest.update(t.view(torch.uint8).numpy())
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)};".encode())
+        for key, item in value.items():
+            _feed(digest, key)
+            _feed(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"L{len(value)};".encode())
+        for item in value:
+            _feed(digest, item)
+    elif isinstance(value, float):
+        digest.update(f"F{value.hex()};".encode())
+    elif isinstance(value, bytes):
+        digest.update(f"Y{len(value)};".encode() + value)
+    else:  # str, int, bool, None, ...
+        text = repr(value)
+        digest.update(f"{type(value).__name__}{len(text)};{text}".encode())
