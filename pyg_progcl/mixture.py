@@ -311,7 +311,8 @@ class BetaMixture(torch.nn.Module):
             flags.append(torch.argmin(self.means))  # (the roles before: see degeneracy)
         before = self._params()
         em = _EM(self, self._clamp(x.double()), reduce or (lambda stats: stats))
-        ab, w = before.double()[:2].T, before.double()[2:].T
+        start = before.double()
+        ab, w = start[:2].T, start[2:].T
         # EM runs on the device; the host reads whether it converged only after a few
         # iterations (``checks``), comparing the log-likelihood with the iteration before.
         checks = {c for c in (*EARLY_CHECKS, *range(CHECK_EVERY, budget, CHECK_EVERY))}
@@ -320,7 +321,10 @@ class BetaMixture(torch.nn.Module):
         for n_iter in range(1, budget + 1):
             ab, w, loglik = em.step(ab, w, track=n_iter in checks or n_iter + 1 in checks)
             if n_iter in checks:
-                converged = (loglik - previous).abs() < self.tol if n_iter > 1 else ~em.alive
+                if n_iter > 1:  # (log-likelihoods summed over the sample: tol times its size)
+                    converged = (loglik - previous).abs() < em.tolerance
+                else:
+                    converged = torch.zeros((), dtype=torch.bool, device=x.device)
                 if n_iter < budget and converged.item():
                     break
             previous = loglik
@@ -476,17 +480,17 @@ class _EM:
         # A component's joint log-density is (α, β, log λ, lnΓ(α), lnΓ(β), lnΓ(α+β)) times
         # these six rows, less log x + log(1-x): the E-step is one product.
         constants = x.new_tensor(_CONSTANTS)
-        self.design = constants[:6, :3] @ logs
+        self.design = constants[:6] @ logs
         self.base = logs[:2].sum(0, keepdim=True).neg_()
         self.moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
         self.n = reduce(self.moments.sum(dim=0))[:1]
         self.sums, self.sign, self.one = constants[6:8], constants[8:9, :2], constants[9, :2]
-        self.alive = x.new_ones((), dtype=torch.bool)
+        self.tolerance = mixture.tol * self.n[0]
         self.least = 1e-8 * self.n  # (a component's mass below: vanished)
         self.floor = mixture.min_weight * self.n
 
     def step(self, ab: Tensor, w: Tensor, track: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """The next ``(ab, w)`` and, if ``track``, the mean log-likelihood before it."""
+        """The next ``(ab, w)`` and, if ``track``, the log-likelihood before it."""
         features = torch.cat([ab, w.log(), torch.lgamma(ab @ self.sums)], dim=1)
         joint = torch.addmm(self.base, features, self.design)
         r = joint.softmax(dim=0)  # (responsibilities)
@@ -494,7 +498,7 @@ class _EM:
             return *self.moments_step(ab, self.reduce(r @ self.moments)), None
         lse = joint.logsumexp(dim=0, keepdim=True)  # (Σ_c r_c lse = lse)
         stats = self.reduce(r @ torch.cat([self.moments, lse.T], dim=1))
-        return *self.moments_step(ab, stats[:, :3]), stats[:, 3].sum() / self.n[0]
+        return *self.moments_step(ab, stats[:, :3]), stats[:, 3].sum()
 
     def moments_step(self, ab: Tensor, stats: Tensor) -> tuple[Tensor, Tensor]:
         """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``; a

@@ -65,9 +65,12 @@ def _similarities(h1, h2, num_samples, generator, anchors) -> Tensor:
         return _pair_similarities(u, v, i, k).clamp_(-1.0, 1.0)
     picked = (torch.randperm(hi - lo, generator=generator)[:rows] + lo).to(u.device)
     nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(u.device)
-    theta = u[picked] @ v[nodes].T
-    negative = picked.unsqueeze(1) != nodes.unsqueeze(0)
-    return theta[negative][:num_samples].clamp_(-1.0, 1.0)
+    theta = (u[picked] @ v[nodes].T).view(-1)
+    # The first M negatives of the grid in row order, by a stable sort of the positives
+    # last: a shape known in advance (a boolean index would read its count on the host).
+    positive = (picked.unsqueeze(1) == nodes.unsqueeze(0)).view(-1)
+    first = torch.argsort(positive, stable=True)[:num_samples]
+    return theta[first].clamp_(-1.0, 1.0)
 
 
 def _pair_similarities(u: Tensor, v: Tensor, i: Tensor, k: Tensor) -> Tensor:
