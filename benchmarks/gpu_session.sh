@@ -3,7 +3,8 @@
 # against the CPU, bfloat16 training steps, step times and peak memory on Amazon-Photo,
 # Coauthor-CS and Coauthor-Physics, each loss's step alone on an Amazon-Photo-sized batch,
 # an ogbn-arxiv-sized epoch, tests/library/test_cuda.py), each part
-# in its own time budget; results in OUT/gpu_checks.json and OUT/gpu_checks.md.
+# in its own time budget; results in OUT/gpu_checks.json and OUT/gpu_checks.md; then the
+# compiled loss step beside the eager one (OUT/compiled.md, COMPILE_SECONDS, default 120).
 #
 #   PYG_PROGCL_DATA=DATA bash benchmarks/gpu_session.sh --prepare  # the datasets' raw files -> .gpu_data/ (46 MB)
 #   bash benchmarks/gpu_session.sh .gpu_data OUT [SECONDS]         # on the GPU machine, from the repository root
@@ -35,3 +36,8 @@ nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 timeout --kill-after=10 $((BUDGET + 30)) $PY benchmarks/gpu_checks.py "${args[@]}" 2>&1 |
     tee "$OUT/session.log"
 echo "exit ${PIPESTATUS[0]}; results: $OUT/gpu_checks.json, $OUT/gpu_checks.md" | tee -a "$OUT/session.log"
+# The compiled loss step beside the eager one (2 minutes at most).
+nodes=7650; [ -n "${QUICK:-}" ] && nodes=300
+timeout --kill-after=10 ${COMPILE_SECONDS:-120} $PY benchmarks/compiled.py --device "${DEVICE:-cuda}" \
+    --nodes $nodes --rounds 2 --out "$OUT/compiled.md" >>"$OUT/session.log" 2>&1
+echo "compiled: exit $?; $OUT/compiled.md" | tee -a "$OUT/session.log"
