@@ -54,6 +54,10 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
         block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
+    #: See :class:`ContrastiveLoss`: the two views' blocks are one (both intra-view gradients
+    #: alive at once in backward).
+    peak_matrices = 6
+
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, **kwargs):
         super().__init__(tau, **kwargs)
         self.tau_plus = check_probability("tau_plus", tau_plus, upper_open=True)
@@ -85,6 +89,9 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
         block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
+    #: See :class:`ContrastiveLoss`: two scales of exponentials, a view at a time (measured).
+    peak_matrices = 7
+
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0, **kwargs):
         super().__init__(tau, tau_plus, **kwargs)
         self.beta = check_nonnegative("beta", beta)
@@ -95,7 +102,6 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
                 "(1 + beta)·θ/tau of the weighted negatives overflow float32"
             )
 
-    @batched_views
     def negative_term(self, block: NegativeBlock) -> Tensor:
         if self.beta == 0:
             return super().negative_term(block)

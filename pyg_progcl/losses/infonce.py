@@ -20,6 +20,10 @@ class InfoNCELoss(ContrastiveLoss):
     Args: see :class:`ContrastiveLoss`.
     """
 
+    #: See :class:`ContrastiveLoss`: the two views' blocks are one (both intra-view gradients
+    #: alive at once in backward).
+    peak_matrices = 6
+
     @batched_views
     def negative_term(self, block: NegativeBlock) -> Tensor:
         return block.log_sum_exp_both()
