@@ -219,6 +219,8 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
     if spec["path"] == "blocks":  # (the budget's size, or smaller: the automatic choice may
         h = torch.empty(data.num_nodes, 1)  # be the dense path)
         loss_fn.block_size = min(loss_fn.plan(h).block_size, data.num_nodes - 1)
+    if args.block_size is not None and spec["path"] in ("auto", "blocks"):
+        loss_fn.block_size = args.block_size
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     with torch.no_grad():  # fit the adaptive augmentation's probabilities (setup, not timed)
@@ -254,7 +256,10 @@ def _describe(name: str, spec: dict, args: argparse.Namespace, data, preset, con
     """What was measured: graph, preset and loss path (block size as the loss picks it)."""
     n = data.num_nodes
     sampled = spec["path"] == "sampled"
-    plan = build_loss(config).plan(torch.empty(n, 1))
+    loss = build_loss(config)
+    if args.block_size is not None and spec["path"] in ("auto", "blocks"):
+        loss.block_size = args.block_size
+    plan = loss.plan(torch.empty(n, 1))
     block = plan.block_size if not sampled else min(plan.block_size, n)
     return {
         "config": name,
@@ -463,6 +468,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--root", default=os.environ.get("PYG_PROGCL_DATA"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--block-size", type=int, default=None, help="the loss's block_size (default: its own)"
+    )
     parser.add_argument("--num-negatives", type=int, default=2048)
     parser.add_argument(
         "--arxiv-blocks",
@@ -496,6 +504,7 @@ def main(argv=None) -> int:
     for name in [] if args.report_only else args.configs:
         cmd = [sys.executable, __file__, "--child", name, "--root", args.root]
         cmd += ["--device", args.device, "--threads", str(args.threads)]
+        cmd += [] if args.block_size is None else ["--block-size", str(args.block_size)]
         cmd += [
             "--num-negatives",
             str(args.num_negatives),
