@@ -303,58 +303,56 @@ class BetaMixture(torch.nn.Module):
                 all-reduce over ranks, as :class:`~pyg_progcl.distributed.DistributedLoss`
                 fits); the fit then equals one on the union of the samples.
         """
-        x = self._check_values(x)
+        x = self._check_values(x).double()
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
-        # (read with the result: one host read)
-        flags = [((x >= 0) & (x <= 1)).all(), torch.isfinite(x).all()]
-        if self.fitted:
-            flags.append(torch.argmin(self.means))  # (the roles before: see degeneracy)
-        before = self._params()
-        em = _EM(self, self._clamp(x.double()), reduce or (lambda stats: stats))
-        start = before.double()
-        ab, w = start[:2].T, start[2:].T
-        # EM runs on the device; the host reads whether it converged only after a few
-        # iterations (``checks``), comparing the log-likelihood with the iteration before.
+        x_range = torch.aminmax(x)  # (read with the result: the fit's one read at its end)
+        em = _EM(self, self._clamp(x), reduce)
+        # The host reads whether EM converged only after a few iterations (``checks``),
+        # comparing the log-likelihood with the iteration before's.
         checks = {c for c in (*EARLY_CHECKS, *range(CHECK_EVERY, budget, CHECK_EVERY))}
         checks = {c for c in checks if c < budget} | {budget}
-        previous, converged = None, None
+        change, previous = None, None
         for n_iter in range(1, budget + 1):
-            ab, w, loglik = em.step(ab, w, track=n_iter in checks or n_iter + 1 in checks)
-            if n_iter in checks:
-                if n_iter > 1:  # (log-likelihoods summed over the sample: tol times its size)
-                    converged = (loglik - previous).abs() < em.tolerance
-                else:
-                    converged = torch.zeros((), dtype=torch.bool, device=x.device)
-                if n_iter < budget and converged.item():
+            loglik = em.step(track=n_iter in checks or n_iter + 1 in checks)
+            if n_iter in checks and n_iter > 1:
+                change = em.change(loglik, previous)
+                if n_iter < budget and em.converged(change.item()):
                     break
             previous = loglik
-        params = torch.cat([ab.T, w.T]).to(before.dtype)
-        self._set(params)
-        params = params.reshape(-1)
-        valid = (torch.isfinite(params) & (params > 0)).all()
-        state = torch.cat([torch.stack([converged, valid, *flags]).double(), params.double()])
+        if change is None:  # (one iteration: nothing to compare)
+            change = torch.full((1,), math.nan, dtype=torch.float64, device=x.device)
+        params = em.result()  # (alpha, beta, weight of component 0, then of 1)
+        ranges = torch.stack([*x_range, *torch.aminmax(params)])
+        state = torch.cat([change, ranges, em.start.view(-1), params])
         state = state.tolist()  # (the fit's one read at its end)
-        converged, ok, in_range, finite = (int(v) for v in state[:4])
-        if not (ok and in_range):
-            self._set(before)
-        if not finite:
+        change, low, high, least, most = state[:5]
+        before, params = state[5:11], state[11:]
+        if not (math.isfinite(low) and math.isfinite(high)):
             raise ValueError(
                 "`x` must hold values in [0, 1] and contains NaN or inf values (the "
                 "similarities of views that are not finite?)"
             )
-        if not in_range:
+        if low < 0 or high > 1:
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
-        if not ok:  # (statistics that were not finite: a bad sample, or a rank's `reduce`)
+        # (from here on, parameters are listed as alpha, beta and weight, each of length 2)
+        before, params = (sum((v[c::3] for c in range(3)), []) for v in (before, params))
+        if not (least > 0 and math.isfinite(most)):
+            # (statistics that were not finite: a bad sample, or a rank's `reduce`)
             raise ValueError(
                 "BetaMixture.fit: EM gave parameters that are not finite and positive "
-                f"({self._describe(state[-6:])}); the sufficient statistics were not finite "
+                f"({self._describe(params)}); the sufficient statistics were not finite "
                 "(check `reduce` and the sample); the previous parameters are kept"
             )
+        torch._foreach_copy_([self.alpha, self.beta, self.weight], em.result_rows())
+        swapped_from = None
+        if self.fitted:  # (the roles before: see degeneracy)
+            means = [before[c] / (before[c] + before[2 + c]) for c in range(2)]
+            swapped_from = int(means[0] > means[1])
         self.n_iter_ = n_iter
         self.num_fits += 1
         self._fitted_key, self._fitted = (self.num_fits.data_ptr(), self.num_fits._version), True
-        swapped_from = int(state[4]) if len(flags) > 2 else None
-        self._record_problems(swapped_from, bool(converged) or max_iter is not None, state[-6:])
+        converged = em.converged(change) or max_iter is not None
+        self._record_problems(swapped_from, converged, params)
         return self
 
     def degeneracy(self, swapped_from: int | None = None) -> list[str]:
@@ -470,62 +468,81 @@ class BetaMixture(torch.nn.Module):
 
 class _EM:
     """One fit's EM iterations on values ``x`` in ``[eps, 1 - eps]``, in float64 on their
-    device: an iteration is some 30 operations on ``[2, n]`` and ``[2, 3]`` tensors, with
-    no host read. Parameters are ``ab`` (``[2, 2]``: α, β of each component) and ``w``
-    (``[2, 1]``: the weights); ``reduce`` sums the statistics over samples (ranks)."""
+    device, without a host read: an iteration is 18 operations on ``[2, n]`` and
+    ``[2, 3]`` tensors. Its state is ``p`` (``[2, 3]``: α, β and α + β of each component)
+    and ``w`` (``[2, 1]``: the weights up to a common factor, which the responsibilities
+    do not see); ``reduce`` sums the statistics over samples (ranks)."""
 
-    def __init__(self, mixture: BetaMixture, x: Tensor, reduce: Callable[[Tensor], Tensor]):
-        self.mixture, self.reduce = mixture, reduce
-        logs = torch.stack([torch.log(x), torch.log1p(-x), torch.ones_like(x)])
-        # A component's joint log-density is (α, β, log λ, lnΓ(α), lnΓ(β), lnΓ(α+β)) times
-        # these six rows, less log x + log(1-x): the E-step is one product.
-        constants = x.new_tensor(_CONSTANTS)
-        self.design = constants[:6] @ logs
-        self.base = logs[:2].sum(0, keepdim=True).neg_()
-        self.moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)
-        self.n = reduce(self.moments.sum(dim=0))[:1]
-        self.sums, self.sign, self.one = constants[6:8], constants[8:9, :2], constants[9, :2]
-        self.tolerance = mixture.tol * self.n[0]
-        self.least = 1e-8 * self.n  # (a component's mass below: vanished)
-        self.floor = mixture.min_weight * self.n
+    def __init__(self, mixture: BetaMixture, x: Tensor, reduce: Callable | None):
+        self.mixture, self.reduce = mixture, reduce or (lambda stats: stats)
+        const = torch.tensor(_CONSTANTS, dtype=x.dtype, device=x.device)
+        self.to_pair, self.to_var, self.lgamma_sign, self.to_p = const.split([3, 1, 1, 3], 1)
+        self.minus_one = self.lgamma_sign[:1]
+        # A component's joint log-density is α log x + β log(1-x) + log λ - ln B(α, β), less
+        # log x + log(1-x), which both share (the responsibilities and the change of the
+        # log-likelihood do not see it): one product with the rows (log x, log(1-x), 0).
+        self.logs = F.pad(torch.stack([torch.log(x), torch.log1p(x.neg())]), (0, 0, 0, 1))
+        self.moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)  # (1, x, x²)
+        # (a sample summed over ranks: its size is a device value, and the change of the
+        # log-likelihood is divided by it on the device)
+        self.n = x.numel() if reduce is None else reduce(x.new_full((1,), x.numel()))
+        self.limit = mixture.tol * self.n if reduce is None else mixture.tol
+        self.start = torch.stack([mixture.alpha, mixture.beta, mixture.weight], 1).double()
+        self.p, self.w = self.start @ self.to_p, self.start[:, 2:]
 
-    def step(self, ab: Tensor, w: Tensor, track: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """The next ``(ab, w)`` and, if ``track``, the log-likelihood before it."""
-        features = torch.cat([ab, w.log(), torch.lgamma(ab @ self.sums)], dim=1)
-        joint = torch.addmm(self.base, features, self.design)
-        r = joint.softmax(dim=0)  # (responsibilities)
-        if not track:
-            return *self.moments_step(ab, self.reduce(r @ self.moments)), None
-        lse = joint.logsumexp(dim=0, keepdim=True)  # (Σ_c r_c lse = lse)
-        stats = self.reduce(r @ torch.cat([self.moments, lse.T], dim=1))
-        return *self.moments_step(ab, stats[:, :3]), stats[:, 3].sum()
+    def step(self, track: bool) -> Tensor | None:
+        """One iteration; if ``track``, the log-likelihood (up to a constant) before it."""
+        log_w = self.w.log()
+        if track:  # (normalised weights)
+            log_w = log_w.log_softmax(dim=0)
+        bias = torch.addmm(log_w, self.p.lgamma(), self.lgamma_sign)  # (log λ - ln B)
+        joint = torch.addmm(bias, self.p, self.logs)
+        self.moments_step(self.reduce(joint.softmax(dim=0) @ self.moments))
+        return self.reduce(joint.logsumexp(dim=0).sum(0, keepdim=True)) if track else None
 
-    def moments_step(self, ab: Tensor, stats: Tensor) -> tuple[Tensor, Tensor]:
-        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``; a
-        component whose mass vanished keeps its α and β."""
+    def moments_step(self, stats: Tensor) -> None:
+        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``: with
+        ``m`` and ``v`` the mean and variance, ``α + β = m (1 - m) / v - 1``. The variance
+        is floored at ``min_variance`` and capped below ``m (1 - m)`` (a Beta needs
+        ``0 < v < m (1 - m)``); a component whose mass vanished keeps its α and β."""
         m = self.mixture
         mass = stats[:, :1]
-        moments = stats[:, 1:] / mass
-        mean = moments[:, :1].clamp(m.eps, 1.0 - m.eps)
-        pair = torch.addmm(self.one, mean, self.sign)  # (mean, 1 - mean)
+        moments = stats / mass  # (1, m, E x²)
+        pair = moments @ self.to_pair  # (m, 1 - m, 1)
         spread = pair.prod(dim=1, keepdim=True)
-        # A Beta needs 0 < var < mean (1 - mean); flooring keeps all-equal inputs finite.
-        var = torch.addcmul(moments[:, 1:], mean, mean, value=-1).clamp_(min=m.min_variance)
-        var = torch.minimum(var, spread * 0.999)
-        new = torch.where(mass > self.least, pair * spread.div_(var).sub_(1), ab)
-        weight = mass.clamp(min=self.floor)  # (each weight at least min_weight)
+        var = torch.addmm(spread, moments, self.to_var).clamp_(min=m.min_variance)
+        total = torch.addcdiv(self.minus_one, spread, var).clamp_(min=1 / 0.999 - 1)
+        new = pair * total
         if m.min_beta_high is not None:  # (the high-mean component's, on the device)
-            high = torch.arange(2, device=new.device) == 1 - torch.argmin(new[:, 0] / new.sum(1))
-            floored = new[:, 1].clamp(min=m.min_beta_high)
-            new = torch.stack([new[:, 0], torch.where(high, floored, new[:, 1])], dim=1)
-        return new, weight / weight.sum()
+            high = torch.arange(2, device=new.device) == 1 - torch.argmin(new[:, 0] / new[:, 2])
+            beta = torch.where(high, new[:, 1].clamp(min=m.min_beta_high), new[:, 1])
+            new = torch.stack([new[:, 0], beta, new[:, 0] + beta], dim=1)
+        self.p = torch.where(mass > 1e-8 * self.n, new, self.p)
+        self.w = mass.clamp(min=m.min_weight * self.n)  # (each weight at least min_weight)
+
+    def change(self, loglik: Tensor, previous: Tensor) -> Tensor:
+        """The change of the log-likelihood (of the mean one over ranks)."""
+        return loglik - previous if isinstance(self.n, int) else (loglik - previous) / self.n
+
+    def converged(self, change: float) -> bool:
+        """Whether a change read on the host is below ``tol`` (per value)."""
+        return abs(change) < self.limit
+
+    def result(self) -> Tensor:
+        """``[6]``: α, β and the weight of component 0, then of component 1."""
+        self.out = torch.cat([self.p[:, :2], self.w / self.w.sum()], dim=1)
+        return self.out.view(-1)
+
+    def result_rows(self) -> list[Tensor]:
+        """The result as the rows α, β and weight."""
+        return list(self.out.T.unbind(0))
 
 
-#: :class:`_EM`'s constants: rows 0-5 map (log x, log(1-x), 1) to the rows of its design
-#: matrix, which (α, β, log λ, lnΓ(α), lnΓ(β), lnΓ(α+β)) multiply; rows 6-7 map (α, β) to
-#: (α, β, α + β); rows 8-9 map a mean m to (m, 1 - m).
+#: :class:`_EM`'s constants, by columns: 0-2 map moments (1, m, E x²) to (m, 1 - m, 1);
+#: 3 maps them to E x² - m; 4 holds the signs of lnΓ(α), lnΓ(β), lnΓ(α + β) in ln B(α, β)
+#: (negated); 5-7 map a component's (α, β, λ) to (α, β, α + β).
 _CONSTANTS = [
-    [1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [0, 0, -1.0], [0, 0, -1.0], [0, 0, 1.0],
-    [1.0, 0, 1.0], [0, 1.0, 1.0],
-    [1.0, -1.0, 0], [0, 1.0, 0],
-]  # fmt: skip
+    [0.0, 1.0, 1.0, 0.0, -1.0, 1.0, 0.0, 1.0],
+    [1.0, -1.0, 0.0, -1.0, -1.0, 0.0, 1.0, 1.0],
+    [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0],
+]

@@ -131,6 +131,29 @@ def class_views(num_classes=5, per_class=60, d=16, spread=1e-3, seed=0):
 # ----------------------------------------------------------------------------- mixture
 
 
+def fits_that_find(kinds, text="problem {}"):
+    """A replacement of :meth:`BetaMixture.fit` that fits and then records, as the
+    problems of the fit, those of ``kinds()`` (a list of kinds, called once per fit), in
+    the mixture's public ``problems_`` and ``degenerate_fits``."""
+    from pyg_progcl import BetaMixture
+
+    fit = getattr(BetaMixture.fit, "unpatched", BetaMixture.fit)
+
+    def patched(self, *args, **kwargs):
+        before = dict(self.degenerate_fits)
+        fit(self, *args, **kwargs)
+        found = list(kinds())
+        self.problems_ = [text.format(kind) for kind in found]
+        self.degenerate_fits.clear()  # (in place: the loss shares the dict)
+        self.degenerate_fits.update(before)
+        for kind in dict.fromkeys(found):
+            self.degenerate_fits[kind] = self.degenerate_fits.get(kind, 0) + 1
+        return self
+
+    patched.unpatched = fit
+    return patched
+
+
 def sample_mixture(n, components, weights, seed=0):
     """``n`` float64 draws of the Beta mixture ``components`` = ``[(a, b), ...]``."""
     g = torch.Generator().manual_seed(seed)

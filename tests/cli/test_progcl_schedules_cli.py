@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import warnings
 
+import pytest
+from helpers import fits_that_find
+
+from pyg_progcl import BetaMixture, MixtureDegeneracyWarning
 from pyg_progcl.cli.build import build_loss
 from pyg_progcl.cli.presets import get_preset
 from pyg_progcl.losses import FlooredFit, FrozenFit, OnlineFit, ProGCLLoss
@@ -70,3 +74,30 @@ def test_bad_schedule_is_a_clear_error():
         get_preset("synthetic", "progcl-weight", schedule="frozen", batch_size=64)
     config = get_preset("synthetic", "progcl-weight", schedule="frozen")
     assert isinstance(build_loss(config).schedule, FrozenFit)
+
+
+@pytest.mark.parametrize("schedule", ["floored", "online"])
+def test_the_trainer_records_every_degenerate_epoch_and_warns_only_without_a_floor(
+    monkeypatch, schedule
+):
+    from pyg_progcl.cli import get_preset, train_seed
+    from pyg_progcl.datasets import synthetic_graph
+
+    monkeypatch.setattr(BetaMixture, "fit", fits_that_find(lambda: ["x"], text="test"))
+    config = get_preset(
+        "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, probe_epochs=20, schedule=schedule
+    )
+    data = synthetic_graph(num_nodes=120)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, _, record = train_seed(config, data, seed=0, progress=False)
+    warned = [w for w in caught if w.category is MixtureDegeneracyWarning]
+    if schedule == "floored":
+        assert warned == []  # the floor handles it
+    else:
+        (warning,) = warned  # once per run, not once per epoch
+        assert warning.filename == __file__  # the caller's line, not the package's
+        assert "schedule 'online' has no floor" in str(warning.message)
+    assert [e["epoch"] for e in record["degenerate_fits"]] == [3, 4, 5, 6]
+    floor = 0.5 if schedule == "floored" else 0.0
+    assert record["degenerate_fits"][0] == {"epoch": 3, "problems": ["test"], "floor": floor}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, class_views, sample_mixture
+from helpers import REPO, class_views, fits_that_find, sample_mixture
 
 from pyg_progcl import MixtureDegeneracyWarning, ProGCLLoss
 from pyg_progcl.mixture import BetaMixture
@@ -109,35 +109,6 @@ def test_swapped_and_merged_components_are_degenerate():
     assert any("merged" in p for p in m.degeneracy())
 
 
-@pytest.mark.parametrize("schedule", ["floored", "online"])
-def test_the_trainer_records_every_degenerate_epoch_and_warns_only_without_a_floor(
-    monkeypatch, schedule
-):
-    from pyg_progcl.cli import get_preset, train_seed
-    from pyg_progcl.datasets import synthetic_graph
-
-    monkeypatch.setattr(
-        BetaMixture, "_findings", lambda self, swapped_from=None, params=None: [("x", "test")]
-    )
-    config = get_preset(
-        "synthetic", "progcl-weight", epochs=6, warmup_epochs=2, probe_epochs=20, schedule=schedule
-    )
-    data = synthetic_graph(num_nodes=120)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        _, _, record = train_seed(config, data, seed=0, progress=False)
-    warned = [w for w in caught if w.category is MixtureDegeneracyWarning]
-    if schedule == "floored":
-        assert warned == []  # the floor handles it
-    else:
-        (warning,) = warned  # once per run, not once per epoch
-        assert warning.filename == __file__  # the caller's line, not the package's
-        assert "schedule 'online' has no floor" in str(warning.message)
-    assert [e["epoch"] for e in record["degenerate_fits"]] == [3, 4, 5, 6]
-    floor = 0.5 if schedule == "floored" else 0.0
-    assert record["degenerate_fits"][0] == {"epoch": 3, "problems": ["test"], "floor": floor}
-
-
 def test_a_fit_every_epoch_warns_once_and_counts_every_degenerate_fit():
     # A plain training loop refits every epoch: one warning, not one per fit.
     views = class_views(spread=1e-3)
@@ -156,18 +127,13 @@ def test_a_fit_every_epoch_warns_once_and_counts_every_degenerate_fit():
 
 def test_later_kinds_of_degeneration_are_counted_not_warned(monkeypatch):
     kinds = iter([[]] * 2 + [["spike"]] * 3 + [["spike", "merged"]] * 4 + [["merged"]])
-    found = lambda self, swapped_from=None, params=None: [(k, f"problem {k}") for k in next(kinds)]  # noqa: E731
-    monkeypatch.setattr(BetaMixture, "_findings", found)
+    monkeypatch.setattr(BetaMixture, "fit", fits_that_find(lambda: next(kinds)))
     loss = ProGCLLoss(0.5, num_samples=500, schedule="online")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         refits(loss, class_views(spread=0.6), epochs=10)
         loss.reset_parameters()  # the same loss: warned already
-        monkeypatch.setattr(
-            BetaMixture,
-            "_findings",
-            lambda self, swapped_from=None, params=None: [("swapped", "s")],
-        )
+        monkeypatch.setattr(BetaMixture, "fit", fits_that_find(lambda: ["swapped"]))
         refits(loss, class_views(spread=0.6), epochs=1)
     (warning,) = caught  # at the first degenerate fit (the third): the fix is the same
     assert warning.filename == __file__ and "spike at cosine 1" in str(warning.message)
