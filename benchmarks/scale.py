@@ -58,7 +58,7 @@ from _stamp import machine as train_machine  # noqa: E402
 from pyg_progcl.cli import build_loss, build_model, seed_everything  # noqa: E402
 from pyg_progcl.cli.datasets import load_dataset  # noqa: E402
 from pyg_progcl.cli.presets import get_preset  # noqa: E402
-from pyg_progcl.losses import ProGCLLoss, _engine  # noqa: E402
+from pyg_progcl.losses import ProGCLLoss  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES, ARXIV_FEATURES, ARXIV_CLASSES = 169_343, 1_166_243, 128, 40
 GIB = 2**30
@@ -144,20 +144,17 @@ def arxiv_size_graph(seed: int = 0):
 
 
 def _partial_loss(loss_fn, h1, h2, blocks: int) -> torch.Tensor:
-    """The exact loss's terms over ``blocks`` evenly spaced anchor blocks per direction
-    (the same blocks and arithmetic as the row-block path), scaled by ``1 / 2N``."""
-    u, v = _engine.normalize_views(h1, h2)
-    n = u.size(0)
+    """The exact loss's terms over ``blocks`` evenly spaced anchor blocks (both views' anchors
+    in each; the row-block path's block size), scaled by ``1 / 2N``. Taken through
+    ``compute_loss(anchors=...)``, whose blocks are recomputed in backward: an upper bound
+    of the epoch's loss time, whose blocks take their gradient as they go."""
+    n = h1.size(0)
     size = loss_fn.plan(h1).block_size
     starts = list(range(0, n, size))
-    step = max(1, len(starts) // blocks)
-    chosen = starts[::step][:blocks]
-    total = u.new_zeros(())
-    for view, (a, o) in enumerate(((u, v), (v, u))):
-        for start in chosen:
-            args = (_engine.row_block, a, o, slice(start, min(start + size, n)), view)
-            losses = _engine._block_losses(args, loss_fn.tau, loss_fn.negative_term)
-            total = total + losses.sum()
+    chosen = starts[:: max(1, len(starts) // blocks)][:blocks]
+    total = sum(
+        loss_fn.compute_loss(h1, h2, anchors=slice(s, min(s + size, n))).sum() for s in chosen
+    )
     return total / (2 * n)
 
 

@@ -72,11 +72,6 @@ def test_importing_the_package_changes_nothing_and_imports_only_the_library():
     assert not [m for m in loaded if m.split(".")[1] in by_name]
 
 
-#: Benchmarks that time the loss engine's internals (the engine's own measurements); they
-#: import its private modules until the engine exposes what they time.
-ENGINE_BENCHMARKS = {"benchmarks/fit_sampling.py", "benchmarks/scale.py"}
-
-
 def private_imports(path) -> list[str]:
     """The imports in ``path`` of a private module of the library (``pyg_progcl._x``,
     ``pyg_progcl.losses._x``) or of a private name (``_x``) from one of its modules; the
@@ -107,11 +102,7 @@ def private_imports(path) -> list[str]:
 def test_the_command_line_benchmarks_and_examples_use_public_names_only(tmp_path):
     files = [*(REPO / "pyg_progcl" / "cli").glob("*.py"), *(REPO / "benchmarks").glob("*.py")]
     files += [*(REPO / "examples").glob("*.py"), REPO / "pyg_progcl" / "__main__.py"]
-    found = {
-        str(path.relative_to(REPO)): private_imports(path)
-        for path in files
-        if str(path.relative_to(REPO)) not in ENGINE_BENCHMARKS
-    }
+    found = {str(path.relative_to(REPO)): private_imports(path) for path in files}
     assert len(found) > 30
     assert not {path: imports for path, imports in found.items() if imports}
     bad = tmp_path / "bad.py"
