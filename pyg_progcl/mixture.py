@@ -152,6 +152,8 @@ class BetaMixture(torch.nn.Module):
         self.register_buffer("beta", torch.empty(2))
         self.register_buffer("weight", torch.empty(2))
         self.register_buffer("num_fits", torch.zeros((), dtype=torch.long))
+        # (EM's constant matrices, moved with the module: a fit copies nothing to the device)
+        self.register_buffer("_em_constants", torch.tensor(_CONSTANTS), persistent=False)
         self.n_iter_ = 0
         self.problems_: list[str] = []  # what the last fit's check found
         self.degenerate_fits: dict[str, int] = {}  # kind -> fits since construction
@@ -475,7 +477,7 @@ class _EM:
 
     def __init__(self, mixture: BetaMixture, x: Tensor, reduce: Callable | None):
         self.mixture, self.reduce = mixture, reduce or (lambda stats: stats)
-        const = torch.tensor(_CONSTANTS, dtype=x.dtype, device=x.device)
+        const = mixture._em_constants.to(x.device, x.dtype)
         self.to_pair, self.to_var, self.lgamma_sign, self.to_p = const.split([3, 1, 1, 3], 1)
         self.minus_one = self.lgamma_sign[:1]
         # A component's joint log-density is α log x + β log(1-x) + log λ - ln B(α, β), less
