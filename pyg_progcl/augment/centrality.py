@@ -23,18 +23,12 @@ def node_centrality(edge_index: Tensor, num_nodes: int, kind: str) -> Tensor:
     Contrastive Learning with Adaptive Augmentation", 2021, https://arxiv.org/abs/2010.14945;
     docs/algorithms.md §2).
 
-    * ``'degree'``: in-degree after symmetrising the graph, as GCA's
-      ``degree(to_undirected(edge_index)[1])`` (the degree for undirected graphs).
+    * ``'degree'``: in-degree of the symmetrised graph, as GCA's.
     * ``'pagerank'``: GCA's power iteration ``c <- 0.15 c + 0.85 A^T D_out^{-1} c``
-      from ``c = 1``, 10 iterations (unnormalised; isolated nodes stay > 0).
-    * ``'evc'``: eigenvector centrality from
-      :func:`networkx.eigenvector_centrality_numpy` (the reference) of the directed
-      graph :func:`torch_geometric.utils.to_networkx` builds. networkx
-      refuses disconnected graphs; for those (and graphs of < 3 nodes) the same
-      leading eigenvector of ``A^T`` is computed directly with SciPy, which is
-      what networkx returned before it refused them: nodes outside the dominant
-      component get ~0. Negative round-off is clamped to 0; a graph without
-      edges gives all zeros.
+      from ``c = 1``, 10 iterations (unnormalised).
+    * ``'evc'``: eigenvector centrality, :func:`networkx.eigenvector_centrality_numpy`
+      (the reference); for disconnected graphs (and < 3 nodes), which networkx refuses,
+      the same leading eigenvector of ``A^T`` from SciPy. Clamped at 0.
 
     Args:
         edge_index (torch.Tensor): ``[2, num_edges]``.
