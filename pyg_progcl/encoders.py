@@ -17,7 +17,7 @@ from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
-from ._checks import check_choice, check_graph, check_input_width, check_int, check_node_features
+from ._checks import check_choice, check_input_width, check_int
 from ._compat import autocast_enabled, is_compiling, stacklevel_outside_package
 
 __all__ = ["GCNEncoder", "MLPEncoder"]
@@ -286,6 +286,8 @@ class GCNEncoder(_StackEncoder):
         # Cast first: float64 values beyond float32's range become inf, which the check refuses.
         x, edge_weight = as_parameter_dtype(x, self), as_parameter_dtype(edge_weight, self)
         if check:
+            from ._graphs import check_graph  # (loaded with the first graph checked)
+
             check_graph(x, edge_index, edge_weight)
         kwargs = {}
         if edge_weight is not None and self._edge_weight_arg is None:
@@ -368,6 +370,8 @@ class MLPEncoder(_StackEncoder):
         check_input_width(x, self)
         x = as_parameter_dtype(x, self)  # (before the check, as in GCNEncoder.forward)
         if check:
+            from ._graphs import check_node_features
+
             check_node_features(x)
         if edge_weight is not None:
             warnings.warn(

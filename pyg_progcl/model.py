@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
-from ._checks import accepts_check, check_graph, check_input_width, check_int
+from ._checks import accepts_check, check_input_width, check_int
 from ._compat import is_compiling
 from .augment import Augmenter, ComposeAugmenters
 from .encoders import _to_csr, as_parameter_dtype, sparse_features
@@ -193,9 +193,7 @@ class GRACEModel(torch.nn.Module):
         Raises:
             ValueError: If the graph is malformed.
         """
-        x, edge_index, edge_weight = self._in_encoder_dtype(x, edge_index, edge_weight)
-        if check:
-            check_graph(x, edge_index, edge_weight)
+        x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight, check)
         return self._encode(self.input_features(x), edge_index, edge_weight)
 
     def project(self, z: Tensor) -> Tensor:
@@ -216,8 +214,7 @@ class GRACEModel(torch.nn.Module):
             ValueError: If the graph is malformed, or has another number of nodes than the
                 graph the adaptive augmenters were prepared on.
         """
-        x, edge_index, edge_weight = self._in_encoder_dtype(x, edge_index, edge_weight)
-        check_graph(x, edge_index, edge_weight)
+        x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight)
         x = self.input_features(x)
         shared: dict = {}  # (the centralities both views' adaptive augmenters use)
         for augment in (self.augment1, self.augment2):
@@ -228,13 +225,17 @@ class GRACEModel(torch.nn.Module):
             self._view(self.augment2, x, edge_index, edge_weight),
         )
 
-    def _in_encoder_dtype(self, x, edge_index, edge_weight):
+    def _checked(self, x, edge_index, edge_weight, check: bool = True):
         """The graph's tensors, ``x`` and ``edge_weight`` cast to the encoder's parameter
-        type before the check (float64 values beyond float32's become inf, refused there)."""
+        type, then checked (float64 values beyond float32's become inf, refused there)."""
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
         check_input_width(x, self.encoder)
-        x = as_parameter_dtype(x, self.encoder)
-        return x, edge_index, as_parameter_dtype(edge_weight, self.encoder)
+        x, edge_weight = (as_parameter_dtype(t, self.encoder) for t in (x, edge_weight))
+        if check:
+            from ._graphs import check_graph  # (loaded with the first graph checked)
+
+            check_graph(x, edge_index, edge_weight)
+        return x, edge_index, edge_weight
 
     def input_features(self, x: Tensor) -> Tensor:
         """The features as the model feeds them to its augmenters and encoder: in the
@@ -265,7 +266,7 @@ class GRACEModel(torch.nn.Module):
             with _augmenting(augment):
                 x, edge_index, edge_weight = augment(x, edge_index, edge_weight)
             if not isinstance(augment, Augmenter):
-                check_graph(x, edge_index, edge_weight)
+                x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight)
         return self.project(self._encode(x, edge_index, edge_weight))
 
     def _encode(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
