@@ -289,7 +289,6 @@ class GCNEncoder(_StackEncoder):
             from ._graphs import check_graph  # (loaded with the first graph checked)
 
             check_graph(x, edge_index, edge_weight)
-        kwargs = {}
         if edge_weight is not None and self._edge_weight_arg is None:
             raise ValueError(
                 f"`edge_weight` was given but {self.conv.__name__} does not accept edge weights"
@@ -299,18 +298,15 @@ class GCNEncoder(_StackEncoder):
             # GCNConv(improved=True) adds self-loops of weight 2 only to weighted edge lists
             # (PyG 2.8): unit weights make every path give A + 2I.
             edge_weight = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
-        adj = None
         edge_list = _edge_list_only(x)
         if self.sparse and not edge_list and not is_sparse(edge_index):
             adj = _csr_adjacency_t(edge_index, edge_weight, x)
+            edge_index, edge_weight = (edge_index, edge_weight) if adj is None else (adj, None)
         if self.sparse_features and not edge_list:
             x = sparse_features(x)
         elif x.layout != torch.strided and (edge_list or self.conv not in LINEAR_FIRST_CONVS):
             x = x.to_dense()  # a sparse x only enters convolutions that start with x @ W
-        if adj is not None:
-            edge_index = adj
-        elif edge_weight is not None:
-            kwargs[self._edge_weight_arg] = edge_weight
+        kwargs = {} if edge_weight is None else {self._edge_weight_arg: edge_weight}
         # A caller's sparse adjacency under autocast: float32 (no half-precision kernels).
         float32 = is_sparse(edge_index) and autocast_enabled(x.device.type)
         if float32 and x.dtype in (torch.float16, torch.bfloat16):
@@ -322,13 +318,10 @@ class GCNEncoder(_StackEncoder):
 
     def _extra_repr_args(self) -> str:
         text = f", conv={self.conv.__name__}"
-        if self.conv_kwargs:
-            text += f", conv_kwargs={self.conv_kwargs!r}"
-        if self.sparse:
-            text += ", sparse=True"
-        if self.sparse_features:
-            text += ", sparse_features=True"
-        return text
+        text += f", conv_kwargs={self.conv_kwargs!r}" if self.conv_kwargs else ""
+        return text + "".join(
+            f", {k}=True" for k in ("sparse", "sparse_features") if getattr(self, k)
+        )
 
 
 class MLPEncoder(_StackEncoder):
