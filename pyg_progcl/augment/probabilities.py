@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils.sparse import ptr2index
 
-from .._checks import check_edge_index, check_features, check_probability
+from .._checks import check_features, check_probability
 
 __all__ = ["edge_drop_probabilities", "feature_drop_probabilities"]
 
@@ -68,17 +68,13 @@ def edge_drop_probabilities(
     Returns:
         A float tensor ``[num_edges]`` on ``edge_index``'s device.
     """
+    from .._graphs import check_graph  # (node ids in range)
+
     p = check_probability("p", p)
     threshold = check_threshold(threshold)
-    check_edge_index(edge_index)
     if not (isinstance(centrality, Tensor) and centrality.dim() == 1):
         raise ValueError("`centrality` must be a tensor of shape [num_nodes]")
-    if edge_index.numel():
-        low, high = (int(v) for v in torch.aminmax(edge_index))
-        if low < 0:
-            raise ValueError(f"`edge_index` must hold node indices >= 0 (got {low})")
-        if high >= centrality.numel():
-            raise ValueError("`centrality` must have one entry per node of `edge_index`")
+    check_graph(None, edge_index, num_nodes=centrality.numel())
     scores = _log_scores(centrality.to(edge_index.device))[edge_index[1]]
     return _scores_to_probabilities(scores, p, threshold)
 
