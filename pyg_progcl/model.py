@@ -56,16 +56,14 @@ def _output_width(encoder) -> Optional[tuple[str, int]]:
 @contextlib.contextmanager
 def _augmenting(augment) -> Iterator[None]:
     """Runs an augmenter module (and its members) in training mode; the modes are restored."""
-    if not isinstance(augment, torch.nn.Module):
-        yield
-        return
-    modes = [(module, module.training) for module in augment.modules()]
+    modules = list(augment.modules()) if isinstance(augment, torch.nn.Module) else []
+    modes = [module.training for module in modules]
     try:
-        for module, _ in modes:
+        for module in modules:
             module.training = True
         yield
     finally:
-        for module, mode in modes:
+        for module, mode in zip(modules, modes):
             module.training = mode
 
 
