@@ -54,7 +54,7 @@ def cluster_scores(
 
     Returns:
         ``{"nmi", "ari", "acc", "n_clusters"}``: scikit-learn's NMI and ARI, and
-        :func:`matched_accuracy`.
+        the matched accuracy (``matched_accuracy``).
 
     Raises:
         ValueError: without labels, or with fewer than two classes.

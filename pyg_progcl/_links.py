@@ -196,7 +196,7 @@ def link_scores(
 
     Returns:
         ``{"auc", "ap", "hits@20", "hits@50", "hits@100"}``: scikit-learn's ROC-AUC and
-        average precision of positives against negatives, and :func:`hits_at_k` per ``ks``.
+        average precision of positives against negatives, and OGB's Hits@K per ``ks``.
     """
     from sklearn.metrics import average_precision_score, roc_auc_score
 

@@ -269,7 +269,7 @@ class GCNEncoder(_StackEncoder):
 
         Args:
             x (torch.Tensor): Node features ``[num_nodes, in_channels]``, dense or sparse,
-                cast to the layers' parameter type (:func:`as_parameter_dtype`).
+                cast to the layers' parameter type (``as_parameter_dtype``).
             edge_index (torch.Tensor): ``[2, num_edges]`` (int64 or int32), or a sparse
                 adjacency (torch.sparse or ``torch_sparse.SparseTensor``).
             edge_weight (torch.Tensor, optional): ``[num_edges]``, for convolutions that
