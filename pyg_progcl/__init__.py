@@ -1,21 +1,12 @@
 """pyg_progcl: hard-negative-aware graph contrastive learning for PyTorch Geometric.
 
-GRACE / GCA models (:class:`GRACEModel`) with edge-drop and feature-mask augmenters, a
-message-passing encoder swappable for an MLP, and contrastive losses: InfoNCE (GRACE),
-DCL, HCL and ProGCL with an online Beta-mixture refit (:class:`BetaMixture`).
-
-Everything else is a subpackage, imported by name:
-
-* :mod:`pyg_progcl.augment`: the augmentations as functions, GCA's probabilities, and
-  :class:`~pyg_progcl.augment.ComposeAugmenters`;
-* :mod:`pyg_progcl.losses`: the loss contract (:class:`~pyg_progcl.losses.NegativeBlock`)
-  and ProGCL's fit schedules;
-* :mod:`pyg_progcl.io`: graph files, model files, embeddings;
-* :mod:`pyg_progcl.evaluation`: the linear probe, link prediction, clustering;
-* :mod:`pyg_progcl.datasets`: a generated graph;
-* :mod:`pyg_progcl.minibatch` and :mod:`pyg_progcl.distributed`: training on large graphs;
-* :mod:`pyg_progcl.diagnostics`: false-negative diagnostics;
-* :mod:`pyg_progcl.cli`: the command line (``python -m pyg_progcl``; the ``cli`` extra).
+The GRACE / GCA model, its encoders and augmenters, and the contrastive losses: InfoNCE
+(GRACE), DCL, HCL and ProGCL with its Beta mixture. Subpackages, imported by name:
+:mod:`~pyg_progcl.augment` (functions, GCA's probabilities, ``ComposeAugmenters``),
+:mod:`~pyg_progcl.losses` (the loss contract, ProGCL's schedules), :mod:`~pyg_progcl.io`,
+:mod:`~pyg_progcl.evaluation`, :mod:`~pyg_progcl.datasets`, :mod:`~pyg_progcl.minibatch`,
+:mod:`~pyg_progcl.distributed`, :mod:`~pyg_progcl.diagnostics` and
+:mod:`~pyg_progcl.cli` (the command line, ``python -m pyg_progcl``; the ``cli`` extra).
 """
 
 from .augment.adaptive import AdaptiveEdgeDrop, AdaptiveFeatureMask

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -32,20 +31,18 @@ def check_probability(name: str, value: float, *, upper_open: bool = False) -> f
     return value
 
 
-def check_positive(name: str, value: float) -> float:
-    """Checks ``value`` is a finite number > 0."""
-    value = _number(name, value, "a finite number > 0")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"`{name}` must be a finite number > 0 (got {value})")
+def check_positive(name: str, value: float, strict: bool = True) -> float:
+    """Checks ``value`` is a finite number > 0 (``>= 0`` unless ``strict``)."""
+    form = "a finite number " + ("> 0" if strict else ">= 0")
+    value = _number(name, value, form)
+    if not (math.isfinite(value) and (value > 0 if strict else value >= 0)):
+        raise ValueError(f"`{name}` must be {form} (got {value})")
     return value
 
 
 def check_nonnegative(name: str, value: float) -> float:
     """Checks ``value`` is a finite number >= 0."""
-    value = _number(name, value, "a finite number >= 0")
-    if not (value >= 0 and math.isfinite(value)):
-        raise ValueError(f"`{name}` must be a finite number >= 0 (got {value})")
-    return value
+    return check_positive(name, value, strict=False)
 
 
 def check_int(name: str, value, minimum: int = 1) -> int:
@@ -107,10 +104,8 @@ def check_matrix(name: str, x: Tensor, min_rows: int = 2, finite: bool = True) -
 
 def check_views(h1: Tensor, h2: Tensor, finite: bool = True) -> None:
     """Checks two projected views are finite ``[N, d]`` tensors of one shape, N >= 2
-    (``finite=False``: their form only, where a later read of the device checks values).
-
-    Their values are read on the host once for both (one wait for the device), except
-    under ``torch.compile``, whose graph would break there."""
+    (``finite=False``: their form only); values are read on the host once for both, not
+    under ``torch.compile``."""
     check_matrix("h1", h1, finite=False)
     check_matrix("h2", h2, finite=False)
     if h1.shape != h2.shape:
@@ -126,23 +121,22 @@ def check_views(h1: Tensor, h2: Tensor, finite: bool = True) -> None:
         raise ValueError(f"`{name}` contains NaN or inf values; embeddings must be finite")
 
 
-#: The integer types of node indices that torch's indexing and PyG take; a narrower
-#: type (``uint8`` holds ids up to 255, ``int16`` up to 32767) is refused, not cast.
+#: The integer types of node indices that torch's indexing and PyG take; narrower ones
+#: are refused, not cast.
 INDEX_DTYPES = (torch.int64, torch.int32)
-_INDEX_HINTS = {
-    torch.uint8: ", which holds node ids up to 255 only); cast it with edge_index.long()",
-    torch.int8: ", which holds node ids up to 127 only); cast it with edge_index.long()",
-    torch.int16: ", which holds node ids up to 32767 only); cast it with edge_index.long()",
-    torch.bool: ": a mask, not node indices)",
-}
+_INDEX_HINTS = {torch.uint8: 255, torch.int8: 127, torch.int16: 32767}
 
 
-def check_edge_index(edge_index: Tensor) -> Tensor:
-    """Checks ``edge_index`` is an int64 or int32 ``[2, num_edges]`` tensor (an
-    ``[num_edges, 2]`` one is reported as transposed)."""
+def check_edge_index(edge_index: Tensor, adjacency: bool = False) -> Tensor:
+    """Checks ``edge_index`` is an int64 or int32 ``[2, num_edges]`` tensor (``adjacency``:
+    or a sparse adjacency, which :func:`check_graph` checks)."""
+    if adjacency and is_sparse(edge_index):
+        return edge_index
     if not isinstance(edge_index, Tensor):
+        kind = " or a sparse adjacency" if adjacency else ""
         raise ValueError(
-            f"`edge_index` must be a tensor of shape [2, num_edges] (got {type(edge_index)})"
+            f"`edge_index` must be a tensor of shape [2, num_edges]{kind} (got "
+            f"{type(edge_index).__name__ if adjacency else type(edge_index)})"
         )
     shape = list(edge_index.shape)
     if edge_index.dim() == 2 and edge_index.size(1) == 2 and edge_index.size(0) != 2:
@@ -158,9 +152,12 @@ def check_edge_index(edge_index: Tensor) -> Tensor:
             "are integers, e.g. edge_index.long()"
         )
     if edge_index.dtype not in INDEX_DTYPES:
+        high = _INDEX_HINTS.get(edge_index.dtype)
+        hint = "" if high is None else f", which holds node ids up to {high} only"
+        hint = ": a mask, not node indices)" if edge_index.dtype == torch.bool else hint + ")"
         raise ValueError(
-            f"`edge_index` must be an int64 or int32 tensor (got {edge_index.dtype}"
-            + _INDEX_HINTS.get(edge_index.dtype, "); cast it with edge_index.long()")
+            f"`edge_index` must be an int64 or int32 tensor (got {edge_index.dtype}{hint}"
+            + ("" if edge_index.dtype == torch.bool else "; cast it with edge_index.long()")
         )
     return edge_index
 
@@ -174,8 +171,7 @@ def check_features(x: Tensor) -> Tensor:
 
 
 def check_input_width(x: Tensor, encoder) -> None:
-    """Checks ``x`` is ``[num_nodes, encoder.in_channels]`` where the encoder states a width
-    (PyG's lazy modules state -1)."""
+    """Checks ``x`` is ``[num_nodes, encoder.in_channels]`` where the encoder states a width."""
     width = getattr(encoder, "in_channels", None)
     known = isinstance(x, Tensor) and isinstance(width, int) and width > 0
     if known and (x.dim() != 2 or x.size(1) != width):
@@ -186,226 +182,9 @@ def check_input_width(x: Tensor, encoder) -> None:
         )
 
 
-# ----------------------------------------------------------------------------- graphs
-#
-# A graph's tensors reach native code (``to_torch_csr_tensor``, sparse matmuls, scatter)
-# that does not check indices: a negative node index there reads and writes outside its
-# buffers. :func:`check_graph` runs on every call where a user's graph enters (the
-# encoders, the model, the mini-batch entry points, ``read_graph``) and remembers nothing
-# between calls, so a tensor modified in place by any means (``.data``, a numpy view of
-# it) is checked as it is now. A graph the package derives from a checked one (the views
-# its augmenters draw, the batches sampled from it) is passed on with ``check=False``.
-
-_SPARSE_COMPRESSED = {
-    torch.sparse_csr: ("crow_indices", "col_indices"),
-    torch.sparse_csc: ("ccol_indices", "row_indices"),
-}
-
-
 def accepts_check(module) -> bool:
-    """Whether ``module``'s ``forward`` takes the ``check`` keyword of the package's
-    encoders and model, through which a graph derived from a checked one skips
-    :func:`check_graph`."""
+    """Whether ``module``'s ``forward`` takes the ``check`` keyword of the package's."""
     try:
         return "check" in inspect.signature(module.forward).parameters
     except (AttributeError, TypeError, ValueError):
         return False
-
-
-@torch.compiler.disable  # (host reads: it runs eagerly under torch.compile)
-def check_graph(
-    x: Optional[Tensor],
-    edge_index,
-    edge_weight: Optional[Tensor] = None,
-    *,
-    num_nodes: Optional[int] = None,
-) -> None:
-    """Checks a graph before it reaches native code; a ``ValueError`` names the argument
-    (``x``, ``edge_index``, ``edge_weight``) and what was found.
-
-    * ``x``: a 2-D floating-point tensor, dense or sparse (COO / CSR / CSC: its stored
-      values are checked), every value finite. Integer or boolean features are refused,
-      not cast: cast them once with ``x.float()``. ``None`` only with ``num_nodes``.
-    * ``edge_index``: an integer ``[2, num_edges]`` tensor with entries in
-      ``[0, num_nodes)``; or a sparse adjacency (torch.sparse, ``torch_sparse``'s
-      ``SparseTensor``) of size ``[num_nodes, num_nodes]``.
-    * ``edge_weight``: ``None`` or a 1-D floating-point tensor of ``num_edges`` finite,
-      non-negative values.
-
-    ``num_nodes`` defaults to ``x.size(0)``. Every call checks the tensors as they are:
-    one pass over each (the sum of ``x``, the extremes of ``edge_index`` and
-    ``edge_weight``), read on the host at once (one synchronisation on a GPU).
-    """
-    with torch.no_grad():  # (learnable features or weights: no graph for the reductions)
-        nodes = _check_x_form(x, num_nodes)
-        _check_edge_index_form(edge_index)
-        _check_edge_weight_form(edge_weight, edge_index)
-        adjacency = is_sparse(edge_index)
-        x_sum, index_range, weight_range = _read_on_host(
-            None if x is None else (_stored_values(x).sum(),),
-            None if adjacency else _extremes(edge_index),
-            None if edge_weight is None else _extremes(edge_weight),
-        )
-        _report_x(x, x_sum)
-        if adjacency:
-            _check_adjacency(edge_index, nodes)
-        else:
-            _report_range("edge_index", index_range, nodes)
-        _report_edge_weight(edge_weight, weight_range)
-
-
-@torch.compiler.disable
-def check_node_features(x: Tensor) -> None:
-    """:func:`check_graph`'s checks of ``x`` alone (for models that ignore the graph)."""
-    with torch.no_grad():
-        _check_x_form(x, None)
-        _report_x(x, _read_on_host((_stored_values(x).sum(),))[0])
-
-
-def _extremes(values: Tensor) -> Optional[tuple[Tensor, Tensor]]:
-    """``(min, max)`` of ``values`` as 0-d tensors in one pass (``None`` when empty)."""
-    return None if values.numel() == 0 else tuple(torch.aminmax(values))
-
-
-def _read_on_host(*parts: Optional[tuple[Tensor, ...]]) -> list[Optional[tuple[float, ...]]]:
-    """The 0-d tensors of ``parts`` as Python floats (integers exact up to 2**53), copied
-    to the host together: one synchronisation on a GPU, not one per value."""
-    flat = [t for part in parts if part is not None for t in part]
-    if not flat:
-        return list(parts)
-    device = flat[0].device if flat[0].device.type != "mps" else torch.device("cpu")  # no f64
-    values = iter(torch.stack([t.to(device, torch.float64) for t in flat]).tolist())
-    return [None if part is None else tuple(next(values) for _ in part) for part in parts]
-
-
-def _stored_values(x: Tensor) -> Tensor:
-    """The values ``x`` stores: all of a dense tensor, the non-zeros of a sparse one."""
-    if x.layout == torch.strided:
-        return x
-    return x._values() if x.layout == torch.sparse_coo else x.values()
-
-
-def _check_x_form(x: Optional[Tensor], num_nodes: Optional[int]) -> int:
-    """Checks the node features' shape and type; returns the number of nodes."""
-    if x is None:
-        if num_nodes is None:
-            raise ValueError("`x` is None: pass node features, or `num_nodes` without them")
-        return check_int("num_nodes", num_nodes, minimum=0)
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"`x` must be a tensor of shape [num_nodes, num_features] (got {shape})")
-    if not x.is_floating_point():
-        raise ValueError(
-            f"`x` must be a floating-point tensor (got {x.dtype}); cast integer or boolean "
-            "features once with x.float()"
-        )
-    if num_nodes is not None and x.size(0) != check_int("num_nodes", num_nodes, minimum=0):
-        raise ValueError(f"`x` must have num_nodes = {num_nodes} rows (got {x.size(0)})")
-    return x.size(0)
-
-
-def _report_x(x: Optional[Tensor], total: Optional[tuple[float]]) -> None:
-    """Refuses non-finite features, given ``(sum,)`` of their stored values: a finite sum
-    has no NaN or infinite term (otherwise they are counted: the sum may have overflowed)."""
-    if x is None or total is None or math.isfinite(total[0]):
-        return
-    bad = int((~torch.isfinite(_stored_values(x))).sum())
-    if bad:
-        raise ValueError(f"`x` has {bad} NaN or infinite value(s); node features must be finite")
-
-
-def _check_edge_index_form(edge_index) -> None:
-    """Checks connectivity's type and shape: an integer ``[2, E]`` tensor or a sparse
-    adjacency (whose size and indices :func:`_check_adjacency` checks)."""
-    if is_sparse(edge_index):
-        return
-    if not isinstance(edge_index, Tensor):
-        raise ValueError(
-            f"`edge_index` must be a tensor of shape [2, num_edges] or a sparse adjacency "
-            f"(got {type(edge_index).__name__})"
-        )
-    check_edge_index(edge_index)
-
-
-def _report_range(name: str, extremes: Optional[tuple[float, float]], size: int) -> None:
-    """Refuses node indices outside ``[0, size)``, given their ``(min, max)``."""
-    if extremes is None:
-        return
-    low, high = (int(v) for v in extremes)
-    if low < 0:
-        raise ValueError(
-            f"`{name}` has negative node indices (min {low}); entries must lie in [0, {size})"
-        )
-    if high >= size:
-        raise ValueError(
-            f"`{name}` has node indices >= num_nodes = {size} (max {high}); entries must "
-            f"lie in [0, {size})"
-        )
-
-
-def _check_range(name: str, index: Tensor, size: int) -> None:
-    """Checks every entry of ``index`` lies in ``[0, size)``."""
-    _report_range(name, _read_on_host(_extremes(index))[0], size)
-
-
-def _check_adjacency(adj, num_nodes: int) -> None:
-    """Checks a sparse adjacency is ``[num_nodes, num_nodes]`` and its stored indices lie
-    in range: torch checks neither when it builds a sparse tensor (unless its sparse
-    invariant checks are on), and a ``torch_sparse.SparseTensor`` does not either. Block
-    layouts (BSR / BSC), which no PyG convolution takes, are checked by size only."""
-    size = [int(adj.size(0)), int(adj.size(1))]
-    if size != [num_nodes, num_nodes]:
-        raise ValueError(
-            f"`edge_index` (a sparse adjacency) must have size [num_nodes, num_nodes] = "
-            f"[{num_nodes}, {num_nodes}] (got {size})"
-        )
-    if not isinstance(adj, Tensor):  # torch_sparse.SparseTensor
-        row, col, _ = adj.coo()
-        _check_range("edge_index", torch.stack([row, col]), num_nodes)
-    elif adj.layout == torch.sparse_coo:
-        _check_range("edge_index", adj._indices(), num_nodes)
-    elif adj.layout in _SPARSE_COMPRESSED:
-        compressed, plain = (getattr(adj, name)() for name in _SPARSE_COMPRESSED[adj.layout])
-        ptr_ok = compressed.numel() == num_nodes + 1 and int(compressed[0]) == 0
-        ptr_ok = ptr_ok and int(compressed[-1]) == plain.numel()
-        if not (ptr_ok and bool((compressed.diff() >= 0).all())):
-            raise ValueError(
-                f"`edge_index` (a sparse {adj.layout} adjacency) has invalid compressed indices"
-            )
-        _check_range("edge_index", plain, num_nodes)
-
-
-def _check_edge_weight_form(edge_weight: Optional[Tensor], edge_index) -> None:
-    """Checks edge weights' shape and type: 1-D, one per edge, floating point."""
-    if edge_weight is None:
-        return
-    if not isinstance(edge_weight, Tensor) or edge_weight.dim() != 1:
-        shape = list(edge_weight.shape) if isinstance(edge_weight, Tensor) else type(edge_weight)
-        raise ValueError(f"`edge_weight` must be a 1-D tensor [num_edges] (got {shape})")
-    # A sparse adjacency carries its own values; its edge count is not an edge list's.
-    if not is_sparse(edge_index) and edge_weight.numel() != edge_index.size(1):
-        raise ValueError(
-            f"`edge_weight` must have one entry per edge, num_edges = {edge_index.size(1)} "
-            f"(got {edge_weight.numel()})"
-        )
-    if not edge_weight.is_floating_point():
-        raise ValueError(
-            f"`edge_weight` must be a floating-point tensor (got {edge_weight.dtype}); cast "
-            "it with edge_weight.float()"
-        )
-
-
-def _report_edge_weight(
-    edge_weight: Optional[Tensor], extremes: Optional[tuple[float, float]]
-) -> None:
-    """Refuses non-finite or negative edge weights, given their ``(min, max)``."""
-    if edge_weight is None or extremes is None:
-        return
-    low, high = extremes
-    if not (math.isfinite(low) and math.isfinite(high)):
-        bad = int((~torch.isfinite(edge_weight)).sum())
-        raise ValueError(
-            f"`edge_weight` has {bad} NaN or infinite value(s); weights must be finite"
-        )
-    if low < 0:
-        raise ValueError(f"`edge_weight` has negative weights (min {low}); weights must be >= 0")

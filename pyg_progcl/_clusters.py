@@ -1,17 +1,6 @@
-"""Node clustering with frozen node embeddings: k-means scored against the labels.
-
-.. code-block:: python
-
-    from pyg_progcl.evaluation import cluster_scores
-
-    z = model(data.x, data.edge_index).detach()
-    print(cluster_scores(z, data.y, seed=0))  # {"nmi", "ari", "acc", "n_clusters"}
-
-k-means (scikit-learn, as many clusters as classes, several initialisations) on the
-L2-normalised embeddings (the geometry a contrastive loss trains); the clusters are scored
-by normalised mutual information, the adjusted Rand index and the accuracy after the best
-one-to-one matching of clusters to classes (the Hungarian algorithm).
-"""
+"""Node clustering with frozen node embeddings: k-means (a cluster per class) on the
+L2-normalised embeddings, scored by NMI, ARI and the accuracy of the best one-to-one
+matching of clusters to classes."""
 
 from __future__ import annotations
 
@@ -26,18 +15,9 @@ __all__ = ["cluster_scores"]
 
 
 def matched_accuracy(y_true, y_pred) -> float:
-    """Clustering accuracy: the fraction of nodes whose cluster maps to their class under
-    the one-to-one map of clusters to classes that maximises it
-    (``scipy.optimize.linear_sum_assignment`` on the contingency table; clusters beyond
-    the number of classes map to none).
-
-    Args:
-        y_true: Class ids ``[N]`` (tensor or array).
-        y_pred: Cluster ids ``[N]``.
-
-    Returns:
-        A fraction in ``[0, 1]``.
-    """
+    """Clustering accuracy: the fraction of nodes whose cluster (``y_pred``) maps to their
+    class (``y_true``) under the best one-to-one map (``linear_sum_assignment`` on the
+    contingency table)."""
     from scipy.optimize import linear_sum_assignment
 
     y_true, y_pred = (np.asarray(torch.as_tensor(v).cpu()).ravel() for v in (y_true, y_pred))
@@ -73,10 +53,8 @@ def cluster_scores(
         normalize: Cluster the L2-normalised embeddings (else the raw ones).
 
     Returns:
-        ``{"nmi", "ari", "acc", "n_clusters"}``: scikit-learn's
-        ``normalized_mutual_info_score`` and ``adjusted_rand_score``, and the accuracy
-        after the one-to-one map of clusters to classes that maximises it
-        (``scipy.optimize.linear_sum_assignment`` on the contingency table).
+        ``{"nmi", "ari", "acc", "n_clusters"}``: scikit-learn's NMI and ARI, and
+        the matched accuracy (``matched_accuracy``).
 
     Raises:
         ValueError: without labels, or with fewer than two classes.

@@ -1,22 +1,7 @@
-"""Link prediction with frozen node embeddings: a held-out edge split and its scores.
-
-.. code-block:: python
-
-    from pyg_progcl.evaluation import split_edges
-
-    split = split_edges(data, seed=0)  # 85 / 5 / 10 % of the undirected edges
-    # ... train the encoder on split.train_data only (its edge_index lacks the held-out
-    # edges in both directions), then embed that graph:
-    z = model(split.train_data.x, split.train_data.edge_index).detach()
-    print(split.scores(z)["test"])  # auc, ap, hits@20, hits@50, hits@100
-
-The split holds out whole undirected edges (``u-v`` and ``v-u`` together) for validation
-and test, each with one negative pair per positive drawn from the node pairs that are no
-edge of the graph in either direction; both come from ``seed`` alone (the global RNG is
-untouched). A pair is scored by the cosine similarity of its embeddings (the geometry a
-contrastive loss trains) or by their inner product (GAE's decoder), and the scores give
-the area under the ROC curve, the average precision and OGB's Hits@K.
-"""
+"""Link prediction with frozen node embeddings: a held-out edge split (whole undirected
+edges, one non-edge per held-out edge, from ``seed`` alone) and its scores (AUC, AP, OGB's
+Hits@K of cosine or inner-product pair scores). Train and embed on ``split.train_data``,
+then ``split.scores(z)``."""
 
 from __future__ import annotations
 
@@ -64,8 +49,7 @@ class EdgeSplit:
     seed: int
 
     def sizes(self) -> dict[str, int]:
-        """The split's sizes and seed: ``train_edges`` (undirected edges left to train on),
-        ``val_edges``, ``test_edges`` (held out, each with as many negatives) and ``seed``."""
+        """``train_edges`` (undirected, left to train on), ``val_edges``, ``test_edges``, ``seed``."""
         edge_index = self.train_data.edge_index
         train = _pair_keys(edge_index, self.train_data.num_nodes)[edge_index[0] != edge_index[1]]
         return {
@@ -76,18 +60,8 @@ class EdgeSplit:
         }
 
     def scores(self, z: Tensor, *, score: str = "cosine") -> dict[str, Any]:
-        """:func:`link_scores` of the validation and the test pairs (validation for
-        choosing, test for reporting).
-
-        Args:
-            z: Embeddings ``[N, d]`` of :attr:`train_data` (made without the held-out
-                edges).
-            score: ``"cosine"`` or ``"inner"``.
-
-        Returns:
-            ``{"val": {...}, "test": {...}}``, each as :func:`link_scores` (``"val"`` is
-            ``None`` without validation pairs).
-        """
+        """``{"val": ..., "test": ...}``: :func:`link_scores` of the validation pairs (``None``
+        without) and the test pairs, for embeddings ``z`` of :attr:`train_data`."""
         val = None
         if self.val_edges.size(1):
             val = link_scores(z, self.val_edges, self.val_negatives, score=score)
@@ -96,8 +70,7 @@ class EdgeSplit:
 
 
 def _pair_keys(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """One int64 key per edge that names its unordered pair: ``min(u, v) * N + max(u, v)``
-    (self-loops included)."""
+    """One int64 key per edge naming its unordered pair: ``min(u, v) * N + max(u, v)``."""
     row, col = edge_index.long().cpu()
     return torch.minimum(row, col) * num_nodes + torch.maximum(row, col)
 
@@ -112,15 +85,12 @@ def split_edges(
 ) -> EdgeSplit:
     """Splits ``data``'s edges for link prediction before any training on them.
 
-    The undirected edges (each unordered pair ``{u, v}``, ``u != v``, that is an edge in
-    at least one direction) are permuted by a generator seeded with ``seed``;
-    ``floor(test_ratio E)`` go to the test set, ``floor(val_ratio E)`` to validation, the
-    rest stay in the training graph. A held-out pair leaves the training graph in both
-    directions; self-loops stay. Each held-out pair gets one negative: a pair of distinct
-    nodes that is no edge of ``data`` in either direction, drawn uniformly, without
-    repetition. Not ``T.RandomLinkSplit``: it draws from the global RNG and, for an
-    undirected split, keeps only the edges stored as ``u <= v``, losing those of a directed
-    graph stored the other way.
+    The undirected edges (pairs ``{u, v}``, ``u != v``, an edge in either direction) are
+    permuted from ``seed``; ``floor(test_ratio E)`` go to the test set,
+    ``floor(val_ratio E)`` to validation, and leave the training graph in both directions.
+    Each gets one negative: a distinct pair of nodes that is no edge, drawn uniformly.
+    Unlike ``T.RandomLinkSplit``, the global RNG is untouched and directed graphs keep
+    every edge.
 
     Args:
         data: The graph (``edge_index``, ``num_nodes``; other fields are carried along).
@@ -132,8 +102,7 @@ def split_edges(
         An :class:`EdgeSplit`.
 
     Raises:
-        ValueError: one line, where the graph has too few edges (or too few non-edges)
-            for the split.
+        ValueError: where the graph has too few edges (or non-edges) for the split.
     """
     check_nonnegative("val_ratio", val_ratio)
     check_nonnegative("test_ratio", test_ratio)
@@ -171,9 +140,8 @@ def split_edges(
 
 
 def _negative_pairs(edges: Tensor, num_nodes: int, count: int, gen: torch.Generator) -> Tensor:
-    """``count`` distinct keys of pairs ``u < v`` that are not in ``edges`` (sorted keys of
-    the graph's pairs), in random order: drawn by rejection from uniform pairs where
-    non-edges are plenty, else taken from a permutation of every non-edge."""
+    """``count`` distinct keys of pairs ``u < v`` not in ``edges``, in random order: by
+    rejection where non-edges are plenty, else from a permutation of every non-edge."""
     total = num_nodes * (num_nodes - 1) // 2
     if total - edges.numel() < count:
         raise ValueError(
@@ -227,11 +195,8 @@ def link_scores(
         ks: The ``K`` of Hits@K.
 
     Returns:
-        ``{"auc", "ap", "hits@20", "hits@50", "hits@100"}`` (one ``hits@K`` per ``ks``):
-        scikit-learn's ``roc_auc_score`` and ``average_precision_score`` of positives
-        (label 1) against negatives (label 0), and OGB's Hits@K (the fraction of positives
-        scoring above the ``K``-th highest negative score; 1 with fewer than ``K``
-        negatives); fractions in ``[0, 1]``.
+        ``{"auc", "ap", "hits@20", "hits@50", "hits@100"}``: scikit-learn's ROC-AUC and
+        average precision of positives against negatives, and OGB's Hits@K per ``ks``.
     """
     from sklearn.metrics import average_precision_score, roc_auc_score
 
@@ -255,8 +220,7 @@ def link_scores(
 
 
 def pair_scores(z: Tensor, pairs: Tensor, score: str = "cosine") -> Tensor:
-    """The score of each pair ``[2, n]``: the cosine similarity or the inner product of its
-    two nodes' embeddings."""
+    """Each pair's (``[2, n]``) cosine similarity or inner product of embeddings."""
     a, b = z[pairs[0]], z[pairs[1]]
     if score == "cosine":
         a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)

@@ -1,19 +1,11 @@
-"""Node encoders: a message-passing stack and an MLP with the same signature.
-
-GRACE (Zhu et al., "Deep Graph Contrastive Representation Learning", 2020,
-https://arxiv.org/abs/2006.04131) and GCA encode each view with a stack of
-graph convolutions whose widths are ``in -> 2*hidden -> ... -> 2*hidden ->
-hidden``, with the activation applied after every layer:
-``H^(l+1) = act(conv_l(H^(l), A))`` (docs/algorithms.md §1). :class:`MLPEncoder` uses
-linear layers of the same widths and ignores the graph, the control experiment of the
-ProGCL paper (Xia et al., 2022, https://arxiv.org/abs/2110.02027).
-
-String activations are resolved by PyG's
-:func:`~torch_geometric.nn.resolver.activation_resolver`, one module per layer.
-"""
+"""Node encoders: GRACE's message-passing stack (Zhu et al., 2020,
+https://arxiv.org/abs/2006.04131), ``H^(l+1) = act(conv_l(H^(l), A))`` with widths ``in ->
+2*hidden -> ... -> hidden``, and an MLP of the same widths, the ProGCL paper's control
+(Xia et al., 2022, https://arxiv.org/abs/2110.02027); docs/algorithms.md §1."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import warnings
@@ -25,7 +17,7 @@ from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import is_sparse, to_torch_csr_tensor
 
-from ._checks import check_choice, check_graph, check_input_width, check_int, check_node_features
+from ._checks import check_choice, check_input_width, check_int
 from ._compat import autocast_enabled, is_compiling, stacklevel_outside_package
 
 __all__ = ["GCNEncoder", "MLPEncoder"]
@@ -34,11 +26,8 @@ __all__ = ["GCNEncoder", "MLPEncoder"]
 def _csr_adjacency_t(
     edge_index: Tensor, edge_weight: Optional[Tensor], x: Tensor
 ) -> Optional[Tensor]:
-    """The transposed adjacency (rows = targets) as a CSR tensor of ``x``'s dtype.
-
-    Returns ``None`` for graphs with self-loops or repeated edges, where a convolution
-    treats the edge list differently from a (coalesced) matrix.
-    """
+    """The transposed adjacency (rows = targets) as a CSR tensor of ``x``'s dtype; ``None``
+    with self-loops or repeated edges (a convolution treats those unlike a coalesced matrix)."""
     if bool((edge_index[0] == edge_index[1]).any()):
         return None
     if edge_weight is None:
@@ -62,12 +51,8 @@ def parameter_dtype(module: torch.nn.Module) -> Optional[torch.dtype]:
 
 
 def as_parameter_dtype(t: Optional[Tensor], module: torch.nn.Module) -> Optional[Tensor]:
-    """``t`` (features or edge weights) cast to :func:`parameter_dtype` of ``module``, so
-    that float64 features reach a float32 encoder (and float32 features a ``.double()``
-    one) instead of failing in the first matrix product; the result has the parameters'
-    precision. Under autocast, half-precision ``t`` is left to autocast. ``None``,
-    integer ``t`` and a module without floating-point parameters are left as they are.
-    """
+    """Floating-point ``t`` (features, edge weights) cast to :func:`parameter_dtype` of
+    ``module``; half-precision ``t`` under autocast is left to autocast."""
     if t is None or not t.is_floating_point():
         return t
     dtype = parameter_dtype(module)
@@ -79,16 +64,9 @@ def as_parameter_dtype(t: Optional[Tensor], module: torch.nn.Module) -> Optional
 
 
 def _edge_list_only(x: Tensor) -> bool:
-    """Whether the encoders keep the edge list and dense features: under autocast and
-    under ``torch.compile``.
-
-    Autocast would run the sparse CSR products in half precision, which torch's CPU (MKL)
-    kernels do not implement; the edge-list path takes every precision on every device and
-    keeps its aggregation in the edge weights' float32 (the normalised messages are
-    upcast), so it is the simplest path that is both supported and accurate. TorchDynamo
-    does not trace the CSR adjacency's construction, and the edge-list path is what PyG
-    compiles.
-    """
+    """Whether the encoders keep the edge list and dense features: under autocast (torch's
+    CPU sparse products have no half-precision kernels) and ``torch.compile`` (which does
+    not trace the CSR construction)."""
     return is_compiling() or autocast_enabled(x.device.type)
 
 
@@ -103,10 +81,7 @@ SPARSE_FEATURE_DENSITY = 0.1
 
 def sparse_features(x: Tensor) -> Tensor:
     """``x`` as a CSR matrix if it is a dense CPU feature matrix (without gradient) with at
-    most :data:`SPARSE_FEATURE_DENSITY` non-zeros, else ``x`` itself.
-
-    ``x @ W`` then costs ``O(nnz · out)`` instead of ``O(N · in · out)``.
-    """
+    most :data:`SPARSE_FEATURE_DENSITY` non-zeros, else ``x``: ``x @ W`` costs ``O(nnz · out)``."""
     if x.layout != torch.strided or x.device.type != "cpu" or x.dim() != 2 or x.requires_grad:
         return x
     if int(torch.count_nonzero(x)) > SPARSE_FEATURE_DENSITY * x.numel():
@@ -125,9 +100,7 @@ def _to_csr(x: Tensor) -> Tensor:
 #: ``training=False`` and then is a leaky ReLU of slope ``(lower + upper) / 2``.
 RRELU_EVAL_SLOPE = (1.0 / 8.0 + 1.0 / 3.0) / 2.0
 
-#: The activation names an encoder (and a preset) accepts. All but two are resolved by
-#: PyG's ``activation_resolver``: there ``'rrelu'`` is the random ``RReLU`` (the reference
-#: runs it in eval mode, see :data:`RRELU_EVAL_SLOPE`) and ``'identity'`` is unknown.
+#: The activation names an encoder (and a preset) accepts.
 ACTIVATIONS = ("relu", "prelu", "rrelu", "elu", "leaky_relu", "tanh", "identity")
 
 Activation = Union[str, torch.nn.Module, Callable[[Tensor], Tensor]]
@@ -141,7 +114,6 @@ class _FunctionActivation(torch.nn.Module):
         self.fn = fn
 
     def forward(self, x: Tensor) -> Tensor:
-        """Applies the wrapped function."""
         return self.fn(x)
 
     def __repr__(self) -> str:
@@ -153,29 +125,20 @@ def activation_name(activation: Activation) -> str:
     if isinstance(activation, str):
         return activation
     if isinstance(activation, _FunctionActivation):
-        return activation_name(activation.fn)
-    if isinstance(activation, type):
-        return activation.__name__
+        activation = activation.fn
     if isinstance(activation, torch.nn.Module):
         return type(activation).__name__
     return getattr(activation, "__name__", type(activation).__name__)
 
 
 def make_activation(activation: Activation) -> torch.nn.Module:
-    """Builds one fresh activation module (one per layer, so learnable ones are not shared).
+    """Builds one fresh activation module (one per layer: learnable ones are not shared).
 
     Args:
-        activation (str, torch.nn.Module, type or callable): One of
-            ``'relu'``, ``'prelu'`` (one learnable slope), ``'rrelu'`` (a fixed
-            leaky ReLU of slope :data:`RRELU_EVAL_SLOPE` ~ 0.229, as the
-            GCA/ProGCL reference code runs it), ``'elu'``, ``'leaky_relu'``
-            (slope 0.01), ``'tanh'``, ``'identity'``; or a module instance
-            (deep-copied), a module class (instantiated without arguments), or a
-            callable ``Tensor -> Tensor``. Names other than ``'rrelu'`` and
-            ``'identity'`` are built by PyG's ``activation_resolver``.
-
-    Returns:
-        A new :class:`torch.nn.Module`.
+        activation (str, torch.nn.Module, type or callable): One of :data:`ACTIVATIONS`
+            (``'rrelu'``: a fixed leaky ReLU of slope :data:`RRELU_EVAL_SLOPE`, as the
+            reference code runs it; other names by PyG's ``activation_resolver``), a module
+            (deep-copied), a module class, or a callable ``Tensor -> Tensor``.
     """
     if isinstance(activation, str):
         check_choice("activation", activation, ACTIVATIONS)
@@ -202,15 +165,9 @@ def layer_widths(in_channels: int, hidden_channels: int, num_layers: int) -> lis
 
 
 class _StackEncoder(torch.nn.Module):
-    """Shared machinery: widths, one activation per layer, reset and repr."""
+    """Widths, one activation per layer, reset and repr."""
 
-    def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        num_layers: int,
-        activation: Activation,
-    ):
+    def __init__(self, in_channels: int, hidden_channels: int, num_layers: int, activation):
         super().__init__()
         self.in_channels = check_int("in_channels", in_channels, minimum=1)
         self.hidden_channels = check_int("hidden_channels", hidden_channels, minimum=1)
@@ -253,43 +210,27 @@ def _edge_weight_keyword(conv: type) -> Optional[str]:
 
 
 class GCNEncoder(_StackEncoder):
-    r"""The message-passing encoder of GRACE / GCA (Zhu et al., 2020,
-    https://arxiv.org/abs/2006.04131): ``H^(l+1) = act(conv_l(H^(l), A))`` with
-    widths ``in -> 2*hidden -> ... -> hidden`` and the activation after every
-    layer (``in -> hidden`` when ``num_layers=1``); docs/algorithms.md §1.
-
-    Not PyG's ``BasicGNN`` / ``GCN``: they leave the last layer un-activated (without
-    ``jk``), share one activation module (one PReLU slope) across layers and fix the
-    convolution class.
+    r"""GRACE / GCA's message-passing encoder (Zhu et al., 2020,
+    https://arxiv.org/abs/2006.04131): ``H^(l+1) = act(conv_l(H^(l), A))``, widths ``in ->
+    2*hidden -> ... -> hidden``, the activation after every layer (docs/algorithms.md §1).
+    Unlike PyG's ``BasicGNN``, the last layer is activated and each layer has its own
+    activation module.
 
     Args:
         in_channels (int): Size of each input node feature.
         hidden_channels (int): Size of the output embedding.
-        num_layers (int, optional): Number of message-passing layers.
-            (default: :obj:`2`)
-        conv (type, optional): Any PyG convolution class, built as
-            ``conv(in, out, **conv_kwargs)`` (e.g. :class:`SAGEConv`,
-            :class:`~torch_geometric.nn.conv.GATConv`; pass ``concat=False`` to multi-head convolutions
-            so that each layer outputs ``out`` channels). (default: :class:`GCNConv`)
+        num_layers (int, optional): Number of layers. (default: :obj:`2`)
+        conv (type, optional): Any PyG convolution class, built as ``conv(in, out,
+            **conv_kwargs)`` (multi-head ones with ``concat=False``). (default: :class:`GCNConv`)
         activation (str, torch.nn.Module or callable, optional): See
-            :func:`make_activation`. ``'rrelu'`` is a fixed leaky ReLU of slope
-            ``(1/8 + 1/3) / 2`` ~ 0.229, which is what the reference code's
-            ``F.rrelu`` computes (it defaults to evaluation mode); ``'prelu'`` has
-            one learnable slope per layer. (default: :obj:`'relu'`)
+            :func:`make_activation`. (default: :obj:`'relu'`)
         conv_kwargs (dict, optional): Extra keyword arguments of every ``conv``.
-        sparse (bool, optional): Propagate over a sparse CSR adjacency built once per
-            forward (``torch_geometric.utils.to_torch_csr_tensor``) instead of
-            materialising one message per edge, for the convolutions that implement
-            sparse aggregation without edge features (GCNConv, SAGEConv, GINConv,
-            GraphConv): less time and memory on a CPU, at the price of building the
-            matrix (a sort and several host reads) at every forward. :obj:`None` or
-            :obj:`False` keep PyG's edge list, the path of every device (no host read
-            besides PyG's own). Graphs with self-loops or repeated edges keep the edge
-            list, so both paths give the same result. (default: :obj:`None`)
-        sparse_features (bool, optional): Hand mostly-zero CPU feature matrices to the
-            first layer as sparse CSR matrices (:func:`sparse_features`) when it starts
-            with a linear map (GCNConv): a CPU option (it reads the density on the
-            host at every forward). (default: :obj:`False`)
+        sparse (bool, optional): Propagate over a CSR adjacency built at every forward
+            instead of one message per edge, for :data:`SPARSE_CONVS` (faster on a CPU);
+            graphs with self-loops or repeated edges keep the edge list. (default: :obj:`None`)
+        sparse_features (bool, optional): Hand mostly-zero CPU features to a
+            :data:`LINEAR_FIRST_CONVS` first layer as CSR (:func:`sparse_features`).
+            (default: :obj:`False`)
     """
 
     def __init__(
@@ -324,38 +265,30 @@ class GCNEncoder(_StackEncoder):
         *,
         check: bool = True,
     ) -> Tensor:
-        r"""Returns node embeddings of shape ``[num_nodes, hidden_channels]``.
+        r"""Returns node embeddings ``[num_nodes, hidden_channels]``.
 
         Args:
             x (torch.Tensor): Node features ``[num_nodes, in_channels]``, dense or sparse,
-                of any floating-point type: cast to the layers' parameter type
-                (``as_parameter_dtype``; float64 features give a float32 encoder's
-                float32 embeddings; under autocast half precision is autocast's).
-            edge_index (torch.Tensor): Graph connectivity ``[2, num_edges]`` (int64 or
-                int32), or a sparse
-                adjacency ``[num_nodes, num_nodes]`` (torch.sparse or ``torch_sparse``'s
-                ``SparseTensor``; under autocast the layers then run in float32, since
-                torch's CPU sparse products have no half-precision kernels).
-            edge_weight (torch.Tensor, optional): Edge weights ``[num_edges]``,
-                passed to convolutions that accept ``edge_weight`` (or
-                ``edge_attr``); cast as ``x`` is.
-            check (bool, optional): Check the graph first (``check_graph``, on every
-                call). :obj:`False` is for a graph derived from a checked one (the
-                model's augmented views): an index out of range would read and write
-                outside the layers' buffers. (default: :obj:`True`)
+                cast to the layers' parameter type (``as_parameter_dtype``).
+            edge_index (torch.Tensor): ``[2, num_edges]`` (int64 or int32), or a sparse
+                adjacency (torch.sparse or ``torch_sparse.SparseTensor``).
+            edge_weight (torch.Tensor, optional): ``[num_edges]``, for convolutions that
+                take ``edge_weight`` (or ``edge_attr``).
+            check (bool, optional): Check the graph first; :obj:`False` only for a graph
+                derived from a checked one (an index out of range would read and write
+                outside the layers' buffers). (default: :obj:`True`)
 
         Raises:
-            ValueError: If the graph is malformed: ``edge_index`` not an integer ``[2,
-                num_edges]`` tensor of node indices in ``[0, num_nodes)``, ``x`` not a
-                finite floating-point matrix of ``in_channels`` columns, ``edge_weight``
-                not ``num_edges`` finite values ``>= 0``.
+            ValueError: If the graph is malformed (indices outside ``[0, num_nodes)``,
+                non-finite features or weights, another feature width).
         """
         check_input_width(x, self)
         # Cast first: float64 values beyond float32's range become inf, which the check refuses.
         x, edge_weight = as_parameter_dtype(x, self), as_parameter_dtype(edge_weight, self)
         if check:
+            from ._graphs import check_graph  # (loaded with the first graph checked)
+
             check_graph(x, edge_index, edge_weight)
-        kwargs = {}
         if edge_weight is not None and self._edge_weight_arg is None:
             raise ValueError(
                 f"`edge_weight` was given but {self.conv.__name__} does not accept edge weights"
@@ -365,46 +298,30 @@ class GCNEncoder(_StackEncoder):
             # GCNConv(improved=True) adds self-loops of weight 2 only to weighted edge lists
             # (PyG 2.8): unit weights make every path give A + 2I.
             edge_weight = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
-        adj = None
         edge_list = _edge_list_only(x)
         if self.sparse and not edge_list and not is_sparse(edge_index):
             adj = _csr_adjacency_t(edge_index, edge_weight, x)
+            edge_index, edge_weight = (edge_index, edge_weight) if adj is None else (adj, None)
         if self.sparse_features and not edge_list:
             x = sparse_features(x)
         elif x.layout != torch.strided and (edge_list or self.conv not in LINEAR_FIRST_CONVS):
             x = x.to_dense()  # a sparse x only enters convolutions that start with x @ W
-        if adj is not None:
-            edge_index = adj
-        elif edge_weight is not None:
-            kwargs[self._edge_weight_arg] = edge_weight
-        if is_sparse(edge_index) and autocast_enabled(x.device.type):
-            return self._float32_layers(x, edge_index, kwargs)
-        return self._layers(x, edge_index, kwargs)
-
-    def _layers(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
-        for layer, act in zip(self.layers, self.activations):
-            x = act(layer(x, edge_index, **kwargs))
-        return x
-
-    def _float32_layers(self, x: Tensor, adj, kwargs: dict) -> Tensor:
-        """The layers on a caller's sparse adjacency under autocast, with autocast off and
-        half-precision features upcast: autocast would run the sparse products in half
-        precision, which torch's CPU kernels do not implement (the edge-list path sums
-        its messages in float32 too)."""
-        if x.dtype in (torch.float16, torch.bfloat16):
+        kwargs = {} if edge_weight is None else {self._edge_weight_arg: edge_weight}
+        # A caller's sparse adjacency under autocast: float32 (no half-precision kernels).
+        float32 = is_sparse(edge_index) and autocast_enabled(x.device.type)
+        if float32 and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
-        with torch.autocast(x.device.type, enabled=False):
-            return self._layers(x, adj, kwargs)
+        with torch.autocast(x.device.type, enabled=False) if float32 else contextlib.nullcontext():
+            for layer, act in zip(self.layers, self.activations):
+                x = act(layer(x, edge_index, **kwargs))
+        return x
 
     def _extra_repr_args(self) -> str:
         text = f", conv={self.conv.__name__}"
-        if self.conv_kwargs:
-            text += f", conv_kwargs={self.conv_kwargs!r}"
-        if self.sparse:
-            text += ", sparse=True"
-        if self.sparse_features:
-            text += ", sparse_features=True"
-        return text
+        text += f", conv_kwargs={self.conv_kwargs!r}" if self.conv_kwargs else ""
+        return text + "".join(
+            f", {k}=True" for k in ("sparse", "sparse_features") if getattr(self, k)
+        )
 
 
 class MLPEncoder(_StackEncoder):
@@ -412,24 +329,10 @@ class MLPEncoder(_StackEncoder):
     the ProGCL paper's control without message passing (Xia et al., 2022,
     https://arxiv.org/abs/2110.02027).
 
-    Not PyG's :class:`~torch_geometric.nn.MLP`: it shares one activation module (one PReLU
-    slope) across layers and names its parameters ``lins.*``, not ``layers.*``.
-
-    It takes the same constructor and :meth:`forward` arguments as
-    :class:`GCNEncoder`, so swapping the two is a one-word change; ``conv``,
-    ``conv_kwargs`` and ``sparse`` are accepted and ignored, and so are ``edge_index``
-    and ``edge_weight`` (a ``UserWarning`` says so when edge weights are given).
-
-    Args:
-        in_channels (int): Size of each input node feature.
-        hidden_channels (int): Size of the output embedding.
-        num_layers (int, optional): Number of linear layers. (default: :obj:`2`)
-        conv (type, optional): Ignored.
-        activation (str, torch.nn.Module or callable, optional): As in
-            :class:`GCNEncoder`. (default: :obj:`'relu'`)
-        conv_kwargs (dict, optional): Ignored.
-        sparse (bool, optional): Ignored.
-        sparse_features (bool, optional): As in :class:`GCNEncoder`. (default: :obj:`False`)
+    It takes :class:`GCNEncoder`'s arguments, so swapping them is a one-word change:
+    ``conv``, ``conv_kwargs``, ``sparse``, ``edge_index`` and ``edge_weight`` are ignored
+    (a ``UserWarning`` says so for edge weights); ``activation`` and ``sparse_features``
+    are as in :class:`GCNEncoder`.
     """
 
     def __init__(
@@ -455,18 +358,13 @@ class MLPEncoder(_StackEncoder):
         *,
         check: bool = True,
     ) -> Tensor:
-        r"""Returns node embeddings ``[num_nodes, hidden_channels]``; the graph is ignored.
-        ``check=False`` skips the check of ``x`` (see :meth:`GCNEncoder.forward`); ``x``
-        of another floating-point type than the layers is cast to theirs
-        (``as_parameter_dtype``).
-
-        Raises:
-            ValueError: If ``x`` is not a 2-D floating-point tensor of finite values with
-                ``in_channels`` columns.
-        """
+        r"""Returns node embeddings ``[num_nodes, hidden_channels]`` (the graph is ignored;
+        ``x`` and ``check`` as in :meth:`GCNEncoder.forward`)."""
         check_input_width(x, self)
         x = as_parameter_dtype(x, self)  # (before the check, as in GCNEncoder.forward)
         if check:
+            from ._graphs import check_node_features
+
             check_node_features(x)
         if edge_weight is not None:
             warnings.warn(

@@ -1,30 +1,14 @@
 """Evaluation of frozen node embeddings: the linear probe (docs/algorithms.md §6), link
-prediction on held-out edges (:func:`split_edges`, :meth:`EdgeSplit.scores`,
-:func:`link_scores`) and node clustering (:func:`cluster_scores`).
+prediction on held-out edges (:func:`split_edges`, :func:`link_scores`) and node
+clustering (:func:`cluster_scores`).
 
-.. code-block:: python
-
-    from pyg_progcl.evaluation import evaluate
-
-    z = model(data.x, data.edge_index).detach()  # frozen embeddings [N, d]
-    print(evaluate(z, data)["accuracy"])  # GCA protocol, random 10 / 10 / 80 split
-
-Two protocols, as in the papers' code:
-
-* **GCA / ProGCL** (Zhu et al., "Graph Contrastive Learning with Adaptive
-  Augmentation", WWW 2021; Xia et al., "ProGCL", ICML 2022): random 10% / 10% /
-  80% train / validation / test split, a logistic-regression probe (one linear
-  layer, Adam, lr 0.01, no weight decay, full batch, 3000 epochs), test
-  accuracy at the best validation accuracy (checked every 20 epochs);
-  embeddings are not normalised.
-* **GRACE** (Zhu et al., "Deep Graph Contrastive Representation Learning",
-  2020): L2-normalised embeddings, three random 10% / 90% train / test splits,
-  one-vs-rest logistic regression on one-hot targets with ``C`` chosen by 5-fold
-  cross-validation (scikit-learn ``GridSearchCV``), the mean over the splits.
-
-Datasets with a public split (WikiCS's 20 splits, ogbn-arxiv's official split)
-are evaluated on it (``split="public"``); with several splits the accuracy is
-their mean, as in the GCA code. All accuracies are fractions in ``[0, 1]``.
+Two probe protocols, as in the papers' code: **GCA / ProGCL** (Zhu et al., WWW 2021; Xia
+et al., ICML 2022): a random 10 / 10 / 80 % split, a logistic-regression layer trained
+with Adam (lr 0.01, 3000 epochs), the test accuracy at the best validation accuracy;
+**GRACE** (Zhu et al., 2020): L2-normalised embeddings, three random 10 / 90 % splits,
+one-vs-rest logistic regression with ``C`` chosen by 5-fold cross-validation. A public
+split (``split="public"``, several: their mean) replaces the random one. Accuracies are
+fractions in ``[0, 1]``.
 """
 
 from __future__ import annotations
@@ -69,14 +53,9 @@ def _check_labels(z: Tensor, y: Tensor) -> Tensor:
 def random_split(
     num_nodes: int, train_ratio: float = 0.1, val_ratio: float = 0.1, seed: int = 0
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """A random node split; the rest after train and validation is the test set.
-
-    ``perm = randperm(num_nodes)`` from a generator seeded with ``seed`` (the global RNG is
-    untouched); ``train = perm[:floor(r_train N)]`` (at least one node), ``val`` the next
+    """A random node split: ``perm = randperm(num_nodes)`` from ``seed`` (not the global
+    RNG), ``train = perm[:floor(r_train N)]`` (at least one node), ``val`` the next
     ``floor(r_val N)``, ``test`` the rest.
-
-    Not ``T.RandomNodeSplit``: it draws from the global RNG and takes validation and test
-    nodes first, so a seed would put other nodes in each part than stored results used.
 
     Args:
         num_nodes: Number of nodes.
@@ -99,19 +78,11 @@ def random_split(
 
 
 def public_splits(data: Data) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """The public splits stored in ``data``'s masks.
-
-    ``train_mask`` / ``val_mask`` may be ``[N]`` (one split) or ``[N, S]``
-    (``S`` splits, as WikiCS); ``test_mask`` ``[N]`` (shared) or ``[N, S]``.
-
-    Raises:
-        ValueError: if ``data`` has no ``train_mask`` / ``test_mask``.
-    """
+    """The public splits of ``data``'s masks, ``[N]`` (one) or ``[N, S]`` (``S`` splits)."""
     if "train_mask" not in data or "test_mask" not in data:
         raise ValueError("split='public' needs `train_mask` and `test_mask` on the data")
 
     def columns(mask: Optional[Tensor], count: int) -> list[Optional[Tensor]]:
-        """The ``count`` splits' columns of a ``[N]`` or ``[N, S]`` mask."""
         if mask is None:
             return [None] * count
         mask = mask.bool()
@@ -139,7 +110,6 @@ def _ogb_accuracy(name: str):
     evaluator = Evaluator(name)
 
     def accuracy(pred: Tensor, y: Tensor) -> float:
-        """OGB's accuracy of predicted labels."""
         out = evaluator.eval({"y_true": y.view(-1, 1).cpu(), "y_pred": pred.view(-1, 1).cpu()})
         return float(out["acc"])
 
@@ -147,7 +117,6 @@ def _ogb_accuracy(name: str):
 
 
 def _plain_accuracy(pred: Tensor, y: Tensor) -> float:
-    """The fraction of correct predictions (NaN for no nodes)."""
     return float((pred == y).float().mean()) if y.numel() else float("nan")
 
 
@@ -165,13 +134,9 @@ def logistic_regression_probe(
     seed: int = 0,
     ogb_name: Optional[str] = None,
 ) -> dict:
-    """The GCA code's probe: one linear layer trained with Adam, full batch.
-
-    The test accuracy is the one at the best validation accuracy, checked every
-    ``eval_every`` epochs (and after the last). Without validation nodes, the
-    test accuracy after the last epoch is returned. Runs on ``z``'s device and
-    draws its initial weights from its own generator, leaving the global RNG
-    untouched (so evaluating during training does not change training).
+    """The GCA code's probe: one linear layer trained with Adam, full batch; the test
+    accuracy at the best validation accuracy, checked every ``eval_every`` epochs (without
+    validation nodes, after the last). Its initial weights come from ``seed`` alone.
 
     Args:
         z: Frozen embeddings ``[N, d]``.
@@ -221,8 +186,7 @@ def logistic_regression_probe(
 
 
 def _probe_parameters(num_classes: int, z: Tensor, seed: int) -> tuple[Tensor, Tensor]:
-    """The probe's initial ``(weight, bias)``, drawn as ``nn.Linear`` initialises them
-    (``U(-1/sqrt(d), 1/sqrt(d))``) from a generator seeded with ``seed``."""
+    """The probe's initial ``(weight, bias)``, ``nn.Linear``'s ``U(-1/sqrt(d), 1/sqrt(d))``."""
     gen = torch.Generator().manual_seed(int(seed))
     bound = 1.0 / math.sqrt(z.size(1))  # nn.Linear's default initialisation
     weight = torch.empty(num_classes, z.size(1)).uniform_(-bound, bound, generator=gen)
@@ -289,14 +253,10 @@ def grace_protocol(
     c_grid: Optional[list[float]] = None,
     folds: int = 5,
 ) -> dict:
-    """GRACE evaluation: L2-normalised embeddings, cross-validated logistic regression.
-
-    As GRACE's ``eval.py`` (``label_classification``, decorated ``@repeat(3)``): for each
-    of ``repeats`` random ``train_ratio`` / rest splits, a one-vs-rest liblinear
-    ``LogisticRegression`` on one-hot targets with ``C`` from ``2**-10 ... 2**9`` chosen
-    by ``GridSearchCV`` (``folds``-fold, the estimator's own score: exact match of the
-    thresholded one-hot predictions); the test prediction is the class of largest
-    probability, scored by accuracy (= micro-F1); the mean over the splits is reported.
+    """GRACE evaluation, as its ``eval.py``: L2-normalised embeddings; for each of
+    ``repeats`` random ``train_ratio`` / rest splits, one-vs-rest liblinear logistic
+    regression on one-hot targets, ``C`` from ``2**-10 ... 2**9`` by ``folds``-fold
+    ``GridSearchCV``; the mean test accuracy of the most probable classes.
 
     Args:
         z: Embeddings ``[N, d]``.
@@ -332,9 +292,8 @@ def grace_protocol(
 
 
 def _grace_fit_predict(X, labels, tr, te, grid: dict, folds: int):
-    """GRACE's classifier on one split: one-vs-rest liblinear logistic regression on one-hot
-    targets, ``C`` by ``GridSearchCV`` (``C = 1`` without two training nodes to
-    cross-validate); returns the test nodes' most probable classes and the chosen ``C``."""
+    """GRACE's classifier on one split (``C = 1`` without two training nodes); returns the
+    test nodes' most probable classes and the chosen ``C``."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV
@@ -366,12 +325,8 @@ def evaluate(
     probe_epochs: int = 3000,
     ogb_name: Optional[str] = None,
 ) -> dict:
-    """Evaluates embeddings of ``data``'s nodes with one protocol.
-
-    The GCA protocol (the default) trains a logistic-regression layer on 10% of the
-    nodes, picks the epoch by the accuracy on another 10% and reports the test accuracy
-    on the remaining 80%; the split and the probe's initial weights come from ``seed``
-    alone (the global RNG is untouched).
+    """Evaluates embeddings of ``data``'s nodes with one protocol (the split and the
+    probe's weights come from ``seed`` alone).
 
     Args:
         z: Frozen embeddings ``[N, d]``.

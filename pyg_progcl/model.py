@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 from torch_geometric.nn.inits import reset
 
-from ._checks import accepts_check, check_graph, check_input_width, check_int
+from ._checks import accepts_check, check_input_width, check_int
 from ._compat import is_compiling
 from .augment import Augmenter, ComposeAugmenters
 from .encoders import _to_csr, as_parameter_dtype, sparse_features
@@ -24,21 +24,12 @@ __all__ = ["GRACEModel"]
 AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
 #: The ``projector`` argument that asks for GRACE's projection head,
-#: ``Linear(hidden, proj) -> ELU -> Linear(proj, hidden)``.
+#: ``g(z) = W_2 ELU(W_1 z + b_1) + b_2`` (``Linear(hidden, proj) -> ELU -> Linear(proj, hidden)``).
 DEFAULT_PROJECTOR = "default"
 
 
-def _projection_head(hidden_channels: int, proj_channels: int) -> torch.nn.Sequential:
-    """GRACE's projection head ``g(z) = W_2 ELU(W_1 z + b_1) + b_2``."""
-    return torch.nn.Sequential(
-        torch.nn.Linear(hidden_channels, proj_channels),
-        torch.nn.ELU(),
-        torch.nn.Linear(proj_channels, hidden_channels),
-    )
-
-
 def _as_augmenter(name: str, augment: AugmentSpec) -> Optional[Callable]:
-    """``None`` stays the identity, a list becomes a :class:`ComposeAugmenters`, a callable is kept."""
+    """``None`` (the identity) and callables are kept, a list becomes a :class:`ComposeAugmenters`."""
     if isinstance(augment, (list, tuple)):
         return ComposeAugmenters(*augment)
     if augment is None or callable(augment):
@@ -50,10 +41,8 @@ def _as_augmenter(name: str, augment: AugmentSpec) -> Optional[Callable]:
 
 
 def _output_width(encoder) -> Optional[tuple[str, int]]:
-    """The encoder's output width where it states one: ``out_channels`` (PyG's ``BasicGNN``
-    and ``MLP``; times ``heads`` for a concatenating multi-head convolution), else
-    ``hidden_channels`` (:class:`~pyg_progcl.GCNEncoder`, :class:`~pyg_progcl.MLPEncoder`);
-    ``None`` where neither is a positive integer (e.g. PyG's lazy ``-1``)."""
+    """``(attribute, width)`` of the encoder's stated output width: ``out_channels`` (times
+    ``heads`` where concatenated), else ``hidden_channels``; ``None`` where it states none."""
     for name in ("out_channels", "hidden_channels"):
         width = getattr(encoder, name, None)
         if isinstance(width, int) and not isinstance(width, bool) and width > 0:
@@ -66,18 +55,15 @@ def _output_width(encoder) -> Optional[tuple[str, int]]:
 
 @contextlib.contextmanager
 def _augmenting(augment) -> Iterator[None]:
-    """Runs an augmenter module (and its members) in training mode, whatever the model's
-    mode, so that :meth:`GRACEModel.views` always augments; the modes are restored."""
-    if not isinstance(augment, torch.nn.Module):
-        yield
-        return
-    modes = [(module, module.training) for module in augment.modules()]
+    """Runs an augmenter module (and its members) in training mode; the modes are restored."""
+    modules = list(augment.modules()) if isinstance(augment, torch.nn.Module) else []
+    modes = [module.training for module in modules]
     try:
-        for module, _ in modes:
+        for module in modules:
             module.training = True
         yield
     finally:
-        for module, mode in modes:
+        for module, mode in zip(modules, modes):
             module.training = mode
 
 
@@ -96,11 +82,10 @@ def _unpack(x, edge_index, edge_weight) -> tuple[Tensor, Tensor, Optional[Tensor
 
 class GRACEModel(torch.nn.Module):
     r"""The GRACE / GCA model (Zhu et al., "Deep Graph Contrastive Representation
-    Learning", 2020, https://arxiv.org/abs/2006.04131): two augmented views are
-    encoded and projected, ``h_k = g(f(t_k(G)))`` with the projection head
-    ``g(z) = W_2 ELU(W_1 z + b_1) + b_2`` (or any ``projector``), ready for a contrastive loss
-    ``loss(h1, h2)`` (docs/algorithms.md §1); downstream tasks use the encoder output
-    ``f(G)``.
+    Learning", 2020, https://arxiv.org/abs/2006.04131): two augmented views encoded and
+    projected, ``h_k = g(f(t_k(G)))`` with ``g(z) = W_2 ELU(W_1 z + b_1) + b_2`` (or any
+    ``projector``), for a contrastive loss ``loss(h1, h2)`` (docs/algorithms.md §1);
+    downstream tasks use the encoder output ``f(G)``.
 
     .. code-block:: python
 
@@ -113,36 +98,23 @@ class GRACEModel(torch.nn.Module):
 
     Args:
         encoder (torch.nn.Module): Maps ``(x, edge_index, edge_weight)`` to
-            ``[num_nodes, hidden_channels]``, e.g. :class:`~pyg_progcl.GCNEncoder` or
-            :class:`~pyg_progcl.MLPEncoder`.
-        hidden_channels (int): Output size of the encoder; checked against the
-            encoder's ``out_channels`` (else ``hidden_channels``) where it states one.
+            ``[num_nodes, hidden_channels]``, e.g. :class:`~pyg_progcl.GCNEncoder`.
+        hidden_channels (int): The encoder's output width (checked where it states one).
         proj_channels (int, optional): Hidden size of the default projection head
             (required with it, not allowed with another ``projector``).
-            (default: :obj:`None`)
-        augment1 (Augmenter, list or callable, optional): Augmentation of the
-            first view; a list is wrapped in :class:`ComposeAugmenters`; :obj:`None` is the
-            identity. Any callable ``(x, edge_index, edge_weight) -> (x,
-            edge_index, edge_weight)`` works. (default: :obj:`None`)
-        augment2 (Augmenter, list or callable, optional): Same for the second
-            view. (default: :obj:`None`)
-        recompute_views (bool, optional): Recompute each view's augmentation and
-            encoding in backward (``torch.utils.checkpoint``) instead of keeping its
-            activations. A view's masked feature matrix is its largest tensor where
-            wide features stay dense (a GPU, an encoder that takes dense features);
-            this trades one more encoder forward for it. Mostly-zero CPU features
-            reach an encoder with ``sparse_features`` as one CSR matrix, masked
-            entry-wise, so they need no recomputation. (default: :obj:`False`)
+        augment1 (Augmenter, list or callable, optional): The first view's augmentation:
+            an augmenter, a list of them, or any callable ``(x, edge_index, edge_weight)
+            -> (x, edge_index, edge_weight)``; :obj:`None` is the identity.
+        augment2 (Augmenter, list or callable, optional): The second view's.
+        recompute_views (bool, optional): Recompute each view's augmentation and encoding
+            in backward (``torch.utils.checkpoint``) instead of keeping its activations.
+            (default: :obj:`False`)
         projector (torch.nn.Module or str, optional): The projection head ``g``: any
-            module mapping ``[num_nodes, hidden_channels]`` to the views, :obj:`None` for
-            none (the views are the encoder's outputs), or :obj:`"default"` for GRACE's
-            head ``Linear(hidden_channels, proj_channels) -> ELU -> Linear(proj_channels,
-            hidden_channels)``. (default: :obj:`"default"`)
+            module, :obj:`None` for none, or :obj:`"default"` for GRACE's.
+            (default: :obj:`"default"`)
 
-    Adaptive augmenters (:class:`~pyg_progcl.AdaptiveEdgeDrop`,
-    :class:`~pyg_progcl.AdaptiveFeatureMask`) that are not prepared yet are prepared by
-    the first :meth:`views` on its graph (each kind of centrality computed once for both
-    views) and kept until their ``prepare`` is called again, e.g. for another graph.
+    Adaptive augmenters not prepared yet are prepared by the first :meth:`views`, on its
+    graph (each kind of centrality computed once for both views).
     """
 
     def __init__(
@@ -172,7 +144,11 @@ class GRACEModel(torch.nn.Module):
             if proj_channels is None:
                 raise ValueError("`proj_channels` is required for the default projection head")
             self.proj_channels = check_int("proj_channels", proj_channels, minimum=1)
-            projector = _projection_head(self.hidden_channels, self.proj_channels)
+            projector = torch.nn.Sequential(
+                torch.nn.Linear(self.hidden_channels, self.proj_channels),
+                torch.nn.ELU(),
+                torch.nn.Linear(self.proj_channels, self.hidden_channels),
+            )
         elif projector is not None and not isinstance(projector, torch.nn.Module):
             raise ValueError(
                 f"`projector` must be a torch.nn.Module, None or {DEFAULT_PROJECTOR!r} "
@@ -189,8 +165,7 @@ class GRACEModel(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        r"""Resets the encoder and the projection head (and forgets what the augmenters
-        prepared)."""
+        r"""Resets the encoder, the projection head and what the augmenters prepared."""
         reset(self.encoder)
         if self.projector is not None:
             reset(self.projector)
@@ -206,25 +181,17 @@ class GRACEModel(torch.nn.Module):
         *,
         check: bool = True,
     ) -> Tensor:
-        r"""Returns the encoder embeddings ``f(G)`` of the un-augmented graph
-        (``[num_nodes, hidden_channels]``), in training and eval mode alike. Accepts a
-        ``Data`` in place of ``x``.
+        r"""Returns the encoder embeddings ``f(G)`` ``[num_nodes, hidden_channels]`` of the
+        un-augmented graph (or of a ``Data`` in place of ``x``).
 
         Args:
-            check (bool, optional): Check the graph first (``check_graph``: one pass over
-                each tensor, on every call). Pass :obj:`False` only for a graph derived
-                from one that was checked, such as the batches sampled from it: an index
-                out of range then reads and writes outside the encoder's buffers.
-                (default: :obj:`True`)
+            check (bool, optional): Check the graph first; :obj:`False` only for a graph
+                derived from a checked one, such as its sampled batches. (default: :obj:`True`)
 
         Raises:
-            ValueError: If the graph is malformed (node indices outside ``[0,
-                num_nodes)``, a transposed or non-integer ``edge_index``, non-finite or
-                integer features, bad edge weights).
+            ValueError: If the graph is malformed.
         """
-        x, edge_index, edge_weight = self._in_encoder_dtype(x, edge_index, edge_weight)
-        if check:
-            check_graph(x, edge_index, edge_weight)
+        x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight, check)
         return self._encode(self.input_features(x), edge_index, edge_weight)
 
     def project(self, z: Tensor) -> Tensor:
@@ -238,22 +205,14 @@ class GRACEModel(torch.nn.Module):
         edge_weight: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor]:
         r"""Returns the projected views ``(h1, h2) = (g(f(t_1(G))), g(f(t_2(G))))``,
-        each ``[num_nodes, hidden_channels]``, ready for ``loss(h1, h2)``.
-
-        The views are augmented whatever the model's mode: ``model.eval()`` puts the
-        encoder in eval mode (dropout, batch norm) but keeps ``augment1`` / ``augment2``
-        drawing. The un-augmented graph's projection is ``model.project(model(x,
-        edge_index))``. Accepts a ``Data`` in place of ``x``.
-
-        The graph is checked once per call; the views the package's augmenters draw from
-        it reach the encoder unchecked, the output of any other callable is checked.
+        each ``[num_nodes, hidden_channels]``, for ``loss(h1, h2)``. The views are augmented
+        in every mode (``eval()`` affects the encoder only). Accepts a ``Data`` for ``x``.
 
         Raises:
-            ValueError: If the graph is malformed (see :meth:`forward`), or has another
-                number of nodes than the graph the adaptive augmenters were prepared on.
+            ValueError: If the graph is malformed, or has another number of nodes than the
+                graph the adaptive augmenters were prepared on.
         """
-        x, edge_index, edge_weight = self._in_encoder_dtype(x, edge_index, edge_weight)
-        check_graph(x, edge_index, edge_weight)
+        x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight)
         x = self.input_features(x)
         shared: dict = {}  # (the centralities both views' adaptive augmenters use)
         for augment in (self.augment1, self.augment2):
@@ -264,31 +223,23 @@ class GRACEModel(torch.nn.Module):
             self._view(self.augment2, x, edge_index, edge_weight),
         )
 
-    def _in_encoder_dtype(self, x, edge_index, edge_weight):
-        """The graph's tensors with ``x`` and ``edge_weight`` in the encoder's parameter
-        type, cast before the graph check (float64 values beyond float32's range become
-        inf, which the check refuses)."""
+    def _checked(self, x, edge_index, edge_weight, check: bool = True):
+        """The graph's tensors, ``x`` and ``edge_weight`` cast to the encoder's parameter
+        type, then checked (float64 values beyond float32's become inf, refused there)."""
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
         check_input_width(x, self.encoder)
-        x = as_parameter_dtype(x, self.encoder)
-        return x, edge_index, as_parameter_dtype(edge_weight, self.encoder)
+        x, edge_weight = (as_parameter_dtype(t, self.encoder) for t in (x, edge_weight))
+        if check:
+            from ._graphs import check_graph  # (loaded with the first graph checked)
+
+            check_graph(x, edge_index, edge_weight)
+        return x, edge_index, edge_weight
 
     def input_features(self, x: Tensor) -> Tensor:
-        """The feature matrix as the model feeds it to its augmenters and encoder: for an
-        encoder that takes mostly-zero features sparse (``encoder.sparse_features``),
-        :func:`~pyg_progcl.encoders.sparse_features` of ``x`` (CSR where at most 10 % of
-        the entries of a CPU matrix are non-zero), else ``x`` itself. The views' feature
-        masks then drop entries (``O(nnz)``) instead of copying a dense matrix. A sparse
-        ``x`` of another layout (COO) becomes CSR, which the masks take.
-
-        Features of another floating-point type than the encoder's parameters (float64
-        features, a float32 encoder) are cast to the parameters' type
-        (``pyg_progcl.encoders.as_parameter_dtype``: the embeddings have the
-        encoder's precision); under autocast, half-precision features are left to
-        autocast.
-
-        A dense ``x`` is converted on every call, which costs a pass over it: to convert
-        it once, pass ``model.input_features(x)`` (a CSR ``x`` is used as it is)."""
+        """The features as the model feeds them to its augmenters and encoder: in the
+        encoder's parameter type, and CSR where the encoder takes ``sparse_features``
+        (:func:`~pyg_progcl.encoders.sparse_features`) or ``x`` is sparse, so that feature
+        masks drop entries in ``O(nnz)``. Pass ``model.input_features(x)`` to convert once."""
         check_input_width(x, self.encoder)
         x = as_parameter_dtype(x, self.encoder)
         if is_compiling():  # (the encoder keeps features dense there)
@@ -302,21 +253,18 @@ class GRACEModel(torch.nn.Module):
         return x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
-        if self.recompute_views and torch.is_grad_enabled():
-            # Keep no activations of the view; redo augmentation (same RNG state) and
-            # encoding in backward.
+        if self.recompute_views and torch.is_grad_enabled():  # (the same RNG state in backward)
             fn = functools.partial(self._augment_and_encode, augment)
             return checkpoint(fn, x, edge_index, edge_weight, use_reentrant=False)
         return self._augment_and_encode(augment, x, edge_index, edge_weight)
 
     def _augment_and_encode(self, augment, x, edge_index, edge_weight) -> Tensor:
-        """One view of a checked graph: the package's augmenters keep it valid, the output
-        of any other callable is checked."""
+        """One view of a checked graph (the output of a callable not an Augmenter is checked)."""
         if augment is not None:
             with _augmenting(augment):
                 x, edge_index, edge_weight = augment(x, edge_index, edge_weight)
             if not isinstance(augment, Augmenter):
-                check_graph(x, edge_index, edge_weight)
+                x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight)
         return self.project(self._encode(x, edge_index, edge_weight))
 
     def _encode(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:

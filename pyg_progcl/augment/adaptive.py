@@ -1,8 +1,6 @@
 """GCA's centrality-adaptive augmenters (Zhu et al., "Graph Contrastive Learning with
 Adaptive Augmentation", 2021, https://arxiv.org/abs/2010.14945), used by ProGCL: drop
-probabilities computed once from the graph by ``prepare`` (:mod:`.centrality`,
-:mod:`.probabilities`) and kept as buffers of the augmenter, then drawn at every call
-(docs/algorithms.md §2)."""
+probabilities computed once by ``prepare`` and kept as buffers (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -43,24 +41,17 @@ class _Adaptive(Augmenter):
         *,
         centrality: Optional[Tensor] = None,
     ) -> Augmenter:
-        r"""Computes the node centralities and drop probabilities of a graph and keeps the
-        probabilities as a buffer (``.to()`` moves it; not part of the ``state_dict``).
-
-        The augmenter prepares itself on the first graph it augments; call this to choose
-        when the cost is paid, or to prepare for another graph: nothing is recomputed
-        until it is called again, and a graph with another number of nodes is refused.
-        Accepts ``prepare(data)`` or ``prepare(x, edge_index)``.
+        r"""Computes a graph's node centralities and drop probabilities, kept as a buffer
+        (not in the ``state_dict``) until called again; a graph with another number of
+        nodes is then refused. The first graph augmented prepares it otherwise.
 
         Args:
             x (torch.Tensor or torch_geometric.data.Data): Node features ``[N, F]``
-                (may be :obj:`None` for :class:`AdaptiveEdgeDrop`), or a ``Data``
-                holding the graph.
+                (:obj:`None` for :class:`AdaptiveEdgeDrop`), or a ``Data``.
             edge_index (torch.Tensor, optional): The edges ``[2, E]``.
-            num_nodes (int, optional): ``N``; default: ``x``'s rows, else
-                ``edge_index``'s largest index + 1.
-            centrality (torch.Tensor, optional): This graph's node centralities
-                ``[N]`` of this augmenter's kind (:func:`node_centrality`), computed once
-                for several augmenters; default: computed here.
+            num_nodes (int, optional): ``N`` (default: ``x``'s rows, else from ``edge_index``).
+            centrality (torch.Tensor, optional): The graph's ``[N]`` centralities of this
+                augmenter's kind (:func:`node_centrality`), if already computed.
 
         Returns:
             ``self``.
@@ -91,8 +82,7 @@ class _Adaptive(Augmenter):
         self.prepare(x, edge_index, num_nodes, centrality=shared[self.centrality])
 
     def _can_prepare(self, x: Optional[Tensor]) -> bool:
-        """Whether :meth:`prepare` has what it needs besides the graph's edges."""
-        return True
+        return True  # (what prepare needs besides the edges)
 
     def _check_prepared(self, num_nodes: int) -> None:
         """Refuses a call before :meth:`prepare`, or on a graph with another node count."""
@@ -108,6 +98,8 @@ class _Adaptive(Augmenter):
     def reset_parameters(self):
         r"""Forgets the prepared probabilities (prepared again on the next graph)."""
         self.num_nodes = None
+        for name in self._buffers:
+            self._buffers[name] = None
 
     def __repr__(self) -> str:
         return (
@@ -126,12 +118,9 @@ class AdaptiveEdgeDrop(_Adaptive):
     r"""GCA's centrality-adaptive edge dropping (Zhu et al., 2021, docs/algorithms.md §2):
     ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``.
 
-    The probability of an edge depends only on its target node, so :meth:`prepare`
-    keeps one per node, the buffer ``node_drop_prob`` ``[N]`` (nodes without in-edges:
-    0), computed once by :func:`edge_drop_probabilities` from the prepared graph; each
-    call keeps edge ``e`` with probability ``1 - node_drop_prob[target of e]``, as
-    :func:`drop_edge_weighted`: for the prepared graph's edges and for any subset of them
-    (another augmenter's view). See :func:`node_centrality`.
+    An edge's probability depends on its target only: :meth:`prepare` keeps one per node,
+    the buffer ``node_drop_prob`` ``[N]`` (:func:`edge_drop_probabilities`), which serves
+    the prepared graph's edges and any subset of them.
 
     Args:
         p (float): Mean drop probability in ``[0, 1]``.
@@ -157,11 +146,6 @@ class AdaptiveEdgeDrop(_Adaptive):
         prob = self.node_drop_prob.to(edge_index.device)[edge_index[1]]
         return torch.rand(edge_index.size(1), device=edge_index.device) >= prob
 
-    def reset_parameters(self):
-        r"""Forgets the prepared probabilities (prepared again on the next graph)."""
-        super().reset_parameters()
-        self.node_drop_prob = None
-
     def _extra_repr_args(self) -> str:
         prepared = self.node_drop_prob
         return "" if prepared is None else f", node_drop_prob=[{prepared.numel()}]"
@@ -172,19 +156,16 @@ class AdaptiveFeatureMask(_Adaptive):
     ``p_j = min((w_max - w_j) / (w_max - w_mean) * p, threshold)``, ``w_j = log(sum_i [x_ij != 0] c_i)``.
 
     :meth:`prepare` computes the column probabilities once, the buffer ``drop_prob``
-    ``[F]`` (:func:`feature_drop_probabilities`), from the features and the graph it is
-    given; inside :class:`ComposeAugmenters` that is the un-augmented graph whatever the order.
-    Each call masks as :func:`mask_feature_weighted`; features with another number of
-    rows or columns are refused.
+    ``[F]`` (:func:`feature_drop_probabilities`); each call masks as
+    :func:`mask_feature_weighted`.
 
     Args:
         p (float): Mean masking probability in ``[0, 1]``.
         centrality (str, optional): ``'degree'``, ``'pagerank'`` or ``'evc'``.
             (default: :obj:`'evc'`)
         threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
-        dense (bool, optional): Weight by ``|x_ij|`` instead of ``[x_ij != 0]``
-            (dense real-valued features such as WikiCS); auto-detected when
-            :obj:`None`. (default: :obj:`None`)
+        dense (bool, optional): Weight by ``|x_ij|`` instead of ``[x_ij != 0]`` (dense
+            real-valued features); auto-detected when :obj:`None`. (default: :obj:`None`)
     """
 
     drop_prob: Optional[Tensor]
@@ -220,11 +201,6 @@ class AdaptiveFeatureMask(_Adaptive):
                 f"columns, not {x.size(1)}: call .prepare(data) with this graph"
             )
         return mask_feature_weighted(x, self.drop_prob.to(x.device))[0]
-
-    def reset_parameters(self):
-        r"""Forgets the prepared probabilities (prepared again on the next graph)."""
-        super().reset_parameters()
-        self.drop_prob = None
 
     def _extra_repr_args(self) -> str:
         text = "" if self.dense is None else f", dense={self.dense}"

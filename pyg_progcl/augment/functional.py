@@ -1,17 +1,7 @@
-"""The augmentations as functions on tensors, with PyG's contracts.
-
-* :func:`mask_feature_csr` is :func:`torch_geometric.utils.mask_feature` (same signature,
-  same ``(x, feat_mask)`` result, same random draw), extended to sparse CSR feature
-  matrices.
-* GRACE's uniform edge dropping is :func:`torch_geometric.utils.dropout_edge` itself
-  (used by :class:`~pyg_progcl.augment.EdgeDrop`); this module does not duplicate it.
-* GCA's variants with one probability per edge / column have no PyG counterpart:
-  :func:`drop_edge_weighted` returns ``(edge_index, edge_mask)`` as ``dropout_edge``
-  does, :func:`mask_feature_weighted` returns ``(x, feat_mask)`` as ``mask_feature_csr``
-  does.
-
-The formulas are those of docs/algorithms.md §2.
-"""
+"""The augmentations as functions on tensors, with PyG's contracts (docs/algorithms.md §2):
+:func:`mask_feature_csr` is :func:`torch_geometric.utils.mask_feature` extended to CSR
+features; GCA's :func:`drop_edge_weighted` and :func:`mask_feature_weighted` return what
+:func:`~torch_geometric.utils.dropout_edge` and ``mask_feature`` return."""
 
 from __future__ import annotations
 
@@ -43,17 +33,11 @@ def mask_feature_csr(
     training: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Masks features with probability ``p``: PyG's
-    :func:`torch_geometric.utils.mask_feature`, extended to sparse CSR ``x``.
-
-    With ``mode='col'`` (GRACE, Zhu et al., 2020, https://arxiv.org/abs/2006.04131) one
-    draw per column is shared by all nodes: ``x'_{ij} = x_{ij} m_j``,
-    ``m_j ~ Bernoulli(1 - p)`` (docs/algorithms.md §2). ``'row'`` masks whole nodes and
-    ``'all'`` single entries. A dense ``x`` is handed to PyG unchanged, so the result and
-    the random draw are PyG's.
-
-    A sparse CSR ``x`` takes ``mode='col'`` and ``fill_value=0`` only: it gets PyG's draw
-    and loses its masked columns' entries in ``O(nnz)``, which gives exactly
-    ``to_sparse_csr`` of the masked dense matrix.
+    :func:`torch_geometric.utils.mask_feature` (a dense ``x`` is handed to it), extended to
+    sparse CSR ``x``. With ``mode='col'`` (GRACE, Zhu et al., 2020,
+    https://arxiv.org/abs/2006.04131) one draw per column is shared by all nodes:
+    ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``. A CSR ``x`` takes ``mode='col'``
+    and ``fill_value=0`` only, and loses its masked columns' entries in ``O(nnz)``.
 
     Args:
         x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
@@ -63,21 +47,24 @@ def mask_feature_csr(
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
 
     Returns:
-        ``(x, feat_mask)``: the masked features (a new tensor unless it is a no-op) and
-        the boolean keep mask, broadcastable with ``x`` (``[1, num_features]`` for
-        ``'col'``). As PyG, a dense no-op returns an all-``True`` mask of ``x``'s shape; a
-        CSR no-op returns an all-``True`` ``[1, num_features]`` mask.
-
-    Raises:
-        ValueError: a bad ``p``, ``x`` or ``mode``, or a CSR ``x`` with ``mode`` other
-            than ``'col'`` or a non-zero ``fill_value``.
+        ``(x, feat_mask)``: the masked features and the boolean keep mask, broadcastable
+        with ``x`` (a CSR no-op's is ``[1, num_features]``).
     """
     p = check_probability("p", p)
     check_features(x)
     check_choice("mode", mode, FEATURE_MASK_MODES)
     if x.layout != torch.sparse_csr:
         return _pyg_mask_feature(x, p=p, mode=mode, fill_value=fill_value, training=training)
-    _check_csr_mask_arguments(mode, fill_value)
+    if mode != "col":
+        raise ValueError(
+            f"`mode` must be 'col' for a sparse CSR `x` (got {mode!r}); pass x.to_dense() "
+            "for 'row' or 'all'"
+        )
+    if fill_value != 0:
+        raise ValueError(
+            f"`fill_value` must be 0 for a sparse CSR `x` (got {fill_value!r}): masked "
+            "entries are dropped, not stored"
+        )
     if not training or p == 0.0:
         return x, _all_kept(x)
     keep = torch.rand(x.size(1), device=x.device) >= p  # PyG's draw for mode='col'
@@ -91,11 +78,8 @@ def drop_edge_weighted(
 ) -> tuple[Tensor, Tensor]:
     r"""Drops edge ``e`` with its own probability ``drop_prob[e]`` (GCA, Zhu et al., "Graph
     Contrastive Learning with Adaptive Augmentation", 2021,
-    https://arxiv.org/abs/2010.14945): ``keep_e ~ Bernoulli(1 - p_e)``.
-
-    The contract of :func:`torch_geometric.utils.dropout_edge`; with a constant
-    ``drop_prob = p`` it draws exactly what ``dropout_edge(edge_index, p)`` draws under
-    the same seed (docs/algorithms.md §2).
+    https://arxiv.org/abs/2010.14945): ``keep_e ~ Bernoulli(1 - p_e)``; with a constant
+    ``drop_prob = p`` the draw of :func:`torch_geometric.utils.dropout_edge`.
 
     Args:
         edge_index (torch.Tensor): ``[2, num_edges]``.
@@ -104,8 +88,7 @@ def drop_edge_weighted(
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
 
     Returns:
-        ``(edge_index, edge_mask)``: the kept edges and the boolean ``[num_edges]`` mask
-        of the kept ones (filter edge attributes with it: ``edge_weight[edge_mask]``).
+        ``(edge_index, edge_mask)``: the kept edges and their boolean ``[num_edges]`` mask.
     """
     check_edge_index(edge_index)
     _check_drop_prob(drop_prob, edge_index.size(1), "num_edges")
@@ -119,13 +102,8 @@ def mask_feature_weighted(
     x: Tensor, drop_prob: Tensor, training: bool = True
 ) -> tuple[Tensor, Tensor]:
     r"""Zeroes column ``j`` for every node with probability ``drop_prob[j]`` (GCA, Zhu et
-    al., 2021, https://arxiv.org/abs/2010.14945): ``x'_{ij} = x_{ij} m_j``,
-    ``m_j ~ Bernoulli(1 - p_j)``.
-
-    The contract of :func:`mask_feature_csr` with ``mode='col'``; with a constant
-    ``drop_prob = p > 0`` it draws and returns exactly what ``mask_feature_csr(x, p)`` does
-    under the same seed (docs/algorithms.md §2). A CSR ``x`` loses the masked columns'
-    entries in ``O(nnz)``.
+    al., 2021, https://arxiv.org/abs/2010.14945): ``x'_{ij} = x_{ij} m_j``, ``m_j ~
+    Bernoulli(1 - p_j)``; with a constant ``drop_prob = p > 0``, ``mask_feature_csr(x, p)``.
 
     Args:
         x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
@@ -134,8 +112,7 @@ def mask_feature_weighted(
         training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
 
     Returns:
-        ``(x, feat_mask)``: the masked features and the ``[1, num_features]`` keep mask
-        (a no-op's mask as in :func:`mask_feature_csr`).
+        ``(x, feat_mask)``: the masked features and the ``[1, num_features]`` keep mask.
     """
     check_features(x)
     _check_drop_prob(drop_prob, x.size(1), "num_features")
@@ -153,9 +130,7 @@ def _all_kept(x: Tensor) -> Tensor:
 
 
 def _keep_columns(x: Tensor, keep: Tensor) -> Tensor:
-    """``x`` with the columns where ``keep`` is ``False`` zeroed. A CSR ``x`` drops their
-    entries instead, in ``O(nnz)``: the result is what ``to_sparse_csr`` gives for the
-    masked dense matrix."""
+    """``x`` with the columns where ``keep`` is ``False`` zeroed (CSR: their entries dropped)."""
     if x.layout != torch.sparse_csr:
         return x.masked_fill(~keep.view(1, -1), 0.0)
     crow, col, values = x.crow_indices(), x.col_indices(), x.values()
@@ -164,20 +139,6 @@ def _keep_columns(x: Tensor, keep: Tensor) -> Tensor:
     return torch.sparse_csr_tensor(
         kept_before[crow], col[kept], values[kept], x.shape, check_invariants=False
     )
-
-
-def _check_csr_mask_arguments(mode: str, fill_value: float) -> None:
-    """The CSR path masks whole columns by dropping their entries: nothing else."""
-    if mode != "col":
-        raise ValueError(
-            f"`mode` must be 'col' for a sparse CSR `x` (got {mode!r}); pass x.to_dense() "
-            "for 'row' or 'all'"
-        )
-    if fill_value != 0:
-        raise ValueError(
-            f"`fill_value` must be 0 for a sparse CSR `x` (got {fill_value!r}): masked "
-            "entries are dropped, not stored"
-        )
 
 
 def _check_drop_prob(drop_prob: Tensor, size: int, what: str) -> Tensor:

@@ -1,6 +1,5 @@
-"""The augmenter modules: each a :class:`torch.nn.Module` and a PyG ``BaseTransform``;
-GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and :class:`ComposeAugmenters`
-(docs/algorithms.md §2)."""
+"""The augmenter base class, GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and
+:class:`ComposeAugmenters` (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ GraphTensors = tuple[Optional[Tensor], Tensor, Optional[Tensor]]
 def _prepare_arguments(
     augmenter, x, edge_index: Optional[Tensor], num_nodes: Optional[int]
 ) -> tuple[Optional[Tensor], Tensor, int]:
-    """``prepare``'s arguments: ``(x, edge_index, num_nodes)`` or a ``Data`` in place of
-    ``x``; ``num_nodes`` defaults to ``x``'s rows, else ``edge_index``'s largest index + 1."""
+    """``prepare``'s arguments ``(x, edge_index, num_nodes)``, from a ``Data`` in place of ``x``."""
     if isinstance(x, BaseData):
         x, edge_index, num_nodes = x.x, x.edge_index, x.num_nodes
     if edge_index is None:
@@ -35,28 +33,21 @@ def _prepare_arguments(
 
 
 class Augmenter(torch.nn.Module, BaseTransform):
-    r"""Base class of the augmenters: a :class:`torch.nn.Module` that is also a
+    r"""Base class of the augmenters: a :class:`torch.nn.Module` and a
     :class:`~torch_geometric.transforms.BaseTransform`.
 
     Call it on tensors, ``aug(x, edge_index, edge_weight=None) -> (x, edge_index,
     edge_weight)``, or on a :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a
-    new object; edge-level attributes are filtered with the edges): both run the one
-    :meth:`forward` through :class:`torch.nn.Module`'s call (hooks included), which makes
-    it usable wherever PyG takes a transform (``T.Compose([..., aug])``). It is a no-op in eval
-    mode and with ``p = 0``; :meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>`
-    runs its augmenters in training mode whatever the model's mode.
+    new object, edge-level attributes filtered with the edges). It is a no-op in eval
+    mode and with ``p = 0``; :meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>` runs
+    its augmenters in training mode.
 
-    A new augmenter sets ``self.p`` (the hooks run when it is positive, in training mode)
-    and overrides one or more hooks; the base class does the rest (both call styles,
-    eval mode, filtering edge weights and edge attributes with the edges):
+    A new augmenter sets ``self.p`` and overrides hooks; the base class does the rest:
 
     * :meth:`augment_features` returns the new node features;
     * :meth:`edge_keep_mask` returns a boolean mask of the edges to keep;
-    * :meth:`prepare` computes graph-dependent state (such as drop probabilities) from
-      the un-augmented graph, once: an augmenter whose :meth:`is_prepared` is
-      :obj:`False` prepares itself on the first graph it augments (a :class:`ComposeAugmenters`
-      prepares its members on its input graph), and again only when :meth:`prepare` is
-      called.
+    * :meth:`prepare` computes graph-dependent state from the un-augmented graph, once
+      (on the first graph augmented while :meth:`is_prepared` is :obj:`False`).
 
     .. code-block:: python
 
@@ -67,9 +58,6 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
             def augment_features(self, x, edge_index, num_nodes):
                 return x + self.p * torch.randn_like(x)
-
-    Heterogeneous graphs (:class:`~torch_geometric.data.HeteroData`) are refused with a
-    ``ValueError``: augment each type's tensors instead.
     """
 
     p: float = 0.0
@@ -84,10 +72,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
         edge_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
     ) -> Union[GraphTensors, Data]:
-        r"""Augments tensors and returns ``(x, edge_index, edge_weight)``; or, given a
-        :class:`~torch_geometric.data.Data` alone (the
-        :class:`~torch_geometric.transforms.BaseTransform` path), returns a new ``Data``
-        (:meth:`transform`)."""
+        r"""Augments tensors, returning ``(x, edge_index, edge_weight)``, or a ``Data``
+        alone, returning a new one (:meth:`transform`)."""
         if isinstance(x, BaseData):
             if edge_index is not None or edge_weight is not None:
                 raise ValueError("pass either a Data object or (x, edge_index, edge_weight)")
@@ -118,7 +104,7 @@ class Augmenter(torch.nn.Module, BaseTransform):
     def _augment_tensors(
         self, x: Optional[Tensor], edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int
     ) -> GraphTensors:
-        """Augments tensors of a graph of ``num_nodes`` nodes (this augmenter is active)."""
+        """Augments the tensors of a graph of ``num_nodes`` nodes (this augmenter is active)."""
         self._prepare_with(x, edge_index, num_nodes, {}, force=False)
         if x is not None:
             x = self.augment_features(x, edge_index, num_nodes)
@@ -129,7 +115,7 @@ class Augmenter(torch.nn.Module, BaseTransform):
         return x, edge_index, edge_weight
 
     def _augment_data(self, data: Data) -> Data:
-        """Augments a copy of the data (the input's attributes are replaced, not modified)."""
+        """Augments a shallow copy of the data."""
         if data.edge_index is None and "adj_t" in data and self._uses_edges():
             raise ValueError(
                 f"{self.__class__.__name__} needs `data.edge_index`, but this graph is stored "
@@ -150,10 +136,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
         return type(self).edge_keep_mask is not Augmenter.edge_keep_mask
 
     def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
-        r"""Hook: the augmented node features (default: ``x`` unchanged).
-
-        Called in training mode only, before :meth:`edge_keep_mask`, with the graph's
-        un-augmented edges. Return a new tensor; never modify ``x`` in place.
+        r"""Hook: the augmented node features, a new tensor (default: ``x``). Called in
+        training mode, before :meth:`edge_keep_mask`, with the un-augmented edges.
 
         Args:
             x (torch.Tensor): Node features ``[N, F]`` (dense, or sparse CSR).
@@ -164,10 +148,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
         return x
 
     def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Optional[Tensor]:
-        r"""Hook: a boolean mask ``[E]`` of the edges to keep (default: :obj:`None`, keep all).
-
-        Called in training mode only. Edge weights and edge attributes are filtered
-        with the mask.
+        r"""Hook: a boolean mask ``[E]`` of the edges to keep (default: :obj:`None`, all),
+        with which edge weights and attributes are filtered. Called in training mode.
 
         Args:
             edge_index (torch.Tensor): The edges ``[2, E]``.
@@ -177,14 +159,9 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
     def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> Augmenter:
         r"""Hook: computes graph-dependent state from the un-augmented graph (default:
-        nothing); returns ``self``.
-
-        Called by the user, or once by the augmenter itself while :meth:`is_prepared` is
-        :obj:`False` (a subclass with state to prepare overrides both): on the first graph
-        it augments, or, inside a :class:`ComposeAugmenters`, on the :class:`ComposeAugmenters`'s input graph
-        before the first member is applied, so that a member placed after an edge dropper
-        still sees every edge. The adaptive augmenters compute their drop probabilities
-        here.
+        nothing); returns ``self``. Called by the user, or by the augmenter while
+        :meth:`is_prepared` is :obj:`False` (a subclass with state overrides both) on the
+        first graph it augments (inside a :class:`ComposeAugmenters`, on its input graph).
 
         Args:
             x (torch.Tensor, optional): Node features ``[N, F]``.
@@ -194,15 +171,14 @@ class Augmenter(torch.nn.Module, BaseTransform):
         return self
 
     def is_prepared(self) -> bool:
-        """Whether :meth:`prepare` has nothing (more) to do before augmenting (default:
-        :obj:`True`, nothing to prepare)."""
+        """Whether :meth:`prepare` has nothing (more) to do (default: :obj:`True`)."""
         return True
 
     def _prepare_with(
         self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int, shared: dict, force: bool
     ) -> None:
         """Calls :meth:`prepare` if ``force`` or not :meth:`is_prepared`; ``shared`` holds
-        what the augmenters prepared together on one graph compute once (centralities)."""
+        what augmenters prepared on one graph compute once (centralities)."""
         if force or not self.is_prepared():
             self.prepare(x, edge_index, num_nodes)
 
@@ -215,9 +191,8 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
 class EdgeDrop(Augmenter):
     r"""Drops every edge independently with probability ``p`` (GRACE, Zhu et al.,
-    2020, https://arxiv.org/abs/2006.04131): ``keep_e ~ Bernoulli(1 - p)``, drawn as
-    :func:`torch_geometric.utils.dropout_edge` draws it (the same mask from the same
-    random state; docs/algorithms.md §2).
+    2020, https://arxiv.org/abs/2006.04131): ``keep_e ~ Bernoulli(1 - p)``, the mask
+    :func:`torch_geometric.utils.dropout_edge` draws (docs/algorithms.md §2).
 
     Args:
         p (float): Drop probability in ``[0, 1]``.
@@ -228,8 +203,7 @@ class EdgeDrop(Augmenter):
         self.p = check_probability("p", p)
 
     def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
-        """Keeps each edge with probability ``1 - p`` (only the mask: the edges are
-        selected once, by the caller)."""
+        """Keeps each edge with probability ``1 - p``."""
         return torch.rand(edge_index.size(1), device=edge_index.device) >= self.p
 
 
@@ -252,12 +226,9 @@ class FeatureMask(Augmenter):
 
 
 class ComposeAugmenters(Augmenter):
-    r"""Applies augmenters in order: ``ComposeAugmenters(a, b)(g) = b(a(g))``.
-
-    Before applying them, adaptive members are fitted on the *input* graph, so
-    that e.g. :class:`AdaptiveFeatureMask` after :class:`AdaptiveEdgeDrop` sees
-    the un-dropped graph, as GCA does. ``.train()`` / ``.eval()`` propagate to
-    the members.
+    r"""Applies augmenters in order: ``ComposeAugmenters(a, b)(g) = b(a(g))``; members
+    are prepared on the *input* graph (an :class:`AdaptiveFeatureMask` after an
+    :class:`AdaptiveEdgeDrop` sees every edge, as in GCA).
 
     Args:
         *augmenters (Augmenter): The augmenters, applied left to right.
@@ -279,8 +250,7 @@ class ComposeAugmenters(Augmenter):
     def prepare(
         self, x, edge_index: Optional[Tensor] = None, num_nodes: Optional[int] = None
     ) -> Augmenter:
-        """Prepares every member on the same graph, computing each kind of node centrality
-        once; accepts ``prepare(data)``. Returns ``self``."""
+        """Prepares every member on one graph (or ``Data``), each centrality computed once."""
         x, edge_index, num_nodes = _prepare_arguments(self, x, edge_index, num_nodes)
         self._prepare_with(x, edge_index, num_nodes, {}, force=True)
         return self

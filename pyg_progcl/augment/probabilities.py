@@ -1,7 +1,6 @@
 """GCA's drop probabilities (Zhu et al., "Graph Contrastive Learning with Adaptive
-Augmentation", 2021, https://arxiv.org/abs/2010.14945; docs/algorithms.md §2): rarely for
-important edges and feature columns, often for the rest, with mean ``p`` until the cap
-``threshold`` binds."""
+Augmentation", 2021, https://arxiv.org/abs/2010.14945; docs/algorithms.md §2): rare for
+important edges and feature columns, mean ``p`` until the cap ``threshold`` binds."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils.sparse import ptr2index
 
-from .._checks import check_edge_index, check_features, check_probability
+from .._checks import check_features, check_probability
 
 __all__ = ["edge_drop_probabilities", "feature_drop_probabilities"]
 
@@ -31,7 +30,7 @@ def check_threshold(threshold: float) -> float:
 
 
 def _log_scores(values: Tensor) -> Tensor:
-    """``log(max(v, 0) + eps)`` in float64: finite for zero centralities/weights."""
+    """``log(max(v, 0) + eps)`` in float64."""
     return torch.log(values.to(torch.float64).clamp_min(0.0) + _LOG_EPS)
 
 
@@ -57,11 +56,8 @@ def edge_drop_probabilities(
     r"""GCA's per-edge drop probabilities (Zhu et al., 2021):
     ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``.
 
-    Edges into central nodes are kept more often. The normalised scores have
-    mean 1, so the probabilities have mean ``p`` until the cap binds. All-equal
-    scores (e.g. a ring) give a uniform ``min(p, threshold)``; zero centralities
-    are guarded by ``log(c + 1e-8)`` as in the reference, so the result is always
-    finite.
+    Edges into central nodes are kept more often; all-equal scores give a uniform
+    ``min(p, threshold)``; zero centralities are guarded by ``log(c + 1e-8)``.
 
     Args:
         edge_index (torch.Tensor): ``[2, num_edges]``.
@@ -72,17 +68,13 @@ def edge_drop_probabilities(
     Returns:
         A float tensor ``[num_edges]`` on ``edge_index``'s device.
     """
+    from .._graphs import check_graph  # (node ids in range)
+
     p = check_probability("p", p)
     threshold = check_threshold(threshold)
-    check_edge_index(edge_index)
     if not (isinstance(centrality, Tensor) and centrality.dim() == 1):
         raise ValueError("`centrality` must be a tensor of shape [num_nodes]")
-    if edge_index.numel():
-        low, high = (int(v) for v in torch.aminmax(edge_index))
-        if low < 0:
-            raise ValueError(f"`edge_index` must hold node indices >= 0 (got {low})")
-        if high >= centrality.numel():
-            raise ValueError("`centrality` must have one entry per node of `edge_index`")
+    check_graph(None, edge_index, num_nodes=centrality.numel())
     scores = _log_scores(centrality.to(edge_index.device))[edge_index[1]]
     return _scores_to_probabilities(scores, p, threshold)
 
@@ -103,20 +95,16 @@ def feature_drop_probabilities(
     r"""GCA's per-column drop probabilities (Zhu et al., 2021):
     ``p_j = min((w_max - w_j) / (w_max - w_mean) * p, threshold)``, ``w_j = log(sum_i [x_ij != 0] c_i)``.
 
-    For dense real-valued features (``dense=True``) ``|x_ij|`` replaces the
-    indicator, as GCA does for WikiCS; ``dense=None`` picks it when more than
-    half of the entries are non-zero (:func:`is_dense`). Columns used by
-    central nodes are masked less often; the probabilities have mean ``p``
-    until the cap binds, are uniform when all weights tie, and are always finite
-    (``log(w + 1e-8)``; an all-zero column gets the highest probability).
+    For dense real-valued features ``|x_ij|`` replaces the indicator (as GCA for WikiCS;
+    ``dense=None``: where :func:`is_dense`). Columns used by central nodes are masked
+    less often; an all-zero column gets the highest probability.
 
     Args:
         x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
         centrality (torch.Tensor): ``[num_nodes]``, e.g. from :func:`node_centrality`.
         p (float): Mean masking probability in ``[0, 1]``.
         threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
-        dense (bool, optional): Use ``|x_ij|`` instead of ``[x_ij != 0]``;
-            auto-detected when :obj:`None`. (default: :obj:`None`)
+        dense (bool, optional): Use ``|x_ij|``; auto-detected when :obj:`None`.
 
     Returns:
         A float tensor ``[num_features]`` on ``x``'s device.

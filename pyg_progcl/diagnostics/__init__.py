@@ -1,10 +1,6 @@
-"""False-negative diagnostics: make ProGCL's evidence visible on your own graph.
-
-ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in Graph Contrastive
-Learning", ICML 2022, https://arxiv.org/abs/2110.02027) argues that under message
-passing the negatives most similar to an anchor are mostly *false* negatives (same
-class), and that a two-component Beta mixture of the negative similarities separates
-true from false negatives. This package measures that on any graph with labels:
+"""False-negative diagnostics (ProGCL, Xia et al., ICML 2022,
+https://arxiv.org/abs/2110.02027): are an anchor's most similar negatives mostly of its
+class, and does a Beta mixture of the similarities tell them apart? On any labelled graph:
 
 .. code-block:: python
 
@@ -18,17 +14,9 @@ true from false negatives. This package measures that on any graph with labels:
 
     tracker = DiagnosticsTracker(data, every=10)   # a trainer callback: summaries over training
 
-What to look for: ``fn_share_topk`` far above ``fn_rate`` means the hardest negatives
-are mostly same-class nodes (message passing makes neighbours, and hence classmates,
-similar); for the MLP control it stays nearer chance. High ``auc_*`` means similarity
-tells true from false negatives; the mixture turns that ranking into probabilities and
-ProGCL's hardness ``b = p(TN | s')·s'`` picks hard negatives with fewer false ones
-(``fn_share_topk_hardness`` < ``fn_share_topk``).
-
-Modules: :mod:`.core` (sampling, mixture fit, summary), :mod:`.tracker` (tracking over
-training), :mod:`.plots` (matplotlib, optional). The GCN-vs-MLP control experiment and
-``python -m pyg_progcl diagnose`` train models, so they live in the experiment harness
-(:mod:`pyg_progcl.cli.control`, :mod:`pyg_progcl.cli.diagnose_cli`).
+``fn_share_topk`` far above ``fn_rate``: the hardest negatives are mostly classmates;
+``fn_share_topk_hardness`` below ``fn_share_topk``: ProGCL's hardness avoids them.
+Modules: :mod:`.core`, :mod:`.tracker`, :mod:`.plots` (matplotlib, optional).
 """
 
 from .core import (

@@ -1,18 +1,7 @@
-"""True- vs false-negative analysis of the similarities a contrastive loss sees.
-
-ProGCL (Xia et al., "ProGCL: Rethinking Hard Negative Mining in Graph Contrastive
-Learning", ICML 2022, https://arxiv.org/abs/2110.02027) rests on one observation: under
-message passing the negatives most similar to an anchor are mostly *false* negatives
-(nodes of the anchor's class), so hardness alone is a bad guide; a two-component Beta
-mixture of the negative similarities (docs/algorithms.md §5.1) tells true from false negatives better.
-This module measures both claims on a user's graph.
-
-Which similarities: by default the inter-view cosines ``θ(u_i, v_k)``, ``k ≠ i``, of the
-projected views ``(u, v) = model.views(G)`` with the model's augmentations active — the
-similarities the loss sees and the mixture is fitted on (the paper's figures). With
-``embeddings='encoder'`` the encoder output ``z = model(G)`` is compared with itself
-(``θ(z_i, z_k)``), the representation a downstream probe sees.
-"""
+"""True- vs false-negative analysis of the similarities a contrastive loss sees (ProGCL,
+Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027; docs/algorithms.md §5): by
+default the inter-view cosines ``θ(u_i, v_k)``, ``k ≠ i``, of the augmented projected
+views; with ``embeddings='encoder'``, those of the encoder output with itself."""
 
 from __future__ import annotations
 
@@ -108,16 +97,12 @@ def embed(
     """The two embeddings whose cross similarities are analysed, without gradients.
 
     Args:
-        source: A model with ``views(x, edge_index)`` and ``forward`` (e.g.
-            :class:`~pyg_progcl.GRACEModel`), a plain encoder ``forward(x, edge_index)``
-            (its output is compared with itself), a ``[N, d]`` tensor (likewise) or a
-            pair ``(h1, h2)`` of ``[N, d]`` tensors.
+        source: A :class:`~pyg_progcl.GRACEModel`, an encoder, a ``[N, d]`` tensor (each
+            compared with itself) or a pair ``(h1, h2)``.
         data: The graph (``x``, ``edge_index``); needed when ``source`` is a model.
-        embeddings: ``'views'`` (projected views, as the loss sees them) or ``'encoder'``
-            (the encoder output compared with itself).
-        augment: With ``'views'``, draw the two augmented views as in training (with a
-            fixed ``seed``; the global random state is restored); else both views are the
-            un-augmented graph.
+        embeddings: ``'views'`` (projected views) or ``'encoder'`` (the encoder output).
+        augment: With ``'views'``, augment as in training (from ``seed``; the global
+            random state is restored); else both views are the un-augmented graph.
         seed: Seed of the augmentations.
 
     Returns:
@@ -182,17 +167,9 @@ def negative_similarity_sample(
     seed: int = 0,
     **embed_kwargs,
 ) -> NegativeSample:
-    """Samples ``num_samples`` uniform off-diagonal pairs and their cosines (no ``N×N`` matrix).
-
-    Args:
-        source, data: See :func:`embed` (``embed_kwargs`` are passed on).
-        labels: ``[N]`` node labels (default ``data.y``).
-        num_samples: Pairs drawn (with replacement), ``>= 1``.
-        seed: Seed of the pair sampling and the augmentations.
-
-    Returns:
-        A :class:`NegativeSample`.
-    """
+    """A :class:`NegativeSample` of ``num_samples`` uniform off-diagonal pairs (with
+    replacement; ``source``, ``data`` and ``embed_kwargs`` as in :func:`embed`; ``labels``
+    default to ``data.y``; ``seed`` draws the pairs and the augmentations)."""
     num_samples = check_int("num_samples", num_samples, 1)
     u, v = embed(source, data, seed=seed, **embed_kwargs)
     labels = check_labels(_labels(data, labels), u.size(0)).to(u.device)
@@ -255,10 +232,8 @@ def true_negative_posterior(mixture: BetaMixture, cos: Tensor) -> Tensor:
 
 
 def separation_auc(scores: Tensor, is_true_negative: Tensor) -> float:
-    """ROC-AUC of ``scores`` (higher = more likely a true negative); 0.5 is chance.
-
-    Uses :func:`sklearn.metrics.roc_auc_score`; ``nan`` when only one kind is present.
-    """
+    """ROC-AUC of ``scores`` (higher = more likely a true negative); 0.5 is chance, ``nan``
+    when only one kind is present."""
     from sklearn.metrics import roc_auc_score
 
     y = is_true_negative.cpu().numpy().astype(int)
@@ -279,11 +254,10 @@ def topk_false_negative_share(
     seed: int = 0,
     block_elements: int = BLOCK_ELEMENTS,
 ) -> dict:
-    """Share of false negatives among each anchor's ``top_k`` most similar negatives.
-
-    Anchors ``u_i`` are compared with candidates ``v_k`` (``k ≠ i``) in row blocks, so
-    memory is ``O(B·C)``. With a ``mixture``, also the share among the ``top_k``
-    negatives of largest ProGCL hardness ``b = p(true neg. | s') · s'`` (docs/algorithms.md §5.2).
+    """Share of false negatives among each anchor's ``top_k`` most similar negatives
+    (anchors ``u_i`` against candidates ``v_k``, ``k ≠ i``, in row blocks); with a
+    ``mixture``, also among the ``top_k`` of largest ProGCL hardness ``b = p(true neg. |
+    s') · s'`` (docs/algorithms.md §5.2).
 
     Args:
         u, v: Unit-normalised ``[N, d]`` embeddings.
@@ -293,8 +267,7 @@ def topk_false_negative_share(
         num_anchors: Anchors used (a uniform subset when ``N`` is larger; ``None``: all).
         num_candidates: Candidate negatives (a uniform subset; ``None``: all ``N``).
         seed: Seed of the subsets.
-        block_elements: Elements of one row block (``B·C``): its memory against the
-            number of blocks. (default: ``BLOCK_ELEMENTS``, 2**22)
+        block_elements: Elements of one row block (``B·C``). (default: 2**22)
 
     Returns:
         ``{'fn_share_topk': float}`` and, with a mixture, ``'fn_share_topk_hardness'``.
@@ -366,12 +339,8 @@ def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
 
 
 def sample_summary(sample: NegativeSample, mixture: BetaMixture) -> dict:
-    """Numbers of the sample: mean cosines, AUCs, and the mixture's posterior decisions.
-
-    ``auc_similarity`` ranks pairs by ``-θ`` and ``auc_posterior`` by ``p(TN | s')``; the
-    posterior is a function of ``θ`` alone, so the two agree wherever it is monotone.
-    ``flagged_*`` describe the rule "``p(TN | s') < 0.5`` ⇒ false negative".
-    """
+    """Mean cosines, ``auc_similarity`` (pairs ranked by ``-θ``), ``auc_posterior`` (by
+    ``p(TN | s')``) and ``flagged_*`` (the rule ``p(TN | s') < 0.5`` ⇒ false negative)."""
     tn = ~sample.same_label
     post = true_negative_posterior(mixture, sample.cos)
     fn = sample.same_label
@@ -414,9 +383,8 @@ def diagnose(
     max_iter: int = 500,
     seed: int = 0,
 ) -> Diagnosis:
-    """True/false-negative diagnosis of one embedding (ProGCL, Xia et al. 2022, Fig. 1/4).
-
-    Samples negative pairs, fits a Beta mixture to their similarities (cold start, to
+    """True/false-negative diagnosis of one embedding (ProGCL, Xia et al. 2022, Fig. 1/4):
+    samples negative pairs, fits a Beta mixture to their similarities (cold, to
     convergence) and measures how similarity and the mixture separate true negatives
     (different label) from false negatives (same label).
 
@@ -435,15 +403,10 @@ def diagnose(
         seed: Seed of every random choice (the global random state is left untouched).
 
     Returns:
-        A :class:`Diagnosis`. Its ``summary`` holds: ``fn_rate`` (chance level: share of
-        false negatives among all negative pairs), ``fn_share_topk`` (among each anchor's
-        ``top_k`` most similar negatives), ``fn_share_topk_lift`` (their ratio),
-        ``fn_share_topk_hardness`` (among the ``top_k`` of largest ProGCL hardness
-        ``b``), ``mean_cos_tn`` / ``mean_cos_fn``, ``auc_similarity`` / ``auc_posterior``
-        (ROC-AUC at telling true from false negatives; 1 perfect, 0.5 chance),
-        ``flagged_*`` (the rule ``p(TN) < 0.5``), the mixture's ``alpha_tn``, ``beta_tn``,
-        ``weight_tn``, ``mean_tn`` (and ``_fn``), and sizes; with a fitted ``loss``
-        also :func:`loss_summary`'s entries.
+        A :class:`Diagnosis`; its ``summary``: ``fn_rate`` (the chance level),
+        ``fn_share_topk`` and ``fn_share_topk_hardness`` (:func:`topk_false_negative_share`),
+        ``fn_share_topk_lift``, :func:`sample_summary`'s and :func:`mixture_summary`'s
+        entries and sizes; with a fitted ``loss``, :func:`loss_summary`'s.
     """
     num_samples = check_int("num_samples", num_samples, 1)
     top_k = check_int("top_k", top_k, 1)
@@ -484,16 +447,11 @@ def _frozen_cos(loss, sample: NegativeSample) -> Optional[Tensor]:
 def loss_summary(
     mixture: BetaMixture, tau: float, sample: NegativeSample, weight_cos: Optional[Tensor] = None
 ) -> dict:
-    r"""What a ProGCL loss's own mixture and weights do to the sampled negatives.
-
-    ``loss_auc_posterior`` and ``loss_flagged_*`` as in :func:`sample_summary`, under this
-    mixture; ``fn_mass``: the false negatives' share of GRACE's negative mass
-    :math:`e^{\theta/\tau}`; ``loss_fn_mass``: their share once weighted by the hardness
-    :math:`b = s' p(\mathrm{TN} \mid s')` (ProGCL-weight works as meant when it is below
-    ``fn_mass``). Both pooled over the sampled pairs (ProGCL normalises ``b`` per anchor);
-    plus the mixture's parameters (``loss_alpha_tn``, ...). ``weight_cos``: the cosines
-    ``b`` and the posterior come from, if not the sample's (a frozen schedule's).
-    """
+    r"""What a ProGCL loss's own mixture and weights do to the sampled negatives:
+    ``loss_auc_posterior``, ``loss_flagged_*`` and the mixture's parameters as in
+    :func:`sample_summary`; ``fn_mass``, the false negatives' share of GRACE's negative
+    mass :math:`e^{\theta/\tau}`, and ``loss_fn_mass``, their share weighted by the hardness
+    :math:`b = s' p(\mathrm{TN} \mid s')` (of ``weight_cos``, a frozen schedule's cosines)."""
     weight_cos = sample.cos if weight_cos is None else weight_cos
     post = true_negative_posterior(mixture, weight_cos)
     fn = sample.same_label

@@ -1,13 +1,7 @@
-"""Files the library writes and reads: outputs are checked before the work starts and
-written atomically after it; inputs must be regular files.
-
-An output is written to a temporary file of a unique name in its own folder and renamed
-into place (:func:`atomic_write`), so that an interrupted or failed write leaves no
-half-written file and never replaces a good file with a broken one. Where an output will
-go is checked first (:func:`check_writable`, :func:`check_folder`), so that a bad path
-fails before hours of training, not after. A temporary file names the process that
-writes it, and a later write to its folder removes it once that process is gone
-(:func:`remove_stale_temporaries`). File contents are sealed with
+"""Files the library writes and reads: outputs are checked before the work starts
+(:func:`check_writable`, :func:`check_folder`) and written atomically after it
+(:func:`atomic_write`: a temporary file renamed into place, removed by a later write once
+its process is gone); inputs must be regular files; contents are sealed with
 :func:`payload_checksum`.
 """
 
@@ -29,12 +23,9 @@ __all__: list[str] = []
 
 PathLike = Union[str, os.PathLike]
 
-#: Prefix of the temporary files :func:`atomic_write` creates (and cleans up); the full
-#: name is ``TEMP_PREFIX + "<host tag>-<process id>-<random>.tmp"`` (:func:`remove_stale_temporaries`).
+#: Prefix of :func:`atomic_write`'s temporary files, ``TEMP_PREFIX + "<host>-<pid>-<random>.tmp"``.
 TEMP_PREFIX = ".pyg_progcl-"
-#: Seconds after which a temporary file whose writer cannot be checked (another machine's,
-#: or an older naming without a process id) counts as left behind: a live write changes
-#: its file until the rename, which follows at once.
+#: Seconds after which a temporary file whose writer cannot be checked counts as left behind.
 STALE_AFTER_S = 24 * 3600
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"([0-9a-f]{8})-(\d+)-.*\.tmp")
 #: The errors of a write to a full disk (or a full quota).
@@ -74,10 +65,8 @@ def check_folder(folder: PathLike, what: str = "output folder") -> Path:
 
 
 def check_input_file(path: PathLike, what: str = "input file") -> Path:
-    """Checks that ``path`` names a regular file (through symbolic links), so that a
-    command never reads a device (``/dev/zero`` would be read until memory runs out), a
-    pipe (which blocks) or a folder. Returns it as a :class:`~pathlib.Path` (``~``
-    expanded).
+    """Checks that ``path`` names a regular file (through symbolic links): never a device,
+    a pipe or a folder. Returns it as a :class:`~pathlib.Path` (``~`` expanded).
 
     Raises:
         FileNotFoundError: nothing is there (or a symbolic link to nothing).
@@ -141,11 +130,8 @@ def _reason(exc: OSError) -> str:
 
 def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     """Calls ``write(tmp)`` on a new temporary file beside ``path``, flushes it to disk and
-    renames it to ``path`` (atomic on POSIX). If ``write`` fails, the temporary file is
-    removed and ``path`` is left as it was; if the process is killed, ``path`` is left as
-    it was too (its temporary file may remain, and is removed by the next write to that
-    folder: :func:`remove_stale_temporaries`). An exception raised after the rename (a
-    signal handler's) leaves ``path`` written, complete. Returns ``path``.
+    renames it to ``path`` (atomic on POSIX): a failed or killed write leaves ``path`` as
+    it was. Returns ``path``.
 
     Raises:
         OSError: one line, ``no space left on device to write <path>``, where the disk
@@ -216,9 +202,8 @@ def _temp_prefix() -> str:
 
 
 def _host_tag() -> str:
-    """8 hex digits naming this machine, boot and process-id namespace: process ids are
-    only compared within one of them (a folder may be shared over the network or between
-    containers, and a rebooted machine reuses ids)."""
+    """8 hex digits naming this machine, boot and process-id namespace (within which alone
+    process ids are compared)."""
     parts = [socket.gethostname()]
     for source in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
         with contextlib.suppress(OSError):
@@ -229,11 +214,9 @@ def _host_tag() -> str:
 
 
 def _writer_is_gone(path: Path) -> bool:
-    """Whether the process that created temporary file ``path`` has ended: checked by its
-    process id where the name says it ran here (never on Windows, where ``os.kill``
-    would end the process); otherwise, by the file being unchanged for
-    :data:`STALE_AFTER_S`. The file of a live process here, and this process's own, are
-    never stale."""
+    """Whether the process that created temporary file ``path`` has ended: by its process
+    id where it ran here (not on Windows), else by the file being unchanged for
+    :data:`STALE_AFTER_S`."""
     found = _TEMP_NAME.fullmatch(path.name)
     if found and found.group(1) == _host_tag() and os.name != "nt":
         pid = int(found.group(2))
@@ -254,9 +237,7 @@ def _writer_is_gone(path: Path) -> bool:
 
 def remove_stale_temporaries(folder: PathLike) -> list[Path]:
     """Removes from ``folder`` the temporary files of :func:`atomic_write` whose writing
-    process has ended (killed outright, e.g. by SIGKILL, in the
-    middle of a write); returns them. Safe while other runs write there: their files
-    are left alone. Called before every write and every check of an output folder."""
+    process has ended (killed mid-write); returns them. Other runs' files are left alone."""
     removed = []
     with contextlib.suppress(OSError):
         for tmp in Path(folder).glob(TEMP_PREFIX + "*.tmp"):

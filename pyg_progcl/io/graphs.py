@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_graph
 from .._compat import stacklevel_outside_package
+from .._graphs import check_graph
 from ..encoders import GCNEncoder, MLPEncoder
 from ..evaluation import check_labels
 from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled

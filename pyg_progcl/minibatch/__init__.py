@@ -1,20 +1,9 @@
 """Mini-batch contrastive training on sampled subgraphs, and batched inference
-(docs/algorithms.md §9).
-
-When a graph's encoder activations (two augmented views, with autograd) do not fit, each
-step trains on the subgraph sampled around ``batch_size`` seed nodes, as GraphSAGE-style
-training does (Hamilton et al., "Inductive Representation Learning on Large Graphs",
-NeurIPS 2017): both views of the subgraph are encoded, the seed rows are projected, and
-the contrastive loss (GRACE, DCL, HCL or ProGCL; Zhu et al. 2020, Xia et al. 2022) is
-taken over the seeds, so each seed's negatives are the other seeds of its batch (or
-``k`` of them with ``num_negatives``).
-
-Sampling uses :class:`torch_geometric.loader.NeighborLoader` when ``pyg-lib`` is
-installed (or with ``backend="pyg"``, also on ``torch-sparse``); otherwise
-:class:`NeighborSubgraphLoader`, a pure-torch sampler that draws the same kind of batches (seeds first, ``n_id``,
-``e_id``, ``batch_size``, directed edges from sampled in-neighbours to their targets).
-Any loader that yields such batches works, e.g. ``RandomNodeLoader`` (without ``n_id`` /
-``batch_size`` every node of a batch is a seed, and adaptive augmenters refit per batch).
+(docs/algorithms.md §9): each step encodes both views of the subgraph sampled around
+``batch_size`` seed nodes (Hamilton et al., NeurIPS 2017) and takes the loss over the
+seeds, each seed's negatives the other seeds. Batches come from PyG's
+``NeighborLoader`` where pyg-lib is installed, else from :class:`NeighborSubgraphLoader`
+(the same batches, plain torch), or any loader of such batches.
 
 Python::
 

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_choice, check_graph, check_int
+from .._checks import check_choice, check_int
+from .._graphs import check_graph
 
 __all__ = ["epoch_seeds", "neighbor_loader"]
 

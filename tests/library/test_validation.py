@@ -26,7 +26,7 @@ from pyg_progcl import (
     MLPEncoder,
     ProGCLLoss,
 )
-from pyg_progcl._checks import check_graph
+from pyg_progcl._graphs import check_graph
 from pyg_progcl.diagnostics import core as diag_core
 from pyg_progcl.losses.progcl import MAX_NUM_SAMPLES
 from pyg_progcl.minibatch import embed_minibatch, minibatch_epoch, neighbor_loader
