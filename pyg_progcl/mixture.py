@@ -229,38 +229,29 @@ class BetaMixture(torch.nn.Module):
         flip = 1 - 2 * torch.argmin(self.means)  # +1: component 0 is the true negatives'
         return (coef[:, 1] - coef[:, 0]) * (sign * flip)
 
-    def _log_odds(self, x: Tensor, sign: float, out: Tensor | None = None) -> Tensor:
-        """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``, in ``x``'s dtype.
-
-        The coefficients stay tensors on ``x``'s device, so a GPU call waits for nothing
-        on the host. Half-precision ``x`` is computed in float32 and rounded once at the
-        end (its coefficients keep float32's precision). ``out``: ``[2, *x.shape]`` of
-        ``x``'s dtype to compute in (its first row is returned; default: new tensors).
-        """
+    def _log_odds(self, x: Tensor, sign: float) -> Tensor:
+        """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``, in ``x``'s dtype; the
+        coefficients stay on ``x``'s device. Half-precision ``x`` is computed in float32 and
+        rounded once at the end."""
         dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
         a, b, c = self._signed_coefficients(sign).to(x.device, dtype)
         work = x.to(dtype)
-        d, rest = (None, None) if out is None or out.dtype != dtype else out
-        d = torch.log(work, out=d).mul_(a)
-        # log(1 - x), not log1p(-x) (1.3-1.7x the time on the CPU): 1 - x is exact for
-        # x >= 1/2; below, its rounding adds at most |b|·2^-24 to D, float32's own order.
-        d.addcmul_(torch.mul(work, -1.0, out=rest).add_(1.0).log_(), b)
-        return d.add_(c).to(x.dtype)
+        # log(1 - x), not log1p(-x) (slower on the CPU): 1 - x is exact for x >= 1/2; below,
+        # its rounding adds at most |b|·2^-24 to D, float32's own order.
+        d = torch.addcmul(c, torch.log(work), a)
+        return d.addcmul_(torch.log(1.0 - work), b).to(x.dtype)
 
     def true_negative_posterior(self, x: Tensor) -> Tensor:
         """Posterior probability that each value of ``x`` (any shape) is a true negative."""
         return torch.sigmoid(self.log_odds_false_negative(x, sign=-1.0))
 
-    def hardness_(self, s: Tensor, floor: float = 0.0, out: Tensor | None = None) -> Tensor:
+    def hardness_(self, s: Tensor, floor: float = 0.0) -> Tensor:
         r"""ProGCL's hardness :math:`b = s \, p(\mathrm{true\ neg.} \mid s)` of similarities
         :math:`s = (\theta + 1)/2`, in place: ``s`` is clamped to ``[eps, 1 - eps]`` and
         overwritten (docs/algorithms.md §5.1). With ``floor > 0`` the posterior is taken
-        as :math:`\max(p, \mathrm{floor})`. ``out``: ``[2, *s.shape]`` of ``s``'s dtype for
-        the intermediates (default: new tensors; a loop over chunks passes one buffer)."""
+        as :math:`\max(p, \mathrm{floor})`."""
         s.clamp_(self.eps, 1.0 - self.eps)
-        # (torch.special.xlogy / xlog1py would fuse the products but are not vectorised
-        # on the CPU, docs/design.md.)
-        posterior = self._log_odds(s, -1.0, out).sigmoid_()
+        posterior = self._log_odds(s, -1.0).sigmoid_()
         return s.mul_(posterior.clamp_(min=floor) if floor > 0 else posterior)
 
     def log_hardness(self, s: Tensor, floor: float | Tensor = 0.0) -> Tensor:
@@ -271,7 +262,7 @@ class BetaMixture(torch.nn.Module):
         s = s.to(dtype).clamp(self.eps, 1.0 - self.eps)
         a, b, c = self._signed_coefficients(-1.0).to(s.device, dtype)
         log_s = torch.log(s)
-        # -D = c + a log s + b log(1 - s) in two passes (log(1 - s): see _log_odds)
+        # -D = c + a log s + b log(1 - s) in two passes (see _log_odds)
         minus_d = torch.addcmul(c, log_s, a).addcmul_(s.neg_().add_(1.0).log_(), b)
         log_posterior = F.logsigmoid(minus_d)
         if isinstance(floor, Tensor):
