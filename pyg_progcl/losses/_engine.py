@@ -343,7 +343,7 @@ class DensePair:
         if key not in self._sums:
             gathers, logits = (), None
             if gather is not None:
-                gathers = ((1, gather[0]), (0, gather[1].T))
+                gathers = ((1, gather[0]), (0, gather[1]))
                 logits = self.take_logits()
             spec = _Sums(self.tau, self.excluded, scales, columns=True, gather=gathers)
             rows, cols, *got = _ExpGram.apply(self.u, self.v, None, logits, spec)
@@ -353,14 +353,15 @@ class DensePair:
             return torch.stack([rows, cols], dim=1), None
         if view == 0:
             return rows, (got[0] if got else None)
-        return cols, (got[1].T if got else None)
+        return cols, (got[1] if got else None)
 
 
 @dataclass(frozen=True)
 class _Sums:
     """What :class:`_ExpGram` computes over one matrix ``x = (a oᵀ - 1)/τ`` (``-inf`` at
     ``excluded``): row sums (and ``columns`` sums) of ``exp(s·x + log_w)`` for each scale
-    ``s``, and ``x`` at the positions ``gather`` (``(dim, index)`` pairs)."""
+    ``s``, and ``x`` at ``gather``'s ``(dim, index)`` pairs: ``[·, K]`` columns of ``x``'s
+    rows (dim 1) or of ``xᵀ``'s (dim 0), along memory (for inductor: docs/design.md)."""
 
     tau: float
     excluded: Tensor
@@ -384,7 +385,7 @@ class _ExpGram(torch.autograd.Function):
         ctx.same = o is None  # (a view against itself)
         o = a if o is None else o
         x = _exclude(shifted_logits(a, o, spec.tau) if logits is None else logits, spec.excluded)
-        gathered = [x.gather(dim, index) for dim, index in spec.gather]
+        gathered = [(x if dim else x.T).gather(1, index) for dim, index in spec.gather]
         if len(spec.scales) == 1:
             x = _exp(x, spec.scales[0], log_w, out=x)
             exps = [x]
@@ -412,7 +413,7 @@ class _ExpGram(torch.autograd.Function):
                 term.addcmul_(e, g_cols[j].mul(s / spec.tau))
             grad = term if grad is None else grad.add_(term)
         for (dim, index), g in zip(spec.gather, g_gathered):
-            grad.scatter_add_(dim, index, g.div(spec.tau))
+            (grad if dim else grad.T).scatter_add_(1, index, g.div(spec.tau))
         if ctx.same:  # (d/da of Σ g ∘ a aᵀ: (g + gᵀ) a, as two products)
             both = grad.mm(a).addmm_ if grad.dim() == 2 else grad.bmm(a).baddbmm_
             return both(grad.mT, a), None, None, None, None

@@ -1,7 +1,13 @@
 """PyTorch's own tools with the defaults: autocast (mixed precision) and torch.compile."""
 
+import json
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
+from conftest import REPO
 from torch._dynamo.utils import counters
 
 from pyg_progcl.augment import EdgeDrop, FeatureMask
@@ -276,6 +282,51 @@ def test_the_compiled_loss_has_no_graph_break_and_equals_the_eager_one(mode, dyn
     for a, b in zip(grads, torch.autograd.grad(want, (h1, h2))):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     torch._dynamo.reset()
+
+
+# ProGCL-mix's step compiled by inductor with two threads, against eager (a subprocess: the
+# bug it guards against, inductor's CPU code for an index_select's backward fused with a
+# transposed load, pytorch/pytorch#191837, corrupted the heap and aborted the process).
+INDUCTOR_MIX_SCRIPT = textwrap.dedent(
+    """
+    import json, torch
+    from pyg_progcl.losses import ProGCLLoss
+    torch.set_num_threads(2)  # (one thread takes another code path)
+    out = {}
+    for dtype in (torch.float32, torch.float64):
+        g = torch.Generator().manual_seed(0)
+        h1 = torch.randn(256, 16, generator=g, dtype=dtype)
+        h2 = h1 + 0.5 * torch.randn(256, 16, generator=g, dtype=dtype)
+        loss_fn = ProGCLLoss(0.4, mode="mix", num_mix=64).fit(h1, h2)
+        torch._dynamo.reset()
+        breaks = torch._dynamo.explain(loss_fn)(h1, h2).graph_break_count
+        steps = []
+        for fn in (loss_fn, torch.compile(loss_fn)):
+            a, b = h1.clone().requires_grad_(), h2.clone().requires_grad_()
+            torch.manual_seed(0)  # (the pairing)
+            loss = fn(a, b)
+            loss.backward()
+            steps.append((loss.detach(), a.grad, b.grad))
+        out[str(dtype)] = [breaks] + [
+            ((c - e).abs().max() / e.abs().max()).item() for e, c in zip(*steps)
+        ]
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_mix_step_compiled_by_inductor_equals_eager():
+    done = subprocess.run(
+        [sys.executable, "-c", INDUCTOR_MIX_SCRIPT],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    for dtype, rtol in (("torch.float32", 1e-4), ("torch.float64", 1e-12)):
+        breaks, *differences = got[dtype]
+        assert breaks == 0
+        assert max(differences) <= rtol, (dtype, differences)  # loss, both views' gradients
 
 
 def train_step(m, loss_fn, x, edge_index):
