@@ -155,8 +155,8 @@ def _partial_loss(loss_fn, h1, h2, blocks: int) -> torch.Tensor:
     total = u.new_zeros(())
     for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in chosen:
-            args = (_engine.row_block, a, o, slice(start, min(start + size, n)), view)
-            losses = _engine._block_losses(args, loss_fn.tau, loss_fn.negative_term)
+            args = (a, o, slice(start, min(start + size, n)), view, loss_fn.tau, None)
+            losses = _engine._block_losses(args, loss_fn.negative_term)
             total = total + losses.sum()
     return total / (2 * n)
 

@@ -2,36 +2,31 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
+from .._compat import is_compiling
 from ._engine import (
+    MEMORY_FRACTION,
     NegativeBlock,
     Plan,
     contrastive_losses,
+    free_memory,
     full_precision,
     normalize_views,
-    plan,
-    reduced_losses,
-    step_budget,
 )
 
 __all__ = ["ContrastiveLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
 
-#: The temperatures a loss accepts. The losses compute in float32 (at least), whose
-#: finite range is about 1.2e-38 .. 3.4e38. Below: a loss is up to ``2/τ + log 2N`` per
-#: anchor and its gradients of order ``1/τ`` per entry; with ``τ >= 1e-20`` the ``2N``
-#: anchors' sum (``reduction='sum'``) stays below 4e20·N, finite for any ``N`` below
-#: 10^17 with room for the ``1/‖h‖`` of the normalisation in backward (``τ = 1e-38``
-#: gives an infinite loss, ``τ < 3e-39`` a ``1/τ`` beyond float32). Above: logits ``(θ-1)/τ``
-#: keep float32's resolution of ``θ`` (2^-24) in normal numbers up to ``τ ≈ 5e30``, and
-#: ProGCL's ``τ/2`` (``s' = 1 + τ·logit/2``) overflows above 6.8e38; ``τ <= 1e20``
-#: leaves ten decades of margin. Every temperature in use (0.05 .. 2) is far inside.
+#: The temperatures a loss accepts: float32 losses (up to ``2/τ + log 2N`` per anchor),
+#: their sums and gradients stay finite, and logits ``(θ-1)/τ`` keep float32's resolution
+#: of ``θ``, with margin on both sides (docs/design.md, *Input validation*).
 TAU_RANGE = (1e-20, 1e20)
 
 
@@ -117,13 +112,7 @@ class ContrastiveLoss(torch.nn.Module):
         with full_precision(h1):
             if type(self).compute_loss is not ContrastiveLoss.compute_loss:  # (its own)
                 return self.reduce(self.compute_loss(h1, h2))
-            how = self.plan(h1)
-            if how.path == "dense" or self.reduction == "none":
-                return self.reduce(self._losses(h1, h2, None, how))
-            # Reduced row blocks: each block's gradient is taken as it is computed.
-            u, v = normalize_views(h1, h2)
-            kw = {"num_negatives": self.num_negatives}
-            return self.reduce(reduced_losses(u, v, self.tau, self.negative_term, how, **kw))
+            return self.reduce(self._losses(h1, h2, None, reduced=self.reduction != "none"))
 
     def compute_loss(self, h1: Tensor, h2: Tensor, anchors: Optional[slice] = None) -> Tensor:
         """Per-anchor losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of checked views.
@@ -144,27 +133,37 @@ class ContrastiveLoss(torch.nn.Module):
         """
         return self._losses(h1, h2, anchors)
 
-    def _losses(self, h1: Tensor, h2: Tensor, anchors: Optional[slice], how=None) -> Tensor:
+    def _losses(self, h1: Tensor, h2: Tensor, anchors: Optional[slice], reduced=False):
         rows = anchor_rows(anchors, h1.size(0))
-        how = self.plan(h1, rows) if how is None else how
+        how = self.plan(h1, rows)
         u, v = normalize_views(h1, h2)
-        return contrastive_losses(
-            u, v, self.tau, self.negative_term, how, rows, self.num_negatives
-        )  # fmt: skip
+        term, k = self.negative_term, self.num_negatives
+        return contrastive_losses(u, v, self.tau, term, how, rows, k, reduced)
 
     def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
-        """The path and block size this loss takes for views like ``h`` (``[N, d]``): all
-        anchors at once (``'dense'``) when :attr:`peak_matrices` ``N×N`` matrices fit the
-        memory budget, else row blocks (``'rows'``) as large as it allows, or
-        ``'sampled'`` blocks with ``num_negatives``; ``block_size`` overrides the budget."""
-        rows = anchor_rows(anchors, h.size(0))
-        dtype = h.dtype if h.dtype in (torch.float32, torch.float64) else torch.float32
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        budget = step_budget(h.device, self.memory_budget)
-        return plan(
-            h.size(0), rows.stop - rows.start, itemsize, budget, self.peak_matrices,
-            self.block_size, self.num_negatives,
-        )  # fmt: skip
+        """The path and block size this loss takes for views like ``h`` (``[N, d]``).
+
+        All anchors at once (``'dense'``) when :attr:`peak_matrices` ``N×N`` matrices of
+        the computing dtype fit the memory budget (or ``block_size >= N``), else row blocks
+        (``'rows'``) as large as it allows, or ``'sampled'`` blocks of ``k + 1`` columns
+        with ``num_negatives``; ``block_size`` overrides the budget. The budget is
+        ``memory_budget``, else ``MEMORY_FRACTION`` of the device's free memory (under
+        ``torch.compile``, which plans memory itself: unbounded)."""
+        n, k, block_size = h.size(0), self.num_negatives, self.block_size
+        rows = anchor_rows(anchors, n)
+        m = rows.stop - rows.start
+        budget = self.memory_budget
+        if budget is None:
+            budget = math.inf if is_compiling() else MEMORY_FRACTION * free_memory(h.device)
+        itemsize = h.dtype.itemsize if h.dtype in (torch.float32, torch.float64) else 4
+        unit = max(self.peak_matrices * (n if k is None else k + 1) * itemsize, 1)
+        fitting = m if budget >= unit * m else int(budget // unit)
+        size = max(1, min(m, block_size or fitting))
+        if k is not None:
+            return Plan("sampled", size)
+        if m == n and (block_size or fitting) >= n:
+            return Plan("dense", n)
+        return Plan("rows", size)
 
     def reduce(self, losses: Tensor) -> Tensor:
         """Applies the loss's ``reduction`` to per-anchor ``losses``."""

@@ -17,7 +17,7 @@ from .._checks import (
 )
 from .._compat import stacklevel_outside_package
 from ..mixture import DEGENERACY_KINDS, MixtureDegeneracyWarning
-from ._engine import NegativeBlock, normalize_views
+from ._engine import NegativeBlock, normalize_views, shifted_logits
 
 __all__ = ["FitSchedule", "FlooredFit", "FrozenFit", "OnlineFit"]
 
@@ -103,9 +103,11 @@ class FitSchedule(torch.nn.Module):
 
     def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
         """The detached shifted inter-view logits ``b`` is computed from, of the block's
-        pairs from the anchors of ``view`` (the other view's only on the dense path, whose
-        pairs are the transpose): here the current ones."""
-        return block.inter_in(view=view)
+        pairs from the anchors of ``view`` (0 on the dense path, whose second view's pairs
+        are the transpose): here the current ones, the block's own."""
+        if block.dense:
+            return block.pair.detached_logits()
+        return shifted_logits(block.anchors, block.others, block.tau)
 
     def check_nodes(self, h: Tensor) -> None:
         """Checks views of ``h``'s nodes can be weighted (a frozen schedule needs its own)."""
@@ -212,7 +214,10 @@ class FrozenFit(FitSchedule):
 
     def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
         u, v = (t.to(block.anchors) for t in (self.frozen_u, self.frozen_v))
-        return block.inter_in(u, v, view)
+        a, o = (u, v) if view == 0 else (v, u)
+        if not block.dense:
+            a, o = a[block.rows], o if block.cols is None else o[block.cols]
+        return shifted_logits(a, o, block.tau)
 
     def check_nodes(self, h: Tensor) -> None:
         if self.frozen_u is not None and h.size(0) != self.frozen_u.size(0):
