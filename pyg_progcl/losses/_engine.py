@@ -185,6 +185,20 @@ class NegativeBlock:
             self._own[name] = _exclude(shifted_logits(self.anchors, o, self.tau), self.excluded)
         return self._own[name]
 
+    def detached_logits(self) -> Tensor:
+        """The shifted inter-view logits without gradient or exclusion, made once (on the
+        dense path the first view's, for both blocks) and kept for :meth:`take_logits`."""
+        own = self.pair.own if self.dense else self._own
+        if "detached" not in own:
+            a, o = (self.pair.u, self.pair.v) if self.dense else (self.anchors, self.others)
+            with torch.no_grad():
+                own["detached"] = shifted_logits(a, o, self.tau)
+        return own["detached"]
+
+    def take_logits(self) -> Optional[Tensor]:
+        """:meth:`detached_logits` if made, handed over to be overwritten."""
+        return (self.pair.own if self.dense else self._own).pop("detached", None)
+
     def exp_fits(self, scale: float = 1.0) -> bool:
         """Whether ``exp(scale · logit)`` of every negative is a normal float."""
         return scale * 2.0 / self.tau <= EXP_SPAN and self.anchors.dtype != torch.float16
@@ -250,45 +264,34 @@ class DensePair:
 
     def __init__(self, u: Tensor, v: Tensor, tau: float, excluded: Tensor):
         self.u, self.v, self.tau, self.excluded = u, v, tau, excluded
-        self._logits: Optional[Tensor] = None
-        self._inter: Optional[Tensor] = None
-        self._sums: dict = {}  # scales -> (row sums, column sums, gathered logits)
+        #: What the blocks share: ``"detached"`` logits, ``"inter"``, sums by their key.
+        self.own: dict = {}
         #: ProGCL's per-call values, set by its negative term (hardness, selection).
         self.progcl: Optional[object] = None
 
-    def detached_logits(self) -> Tensor:
-        if self._logits is None:
-            with torch.no_grad():
-                self._logits = shifted_logits(self.u, self.v, self.tau)
-        return self._logits
-
-    def take_logits(self) -> Optional[Tensor]:
-        """:meth:`detached_logits`, handed over to be overwritten (``None`` if taken)."""
-        logits, self._logits = self._logits, None
-        return logits
-
     def inter(self) -> Tensor:
-        if self._inter is None:
-            self._inter = _exclude(shifted_logits(self.u, self.v, self.tau), self.excluded)
-        return self._inter
+        if "inter" not in self.own:
+            logits = shifted_logits(self.u, self.v, self.tau)
+            self.own["inter"] = _exclude(logits, self.excluded)
+        return self.own["inter"]
 
     def inter_sums(self, view, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
         """``(sums [S, N], gathered)`` of ``view``'s anchors: the rows (first view) or the
         columns (second view) of one matrix per set of scales, made at its first use
         (``view=None``: both, ``[S, 2, N]``).
         ``gather``: both views' ``[N, K]`` columns of the logits to return (ProGCL-mix's
-        selection, made from :meth:`detached_logits`: those are handed over and become
-        the sums' matrix in place, one product fewer)."""
+        selection, made from the detached logits: those are handed over and become the
+        sums' matrix in place, one product fewer)."""
         key = (scales, gather is not None)
-        if key not in self._sums:
+        if key not in self.own:
             gathers, logits = (), None
             if gather is not None:
                 gathers = ((1, gather[0]), (0, gather[1].T))
-                logits = self.take_logits()
+                logits = self.own.pop("detached", None)
             spec = _Sums(self.tau, self.excluded, scales, columns=True, gather=gathers)
             rows, cols, *got = _ExpGram.apply(self.u, self.v, None, logits, spec)
-            self._sums[key] = (rows, cols, got)
-        rows, cols, got = self._sums[key]
+            self.own[key] = (rows, cols, got)
+        rows, cols, got = self.own[key]
         if view is None:
             return torch.stack([rows, cols], dim=1), None
         if view == 0:

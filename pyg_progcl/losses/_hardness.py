@@ -11,7 +11,6 @@ from torch import Tensor
 
 from ..mixture import BetaMixture
 from ._engine import NegativeBlock
-from .schedules import FitSchedule
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
@@ -34,10 +33,6 @@ class Hardness:
         self.floor = schedule.floor_now()
         self._dense: Optional[Tensor] = None
         self.selection: Optional[list] = None  # (ProGCL-mix's, dense path: both views')
-        # Whether ``b`` comes from the block's own current inter-view logits, which the
-        # block's sums may then take over (one product fewer).
-        self.current = type(schedule).weight_logits is FitSchedule.weight_logits
-        self._logits: Optional[Tensor] = None
 
     def log_b(self, block: NegativeBlock) -> Tensor:
         """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded. On the dense
@@ -53,19 +48,9 @@ class Hardness:
     def _log_b(self, block: NegativeBlock, view: int) -> Tensor:
         with torch.no_grad():
             logits = self.schedule.weight_logits(block, view)
-            self._logits = logits if self.current and not block.dense else None
             s = torch.add(logits.new_ones(()), logits, alpha=block.tau / 2)  # (θ + 1)/2
             lb = self.mixture.log_hardness(s, self.floor)
             return lb.scatter_(1, block.excluded.unsqueeze(1), float("-inf"))
-
-    def own_logits(self, block: NegativeBlock) -> Optional[Tensor]:
-        """The block's detached inter-view logits ``b`` came from, for its sums to take
-        over (they are overwritten), or ``None``: the dense path's first view's, a row
-        block's own."""
-        if block.dense:
-            return block.pair.take_logits() if block.view == 0 and self.current else None
-        logits, self._logits = self._logits, None
-        return logits
 
     def log_weights(self, block: NegativeBlock) -> tuple[Tensor, Tensor]:
         """``(log b, log mean_k b)`` of the block's anchors (``[B, C]``, ``[B]``)."""
@@ -82,7 +67,7 @@ def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
         return block.log_sum_exp_both(1.0, lb) - log_mean
     # (one copy along memory: the dense second view's weights are a transpose)
     lw = torch.sub(lb, log_mean.unsqueeze(1), out=lb.new_empty(lb.shape))
-    inter = block._inter_sums((1.0,), lw, logits=hardness.own_logits(block))
+    inter = block._inter_sums((1.0,), lw, logits=block.take_logits())
     return torch.log(inter[0] + block._intra_sums((1.0,), lw)[0])
 
 
@@ -111,7 +96,7 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     else:
         index, b, perm = select_hardest(hardness.log_b(block), k)
     if block.exp_fits():
-        logits = None if block.dense else hardness.own_logits(block)
+        logits = None if block.dense else block.take_logits()
         inter, logit = block._inter_sums((1.0,), gather=index, logits=logits)
         log_grace = torch.log(inter[0] + block._intra_sums((1.0,))[0])
     else:
