@@ -39,18 +39,17 @@ class Hardness:
         path one ``N×N`` matrix serves both views: the second view's is its transpose (or
         the first's itself with the schedule's ``shared_weights``)."""
         shared = self.schedule.shared_weights
-        if block.dense:
-            if self._dense is None:
-                self._dense = self._log_b(block, 0)
+        if block.dense and self._dense is not None:
             return self._dense.T if block.view == 1 and not shared else self._dense
-        return self._log_b(block, 0 if shared else block.view)
-
-    def _log_b(self, block: NegativeBlock, view: int) -> Tensor:
         with torch.no_grad():
-            logits = self.schedule.weight_logits(block, view)
+            logits = self.schedule.weight_logits(block, 0 if shared or block.dense else block.view)
             s = torch.add(logits.new_ones(()), logits, alpha=block.tau / 2)  # (θ + 1)/2
             lb = self.mixture.log_hardness(s, self.floor)
-            return lb.scatter_(1, block.excluded.unsqueeze(1), float("-inf"))
+            lb.scatter_(1, block.excluded.unsqueeze(1), float("-inf"))
+        if not block.dense:
+            return lb
+        self._dense = lb
+        return self.log_b(block)
 
     def log_weights(self, block: NegativeBlock) -> tuple[Tensor, Tensor]:
         """``(log b, log mean_k b)`` of the block's anchors (``[B, C]``, ``[B]``)."""
@@ -85,12 +84,12 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     k = min(num_mix, block.count)
     if block.dense:
         if hardness.selection is None:
-            both = (hardness.log_b(block), _other_view(block, hardness))
-            first = select_hardest(both[0], k)
-            second = (
-                (*first[:2], _pairing(k, first[0])) if hardness.schedule.shared_weights else None
-            )
-            hardness.selection = [first, second or select_hardest(both[1], k)]
+            first = select_hardest(hardness.log_b(block), k)
+            if hardness.schedule.shared_weights:  # (the same b: a new pairing only)
+                second = (*first[:2], torch.randperm(k, device=first[0].device))
+            else:  # (the second view's b in its own orientation: a copy along memory)
+                second = select_hardest(hardness.log_b(block).T.contiguous(), k)
+            hardness.selection = [first, second]
         index = (hardness.selection[0][0], hardness.selection[1][0])
         _, b, perm = hardness.selection[block.view]
     else:
@@ -105,12 +104,6 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     return torch.logaddexp(log_grace, mixed_logits(logit, b, perm, eps, block.tau).logsumexp(1))
 
 
-def _other_view(block: NegativeBlock, hardness: Hardness) -> Tensor:
-    """The dense second view's ``log b`` in its own orientation (a copy along memory)."""
-    lb = hardness.log_b(block)
-    return lb if hardness.schedule.shared_weights else lb.T.contiguous()
-
-
 def mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float) -> Tensor:
     """``(θ_mix - 1)/τ`` of the shifted logits ``(θ - 1)/τ`` of the selected negatives:
     ``w θ_a + w_π θ_π(a) - ε/((b_a + b_π + ε)τ)`` with ``w = b_a/(b_a + b_π + ε)``,
@@ -122,16 +115,12 @@ def mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float)
     return mixed - norm * (eps / tau)
 
 
-def _pairing(k: int, like: Tensor) -> Tensor:
-    return torch.randperm(k, device=like.device)
-
-
 def select_hardest(log_b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """The ``k`` hardest negatives of each row (column indices, ascending), their ``b``,
     and a random pairing ``π`` of their positions."""
     with torch.no_grad():
         idx = largest(log_b, k)
-        return idx, log_b.gather(1, idx).exp_(), _pairing(k, idx)
+        return idx, log_b.gather(1, idx).exp_(), torch.randperm(k, device=idx.device)
 
 
 def largest(x: Tensor, k: int) -> Tensor:
