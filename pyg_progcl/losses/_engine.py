@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -23,10 +22,6 @@ from .._compat import autocast_enabled
 
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` is a normal float32.
 EXP_SPAN = 80.0
-#: The share of the device's free memory (CUDA: ``torch.cuda.mem_get_info``; CPU: the
-#: kernel's ``MemAvailable``) that a loss step's matrices may take when no
-#: ``memory_budget`` is given: the rest is the model's, the optimiser's and the allocator's.
-MEMORY_FRACTION = 0.5
 
 
 def full_precision(like: Tensor) -> contextlib.AbstractContextManager:
@@ -85,22 +80,6 @@ def _exclude(x: Tensor, excluded: Tensor) -> Tensor:
     index = excluded.unsqueeze(1)
     with torch.no_grad():
         return x.scatter_(-1, index if x.dim() == 2 else index.expand(len(x), -1, 1), -math.inf)
-
-
-def free_memory(device: torch.device) -> int:
-    """Bytes free on ``device``: ``mem_get_info`` where its backend has one (CUDA), else the
-    host's available memory (``MemAvailable`` of ``/proc/meminfo``, or free pages)."""
-    backend = getattr(torch, device.type, None)
-    if device.type != "cpu" and hasattr(backend, "mem_get_info"):
-        return int(backend.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 class Plan(NamedTuple):

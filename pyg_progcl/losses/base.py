@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional
 
 import torch
@@ -10,19 +11,16 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
 from .._compat import is_compiling
-from ._engine import (
-    MEMORY_FRACTION,
-    NegativeBlock,
-    Plan,
-    contrastive_losses,
-    free_memory,
-    full_precision,
-    normalize_views,
-)
+from ._engine import NegativeBlock, Plan, contrastive_losses, full_precision, normalize_views
 
 __all__ = ["ContrastiveLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
+
+#: The share of the device's free memory (CUDA: ``torch.cuda.mem_get_info``; CPU: the
+#: kernel's ``MemAvailable``) that a loss step's matrices may take when no
+#: ``memory_budget`` is given: the rest is the model's, the optimiser's and the allocator's.
+MEMORY_FRACTION = 0.5
 
 #: The temperatures a loss accepts: float32 losses (up to ``2/τ + log 2N`` per anchor),
 #: their sums and gradients stay finite, and logits ``(θ-1)/τ`` keep float32's resolution
@@ -182,12 +180,9 @@ class ContrastiveLoss(torch.nn.Module):
             )
 
     def extra_repr(self) -> str:
-        parts = [f"tau={self.tau:g}"]
-        parts += [f"{k}={v!r}" for k, v in self._options().items()]
-        if self.block_size is not None:
-            parts.append(f"block_size={self.block_size}")
-        if self.num_negatives is not None:
-            parts.append(f"num_negatives={self.num_negatives}")
+        options = {**self._options(), "block_size": self.block_size}
+        options["num_negatives"] = self.num_negatives
+        parts = [f"tau={self.tau:g}"] + [f"{k}={v!r}" for k, v in options.items() if v is not None]
         if self.memory_budget is not None:
             parts.append(f"memory_budget={self.memory_budget:g}")
         if self.reduction != "mean":
@@ -196,6 +191,22 @@ class ContrastiveLoss(torch.nn.Module):
 
     def _options(self) -> dict:
         return {}
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free on ``device``: ``mem_get_info`` where its backend has one (CUDA), else the
+    host's available memory (``MemAvailable`` of ``/proc/meminfo``, or free pages)."""
+    backend = getattr(torch, device.type, None)
+    if device.type != "cpu" and hasattr(backend, "mem_get_info"):
+        return int(backend.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def anchor_rows(anchors: Optional[slice], num_nodes: int) -> slice:
