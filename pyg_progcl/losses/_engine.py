@@ -191,10 +191,8 @@ class NegativeBlock:
         negatives, with detached weights ``w = exp(log_weight)`` (``[B, C]``; default 1). A
         tuple of scales gives ``[S, B]``, one row per scale, from the same products.
 
-        Sums of exponentials kept for backward (``_ExpGram``; the weights shifted by
-        their row maximum so that no row's sum underflows), or, where an exponential could
-        underflow (very small ``τ``), a max-shifted log-sum-exp of :attr:`inter` and
-        :attr:`intra`. Unweighted, the dense path's two views share one inter-view matrix.
+        Sums of exponentials (``_ExpGram``; weights shifted by their row maximum), or a
+        max-shifted log-sum-exp where an exponential could underflow (very small ``τ``).
         """
         scales = (float(scale),) if isinstance(scale, (int, float)) else tuple(scale)
         if not all(0 < s < float("inf") for s in scales):  # (-inf at the excluded entries)
@@ -292,12 +290,9 @@ class _Sums:
 
 
 class _ExpGram(torch.autograd.Function):
-    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o``.
-
-    Written by hand for memory and time: one scale keeps only the exponentials (autograd
-    would keep the logits, the exponentials and, for a log-sum-exp, their shifted copy),
-    so that a dense step holds three ``N×N`` matrices and its backward is one elementwise
-    pass and two products per matrix (docs/design.md). Several scales keep the logits and
+    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o``, by hand for
+    memory and time (docs/design.md): one scale keeps only the exponentials, and its
+    backward is one elementwise pass and two products. Several scales keep the logits and
     exponentiate again in backward.
     """
 
@@ -436,12 +431,10 @@ def _blocks(u, v, tau: float, how: Plan, anchors: slice, num_negatives=None):
 
 
 class _ReducedBlocks(torch.autograd.Function):
-    """``[2, N]`` losses of the row (or sampled) blocks, each block's gradient taken by
-    autograd as soon as the block is computed and added to the views' gradients (``[N, d]``
-    each): one block's intermediates are alive at a time, as under checkpoint, but no block
-    is computed again in backward (docs/design.md). The gradient kept is that of the sum,
-    so the losses must be reduced by their mean or sum (an incoming gradient equal for
-    every anchor, which scales it)."""
+    """``[2, N]`` losses of the row (or sampled) blocks, each block's gradient taken as it
+    is computed and added to the views' ``[N, d]`` gradients: one block alive at a time,
+    none computed again (docs/design.md). The gradient kept is that of the sum, so the
+    losses must be reduced by their mean or sum (an incoming gradient equal for all)."""
 
     @staticmethod
     def forward(ctx, u: Tensor, v: Tensor, term: NegativeTermFn, args: tuple) -> Tensor:

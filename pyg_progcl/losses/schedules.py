@@ -211,13 +211,11 @@ class FrozenFit(FitSchedule):
         self.frozen_u = self.frozen_v = None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The frozen views exist only after a fit: take their shape (or absence) from the
-        # state, once checked (the loss indexes them at every step).
-        _check_frozen_views(
-            state_dict.get(prefix + "frozen_u"), state_dict.get(prefix + "frozen_v")
-        )
-        for name in ("frozen_u", "frozen_v"):
-            saved = state_dict.get(prefix + name)
+        # The frozen views exist only after a fit: their shape (or absence) comes from the
+        # state, checked once (the loss indexes them at every step).
+        views = {name: state_dict.get(prefix + name) for name in ("frozen_u", "frozen_v")}
+        _check_frozen_views(*views.values())
+        for name, saved in views.items():
             setattr(self, name, None if saved is None else torch.empty_like(saved))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
