@@ -33,14 +33,6 @@ def full_precision(like: Tensor) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def normalize(h: Tensor) -> Tensor:
-    """Unit rows of ``h`` in float32 or float64 (half inputs are upcast), exact for every
-    finite row: each row is divided by its largest magnitude before its norm is taken, so
-    that no square underflows or overflows (:class:`_Normalize`). A zero row stays 0, with
-    ``F.normalize``'s gradient (``1/eps``, ``eps = 1e-12``)."""
-    return _Normalize.apply(h if h.dtype in (torch.float32, torch.float64) else h.float())
-
-
 class _Normalize(torch.autograd.Function):
     """``h / ‖h‖`` row by row, and its gradient ``(g − u (u·g)) / ‖h‖`` in one pass of a few
     operations (autograd's ``F.normalize`` makes twice as many)."""
@@ -63,8 +55,11 @@ class _Normalize(torch.autograd.Function):
 
 
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`normalize` of both views."""
-    return normalize(h1), normalize(h2)
+    """Unit rows of both views in float32 or float64 (half inputs are upcast), exact for
+    every finite row: each row is divided by its largest magnitude before its norm is
+    taken (:class:`_Normalize`). A zero row stays 0, with ``F.normalize``'s gradient."""
+    full = [h if h.dtype in (torch.float32, torch.float64) else h.float() for h in (h1, h2)]
+    return _Normalize.apply(full[0]), _Normalize.apply(full[1])
 
 
 def shifted_logits(a: Tensor, b: Tensor, tau: float) -> Tensor:
@@ -141,15 +136,15 @@ class NegativeBlock:
         excluded; one product at the first use (the built-in losses need only sums of their
         exponentials, which :meth:`log_sum_exp_both` forms without them)."""
         if not self.dense:
-            return self._logits("inter", self.others)
-        x = self.pair.inter()
+            return self._logits("inter", self.anchors, self.others)
+        x = self._logits("inter", self.pair.u, self.pair.v, self.pair.own)
         return {0: x, 1: x.T}.get(self.view) if self.view is not None else torch.stack([x, x.T])
 
     @property
     def intra(self) -> Tensor:
         """``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ``, ``-inf`` where
         excluded (see :attr:`inter`)."""
-        return self._logits("intra", self.peers)
+        return self._logits("intra", self.anchors, self.peers)
 
     def split(self) -> list[NegativeBlock]:
         """A block of both views (``view=None``) as one block per view."""
@@ -159,10 +154,11 @@ class NegativeBlock:
             for view, (a, o) in enumerate(((p.u, p.v), (p.v, p.u)))
         ]
 
-    def _logits(self, name: str, o: Tensor) -> Tensor:
-        if name not in self._own:
-            self._own[name] = _exclude(shifted_logits(self.anchors, o, self.tau), self.excluded)
-        return self._own[name]
+    def _logits(self, name: str, a: Tensor, o: Tensor, own: Optional[dict] = None) -> Tensor:
+        own = self._own if own is None else own
+        if name not in own:
+            own[name] = _exclude(shifted_logits(a, o, self.tau), self.excluded)
+        return own[name]
 
     def detached_logits(self) -> Tensor:
         """The shifted inter-view logits without gradient or exclusion, made once (on the
@@ -246,19 +242,11 @@ class DensePair:
         #: ProGCL's per-call values, set by its negative term (hardness, selection).
         self.progcl: Optional[object] = None
 
-    def inter(self) -> Tensor:
-        if "inter" not in self.own:
-            logits = shifted_logits(self.u, self.v, self.tau)
-            self.own["inter"] = _exclude(logits, self.excluded)
-        return self.own["inter"]
-
     def inter_sums(self, view, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
         """``(sums [S, N], gathered)`` of ``view``'s anchors: the rows (first view) or the
-        columns (second view) of one matrix per set of scales, made at its first use
-        (``view=None``: both, ``[S, 2, N]``).
-        ``gather``: both views' ``[N, K]`` columns of the logits to return (ProGCL-mix's
-        selection, made from the detached logits: those are handed over and become the
-        sums' matrix in place, one product fewer)."""
+        columns (second view) of one matrix per key, made at its first use (``view=None``:
+        both, ``[S, 2, N]``). ``gather``: both views' ``[N, K]`` selected logits, from
+        the handed-over detached logits (ProGCL-mix's selection: one product fewer)."""
         key = (scales, gather is not None)
         if key not in self.own:
             gathers, logits = (), None

@@ -17,16 +17,9 @@ MIX_EPS = 1e-8
 
 
 class Hardness:
-    """The hardness ``b = s'·p(TN | s')`` of a fitted mixture on the blocks of one loss
-    call, in log space: ``log b`` is exact however small ``b`` is, so weights
-    ``w = b / mean b`` and the selection of the hardest negatives never underflow.
-
-    Args:
-        mixture: The fitted :class:`~pyg_progcl.BetaMixture`.
-        schedule: The loss's :class:`~pyg_progcl.losses.FitSchedule`: which similarities
-            ``b`` comes from (:meth:`~pyg_progcl.losses.FitSchedule.weight_logits`) and its
-            floor of ``p(TN | s')`` now (a device value: no host read).
-    """
+    """The hardness ``b = s'·p(TN | s')`` of a fitted ``mixture`` on the blocks of one
+    loss call, in log space, so that weights ``w = b / mean b`` and the selection never
+    underflow; the ``schedule`` says which similarities ``b`` comes from, and its floor."""
 
     def __init__(self, mixture: BetaMixture, schedule):
         self.mixture, self.schedule = mixture, schedule
@@ -76,10 +69,9 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
     over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``.
 
-    The dense path selects both views' negatives at its first view, so that one
-    inter-view matrix gives both views' GRACE sums and selected logits. A row block
-    selects again when it is recomputed in backward: the selection is deterministic and
-    the pairing is drawn from the restored random state.
+    The dense path selects both views' negatives at its first view, so that one matrix
+    gives both views' sums and selected logits. A row block recomputed in backward selects
+    again alike (deterministic, the pairing drawn from the restored random state).
     """
     k = min(num_mix, block.count)
     if block.dense:

@@ -36,13 +36,11 @@ class ContrastiveLoss(torch.nn.Module):
         \ell(u_i) = -\log \frac{e^{\theta(u_i, v_i)/\tau}}{e^{\theta(u_i, v_i)/\tau} + Ng_i},
 
     over the anchors of both projected views ``u = h1``, ``v = h2`` (``θ`` the cosine
-    similarity). A subclass supplies its negative term: :meth:`negative_term` maps a
-    :class:`~pyg_progcl.losses.NegativeBlock` of anchors to their ``log Ng_i``. The loss
-    computes every anchor's loss with it, exact, on one of three paths (all anchors at
-    once; row blocks recomputed in backward, without an ``N×N`` matrix; sampled negatives),
-    and :meth:`reduce` applies the ``reduction``. A subclass that computes its per-anchor
-    losses otherwise overrides :meth:`compute_loss` instead (docs/own_loss.md writes a
-    loss of one's own on this contract).
+    similarity). A subclass supplies :meth:`negative_term`, which maps a
+    :class:`~pyg_progcl.losses.NegativeBlock` of anchors to their ``log Ng_i``; the loss
+    computes every anchor's loss with it, exact, on one of three paths (:meth:`plan`), and
+    :meth:`reduce` applies the ``reduction``. A subclass that computes its per-anchor
+    losses otherwise overrides :meth:`compute_loss` instead (docs/own_loss.md).
 
     Args:
         tau: Temperature :math:`\tau` in ``[1e-20, 1e20]`` (``TAU_RANGE``: float32
@@ -56,9 +54,7 @@ class ContrastiveLoss(torch.nn.Module):
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'``: the ``[2, N]``
             losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1), as torch's losses take it.
         memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
-            half the device's free memory at each call (``torch.cuda.mem_get_info`` on
-            CUDA, the host's available memory on the CPU; unbounded under
-            ``torch.compile``).
+            half the device's free memory at each call (unbounded under ``torch.compile``).
     """
 
     #: How many ``B×C`` matrices of the computing dtype a step of the loss holds at its

@@ -161,9 +161,8 @@ class FrozenFit(FitSchedule):
     ``b`` comes from *their* similarities at every later step, so the weights are those of
     the fit epoch.
 
-    The state is the ``2·N·d`` stored floats (buffers ``frozen_u``, ``frozen_v``); each
-    step recomputes the weights from them (one Gram product per block). The loss needs the
-    same ``N`` nodes in the same order at every step (full-graph training).
+    The state is the views (buffers ``frozen_u``, ``frozen_v``, ``2·N·d`` floats), so the
+    loss needs the same ``N`` nodes in the same order at every step (full-graph training).
 
     Args:
         shared_weights: Weight the anchors of both views by the first direction's matrix,
