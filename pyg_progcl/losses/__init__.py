@@ -1,15 +1,7 @@
-"""Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL over one small contract.
-
-* The losses: :class:`InfoNCELoss`, :class:`DebiasedInfoNCELoss`,
-  :class:`HardInfoNCELoss` and :class:`ProGCLLoss`, with ProGCL's fit schedules
-  (:class:`FitSchedule` and its kinds, :mod:`.schedules`).
-* The contract of a loss (docs/own_loss.md): a :class:`ContrastiveLoss` maps a
-  :class:`NegativeBlock` of anchors to their negative term ``log Ng``
-  (:meth:`ContrastiveLoss.negative_term`), or computes its per-anchor losses itself
-  (:meth:`ContrastiveLoss.compute_loss`).
-
-Modules whose names start with ``_`` (the engine, ProGCL's terms, the sampling of
-negative pairs) are internal.
+"""Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL, with ProGCL's fit schedules,
+over one small contract (docs/own_loss.md): a :class:`ContrastiveLoss` maps a
+:class:`NegativeBlock` of anchors to their negative term ``log Ng``, or computes its
+per-anchor losses itself. Modules whose names start with ``_`` are internal.
 """
 
 from ._engine import NegativeBlock, Plan

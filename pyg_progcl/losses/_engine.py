@@ -1,31 +1,15 @@
-"""The loss engine: every anchor's loss against its negatives, on one of three paths.
+"""The loss engine: every anchor's loss ``ℓ_i = log(e^{p_i} + Ng_i) - p_i`` against its
+negatives, where a loss turns a :class:`NegativeBlock` of anchors into its ``log Ng``.
 
-Every loss of this package is :math:`\\ell_i = -\\log \\frac{e^{p_i}}{e^{p_i} + Ng_i}` for an
-anchor ``i`` with positive logit :math:`p_i = \\theta(a_i, o_i)/\\tau` and a loss-specific
-negative term :math:`Ng_i` over its inter-view logits :math:`\\theta(a_i, o_k)/\\tau` and
-intra-view logits :math:`\\theta(a_i, a_k)/\\tau`, ``k ≠ i`` (docs/algorithms.md §1). A
-:class:`NegativeBlock` holds them for a block of anchors of one view; a loss turns a block
-into its ``log Ng`` (:meth:`~pyg_progcl.losses.ContrastiveLoss.negative_term`):
-
-==============  =============================================================  ==========
-path            when                                                           memory
-==============  =============================================================  ==========
-``dense``       all anchors, when the loss's ``N×N`` matrices fit the memory   ``O(N²)``
-                budget (:func:`plan`): whole-matrix operations, 3 products
-``rows``        otherwise: ``B`` anchors per block against all nodes, ``B``    ``O(B·N)``
-                as large as the budget allows, recomputed in backward
-``sampled``     ``num_negatives=k``: ``k`` uniform negatives per anchor and    ``O(B·k)``
-                view, shared by a block of anchors
-==============  =============================================================  ==========
-
-No step reads a device value on the host, and no loop runs over rows or tiles of a matrix.
+Three paths (docs/design.md): ``dense`` (all anchors, whole matrices), ``rows`` (blocks of
+anchors against all nodes) and ``sampled`` (``num_negatives`` per anchor and view). No step
+reads a device value on the host, and no loop runs over rows or tiles of a matrix.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -34,14 +18,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .._compat import autocast_enabled, is_compiling
+from .._compat import autocast_enabled
 
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` is a normal float32.
 EXP_SPAN = 80.0
-#: The share of the device's free memory (CUDA: ``torch.cuda.mem_get_info``; CPU: the
-#: kernel's ``MemAvailable``) that a loss step's matrices may take when no
-#: ``memory_budget`` is given: the rest is the model's, the optimiser's and the allocator's.
-MEMORY_FRACTION = 0.5
 
 
 def full_precision(like: Tensor) -> contextlib.AbstractContextManager:
@@ -51,14 +31,6 @@ def full_precision(like: Tensor) -> contextlib.AbstractContextManager:
     if autocast_enabled(like.device.type):
         return torch.autocast(like.device.type, enabled=False)
     return contextlib.nullcontext()
-
-
-def normalize(h: Tensor) -> Tensor:
-    """Unit rows of ``h`` in float32 or float64 (half inputs are upcast), exact for every
-    finite row: each row is divided by its largest magnitude before its norm is taken, so
-    that no square underflows or overflows (:class:`_Normalize`). A zero row stays 0, with
-    ``F.normalize``'s gradient (``1/eps``, ``eps = 1e-12``)."""
-    return _Normalize.apply(h if h.dtype in (torch.float32, torch.float64) else h.float())
 
 
 class _Normalize(torch.autograd.Function):
@@ -83,8 +55,11 @@ class _Normalize(torch.autograd.Function):
 
 
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`normalize` of both views."""
-    return normalize(h1), normalize(h2)
+    """Unit rows of both views in float32 or float64 (half inputs are upcast), exact for
+    every finite row: each row is divided by its largest magnitude before its norm is
+    taken (:class:`_Normalize`). A zero row stays 0, with ``F.normalize``'s gradient."""
+    full = [h if h.dtype in (torch.float32, torch.float64) else h.float() for h in (h1, h2)]
+    return _Normalize.apply(full[0]), _Normalize.apply(full[1])
 
 
 def shifted_logits(a: Tensor, b: Tensor, tau: float) -> Tensor:
@@ -102,55 +77,12 @@ def _exclude(x: Tensor, excluded: Tensor) -> Tensor:
         return x.scatter_(-1, index if x.dim() == 2 else index.expand(len(x), -1, 1), -math.inf)
 
 
-def free_memory(device: torch.device) -> int:
-    """Bytes free on ``device``: ``mem_get_info`` where its backend has one (CUDA), else the
-    host's available memory (``MemAvailable`` of ``/proc/meminfo``, or free pages)."""
-    backend = getattr(torch, device.type, None)
-    if device.type != "cpu" and hasattr(backend, "mem_get_info"):
-        return int(backend.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 class Plan(NamedTuple):
     """How a loss computes: ``path`` (``'dense'``, ``'rows'`` or ``'sampled'``) and the
     anchors per block (``N`` on the dense path)."""
 
     path: str
     block_size: int
-
-
-def plan(
-    num_nodes: int,
-    num_anchors: int,
-    itemsize: int,
-    budget: float,
-    matrices: int,
-    block_size: Optional[int] = None,
-    num_negatives: Optional[int] = None,
-) -> Plan:
-    """The path and block size of a loss step: ``matrices`` is how many ``B×C`` matrices of
-    ``itemsize`` bytes the loss holds at its peak, ``budget`` the bytes they may take.
-
-    All anchors at once (``'dense'``) when they fit (or ``block_size >= N``); else row
-    blocks as large as the budget allows (``block_size`` overrides it); ``num_negatives``
-    gives sampled blocks of ``k + 1`` columns.
-    """
-    columns = num_nodes if num_negatives is None else num_negatives + 1
-    unit = max(matrices * columns * itemsize, 1)
-    fitting = num_anchors if budget >= unit * num_anchors else int(budget // unit)
-    size = max(1, min(num_anchors, block_size or fitting))
-    if num_negatives is not None:
-        return Plan("sampled", size)
-    if num_anchors == num_nodes and (block_size or fitting) >= num_nodes:
-        return Plan("dense", num_nodes)
-    return Plan("rows", size)
 
 
 @dataclass
@@ -204,15 +136,15 @@ class NegativeBlock:
         excluded; one product at the first use (the built-in losses need only sums of their
         exponentials, which :meth:`log_sum_exp_both` forms without them)."""
         if not self.dense:
-            return self._logits("inter", self.others)
-        x = self.pair.inter()
+            return self._logits("inter", self.anchors, self.others)
+        x = self._logits("inter", self.pair.u, self.pair.v, self.pair.own)
         return {0: x, 1: x.T}.get(self.view) if self.view is not None else torch.stack([x, x.T])
 
     @property
     def intra(self) -> Tensor:
         """``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ``, ``-inf`` where
         excluded (see :attr:`inter`)."""
-        return self._logits("intra", self.peers)
+        return self._logits("intra", self.anchors, self.peers)
 
     def split(self) -> list[NegativeBlock]:
         """A block of both views (``view=None``) as one block per view."""
@@ -222,27 +154,25 @@ class NegativeBlock:
             for view, (a, o) in enumerate(((p.u, p.v), (p.v, p.u)))
         ]
 
-    def _logits(self, name: str, o: Tensor) -> Tensor:
-        if name not in self._own:
-            self._own[name] = _exclude(shifted_logits(self.anchors, o, self.tau), self.excluded)
-        return self._own[name]
+    def _logits(self, name: str, a: Tensor, o: Tensor, own: Optional[dict] = None) -> Tensor:
+        own = self._own if own is None else own
+        if name not in own:
+            own[name] = _exclude(shifted_logits(a, o, self.tau), self.excluded)
+        return own[name]
 
-    def inter_in(
-        self, u: Optional[Tensor] = None, v: Optional[Tensor] = None, view: Optional[int] = None
-    ) -> Tensor:
-        """The shifted inter-view logits of this block's pairs in views ``u``, ``v`` of the
-        same nodes (default: the block's own) from the anchors of ``view`` (default: the
-        block's), without gradient or exclusion. On the dense path: the first view's
-        ``N×N`` matrix (the second view's is its transpose), the own one made once."""
-        view = self.view if view is None else view
-        if u is None:  # (only the frozen schedule asks for the other view's pairs)
-            if self.dense:
-                return self.pair.detached_logits()
-            return shifted_logits(self.anchors, self.others, self.tau)
-        a, o = (u, v) if view == 0 or self.dense else (v, u)
-        if self.dense:
-            return shifted_logits(a, o, self.tau)
-        return shifted_logits(a[self.rows], o if self.cols is None else o[self.cols], self.tau)
+    def detached_logits(self) -> Tensor:
+        """The shifted inter-view logits without gradient or exclusion, made once (on the
+        dense path the first view's, for both blocks) and kept for :meth:`take_logits`."""
+        own = self.pair.own if self.dense else self._own
+        if "detached" not in own:
+            a, o = (self.pair.u, self.pair.v) if self.dense else (self.anchors, self.others)
+            with torch.no_grad():
+                own["detached"] = shifted_logits(a, o, self.tau)
+        return own["detached"]
+
+    def take_logits(self) -> Optional[Tensor]:
+        """:meth:`detached_logits` if made, handed over to be overwritten."""
+        return (self.pair.own if self.dense else self._own).pop("detached", None)
 
     def exp_fits(self, scale: float = 1.0) -> bool:
         """Whether ``exp(scale · logit)`` of every negative is a normal float."""
@@ -257,26 +187,23 @@ class NegativeBlock:
         negatives, with detached weights ``w = exp(log_weight)`` (``[B, C]``; default 1). A
         tuple of scales gives ``[S, B]``, one row per scale, from the same products.
 
-        Sums of exponentials kept for backward (``_ExpGram``; the weights shifted by
-        their row maximum so that no row's sum underflows), or, where an exponential could
-        underflow (very small ``τ``), a max-shifted log-sum-exp of :attr:`inter` and
-        :attr:`intra`. Unweighted, the dense path's two views share one inter-view matrix.
+        Sums of exponentials (``_ExpGram``; weights shifted by their row maximum), or a
+        max-shifted log-sum-exp where an exponential could underflow (very small ``τ``).
         """
         scales = (float(scale),) if isinstance(scale, (int, float)) else tuple(scale)
         if not all(0 < s < float("inf") for s in scales):  # (-inf at the excluded entries)
             raise ValueError(f"`scale` must be positive and finite (got {scale})")
         if not self.exp_fits(max(scales)):
             out = torch.stack([self._log_sum_exp(s, log_weight) for s in scales])
-            return out[0] if isinstance(scale, (int, float)) else out
-        if log_weight is None:
+        elif log_weight is None:
             out = torch.log(self._inter_sums(scales) + self._intra_sums(scales))
-            return out[0] if isinstance(scale, (int, float)) else out
-        # (a transposed matrix's weights, the dense second view's, become one copy along
-        # memory: each pass of the sums then runs along rows)
-        lw = _exclude(log_weight.clone(memory_format=torch.contiguous_format), self.excluded)
-        shift = lw.amax(dim=1)  # (the largest weight 1: no row's sum underflows)
-        lw.sub_(shift.unsqueeze(1))
-        out = torch.log(self._inter_sums(scales, lw) + self._intra_sums(scales, lw)) + shift
+        else:
+            # (a transposed matrix's weights, the dense second view's, become one copy along
+            # memory: each pass of the sums then runs along rows)
+            lw = _exclude(log_weight.clone(memory_format=torch.contiguous_format), self.excluded)
+            shift = lw.amax(dim=1)  # (the largest weight 1: no row's sum underflows)
+            lw.sub_(shift.unsqueeze(1))
+            out = torch.log(self._inter_sums(scales, lw) + self._intra_sums(scales, lw)) + shift
         return out[0] if isinstance(scale, (int, float)) else out
 
     def _log_sum_exp(self, s: float, log_weight: Optional[Tensor]) -> Tensor:
@@ -310,45 +237,26 @@ class DensePair:
 
     def __init__(self, u: Tensor, v: Tensor, tau: float, excluded: Tensor):
         self.u, self.v, self.tau, self.excluded = u, v, tau, excluded
-        self._logits: Optional[Tensor] = None
-        self._inter: Optional[Tensor] = None
-        self._sums: dict = {}  # scales -> (row sums, column sums, gathered logits)
+        #: What the blocks share: ``"detached"`` logits, ``"inter"``, sums by their key.
+        self.own: dict = {}
         #: ProGCL's per-call values, set by its negative term (hardness, selection).
         self.progcl: Optional[object] = None
 
-    def detached_logits(self) -> Tensor:
-        if self._logits is None:
-            with torch.no_grad():
-                self._logits = shifted_logits(self.u, self.v, self.tau)
-        return self._logits
-
-    def take_logits(self) -> Optional[Tensor]:
-        """:meth:`detached_logits`, handed over to be overwritten (``None`` if taken)."""
-        logits, self._logits = self._logits, None
-        return logits
-
-    def inter(self) -> Tensor:
-        if self._inter is None:
-            self._inter = _exclude(shifted_logits(self.u, self.v, self.tau), self.excluded)
-        return self._inter
-
     def inter_sums(self, view, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
         """``(sums [S, N], gathered)`` of ``view``'s anchors: the rows (first view) or the
-        columns (second view) of one matrix per set of scales, made at its first use
-        (``view=None``: both, ``[S, 2, N]``).
-        ``gather``: both views' ``[N, K]`` columns of the logits to return (ProGCL-mix's
-        selection, made from :meth:`detached_logits`: those are handed over and become
-        the sums' matrix in place, one product fewer)."""
+        columns (second view) of one matrix per key, made at its first use (``view=None``:
+        both, ``[S, 2, N]``). ``gather``: both views' ``[N, K]`` selected logits, from
+        the handed-over detached logits (ProGCL-mix's selection: one product fewer)."""
         key = (scales, gather is not None)
-        if key not in self._sums:
+        if key not in self.own:
             gathers, logits = (), None
             if gather is not None:
                 gathers = ((1, gather[0]), (0, gather[1]))
-                logits = self.take_logits()
+                logits = self.own.pop("detached", None)
             spec = _Sums(self.tau, self.excluded, scales, columns=True, gather=gathers)
             rows, cols, *got = _ExpGram.apply(self.u, self.v, None, logits, spec)
-            self._sums[key] = (rows, cols, got)
-        rows, cols, got = self._sums[key]
+            self.own[key] = (rows, cols, got)
+        rows, cols, got = self.own[key]
         if view is None:
             return torch.stack([rows, cols], dim=1), None
         if view == 0:
@@ -371,12 +279,9 @@ class _Sums:
 
 
 class _ExpGram(torch.autograd.Function):
-    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o``.
-
-    Written by hand for memory and time: one scale keeps only the exponentials (autograd
-    would keep the logits, the exponentials and, for a log-sum-exp, their shifted copy),
-    so that a dense step holds three ``N×N`` matrices and its backward is one elementwise
-    pass and two products per matrix (docs/design.md). Several scales keep the logits and
+    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o``, by hand for
+    memory and time (docs/design.md): one scale keeps only the exponentials, and its
+    backward is one elementwise pass and two products. Several scales keep the logits and
     exponentiate again in backward.
     """
 
@@ -399,27 +304,23 @@ class _ExpGram(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
-        with full_precision(g_rows):  # (a backward called under autocast computes as forward)
-            return _ExpGram._backward(ctx, g_rows, g_cols, *g_gathered)
-
-    @staticmethod
-    def _backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
         a, o, log_w, kept = ctx.saved_tensors
         spec, grad = ctx.spec, None
-        for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ: ∂x/∂a)
-            e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
-            term = e * g_rows[j].mul(s / spec.tau).unsqueeze(-1)
-            if spec.columns:
-                term.addcmul_(e, g_cols[j].mul(s / spec.tau))
-            grad = term if grad is None else grad.add_(term)
-        for (dim, index), g in zip(spec.gather, g_gathered):
-            (grad if dim else grad.T).scatter_add_(1, index, g.div(spec.tau))
-        if ctx.same:  # (d/da of Σ g ∘ a aᵀ: (g + gᵀ) a, as two products)
-            both = grad.mm(a).addmm_ if grad.dim() == 2 else grad.bmm(a).baddbmm_
-            return both(grad.mT, a), None, None, None, None
-        grad_a = grad.mm(o) if ctx.needs_input_grad[0] else None
-        grad_o = grad.T.mm(a) if ctx.needs_input_grad[1] else None
-        return grad_a, grad_o, None, None, None
+        with full_precision(g_rows):  # (a backward called under autocast computes as forward)
+            for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
+                e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
+                term = e * g_rows[j].mul(s / spec.tau).unsqueeze(-1)
+                if spec.columns:
+                    term.addcmul_(e, g_cols[j].mul(s / spec.tau))
+                grad = term if grad is None else grad.add_(term)
+            for (dim, index), g in zip(spec.gather, g_gathered):
+                (grad if dim else grad.T).scatter_add_(1, index, g.div(spec.tau))
+            if ctx.same:  # (d/da of Σ g ∘ a aᵀ: (g + gᵀ) a, as two products)
+                both = grad.mm(a).addmm_ if grad.dim() == 2 else grad.bmm(a).baddbmm_
+                return both(grad.mT, a), None, None, None, None
+            grad_a = grad.mm(o) if ctx.needs_input_grad[0] else None
+            grad_o = grad.T.mm(a) if ctx.needs_input_grad[1] else None
+            return grad_a, grad_o, None, None, None
 
 
 def _exp(x: Tensor, scale: float, log_w: Optional[Tensor], out: Optional[Tensor] = None):
@@ -446,11 +347,6 @@ def batched_views(term: NegativeTermFn) -> NegativeTermFn:
     return term
 
 
-def batched(term: NegativeTermFn) -> bool:
-    """Whether ``term`` is marked by :func:`batched_views`."""
-    return getattr(term, "batched_views", False)
-
-
 def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> list[NegativeBlock]:
     """Both views' blocks of all ``N`` anchors, sharing their inter-view matrix (one block
     of both views when ``batched``)."""
@@ -463,22 +359,17 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> lis
     return [NegativeBlock(pos, views, views.flip(0), views, diag, n - 1, tau, None, pair=pair)]
 
 
-def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float) -> NegativeBlock:
-    """The anchors ``rows`` of view ``a`` against all nodes."""
-    excluded = torch.arange(rows.start, rows.stop, device=a.device)
-    pos = positive_logits(a[rows], o[rows], tau)
-    return NegativeBlock(pos, a[rows], o, a, excluded, a.size(0) - 1, tau, view, rows)
-
-
-def sampled_block(a: Tensor, o: Tensor, rows: slice, view: int, cols: Tensor, tau: float):
-    """The anchors ``rows`` against ``k + 1`` shared sampled nodes ``cols``; each anchor
-    drops one column (itself if sampled, else the last), keeping ``k`` uniform negatives
-    among the other ``N - 1``."""
-    k = cols.numel() - 1
+def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, cols=None):
+    """The anchors ``rows`` of view ``a`` against all nodes, or against ``k + 1`` shared
+    sampled nodes ``cols``: then each anchor drops one column (itself if sampled, else the
+    last), keeping ``k`` uniform negatives among the other ``N - 1``."""
     anchors = torch.arange(rows.start, rows.stop, device=a.device)
+    pos = positive_logits(a[rows], o[rows], tau)
+    if cols is None:
+        return NegativeBlock(pos, a[rows], o, a, anchors, a.size(0) - 1, tau, view, rows)
+    k = cols.numel() - 1
     hit = anchors.unsqueeze(1) == cols.unsqueeze(0)
     excluded = torch.where(hit.any(1), hit.int().argmax(1), torch.full_like(anchors, k))
-    pos = positive_logits(a[rows], o[rows], tau)
     return NegativeBlock(pos, a[rows], o[cols], a[cols], excluded, k, tau, view, rows, cols)
 
 
@@ -496,61 +387,53 @@ def contrastive_losses(
     how: Plan,
     anchors: slice,
     num_negatives: Optional[int] = None,
-    generator: Optional[torch.Generator] = None,
+    reduced: bool = False,
 ) -> Tensor:
     """``[2, M]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the unit views ``u``,
-    ``v`` for the anchors ``i`` in ``anchors``, each against all nodes, as ``how`` says."""
+    ``v`` for the anchors ``i`` in ``anchors``, each against all nodes, as ``how`` says.
+    ``reduced``: the losses will be reduced by their mean or sum, so row and sampled
+    blocks whose views need a gradient take it as they go (:class:`_ReducedBlocks`)."""
     if how.path == "dense":
-        losses = [anchor_losses(b, term) for b in dense_blocks(u, v, tau, batched(term))]
+        blocks = dense_blocks(u, v, tau, getattr(term, "batched_views", False))
+        losses = [anchor_losses(b, term) for b in blocks]
         return losses[0] if len(losses) == 1 else torch.stack(losses)
+    args = (tau, how, anchors, num_negatives)
+    if reduced and torch.is_grad_enabled() and (u.requires_grad or v.requires_grad):
+        return _ReducedBlocks.apply(u, v, term, args)
     out: list[list[Tensor]] = [[], []]
-    for view, make in _blocks(u, v, how, anchors, num_negatives, generator):
-        out[view].append(_block_losses(make, tau, term))
+    for view, inputs in _blocks(u, v, *args):
+        out[view].append(_block_losses(inputs, term))
     return torch.stack([torch.cat(losses) for losses in out])
 
 
-def _blocks(u, v, how: Plan, anchors: slice, num_negatives=None, generator=None):
-    """``(view, (make, *inputs))`` of each row or sampled block, in order (sampled columns
-    drawn as they come)."""
+def _blocks(u, v, tau: float, how: Plan, anchors: slice, num_negatives=None):
+    """``(view, inputs of row_block)`` of each row or sampled block, in order (sampled
+    columns drawn as they come)."""
     n, size = u.size(0), how.block_size
-    columns = n if num_negatives is None else num_negatives + 1
     for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in range(anchors.start, anchors.stop, size):
             rows = slice(start, min(start + size, anchors.stop))
-            if how.path == "rows":
-                yield view, (row_block, a, o, rows, view)
-            else:
-                cols = torch.randperm(n, generator=generator)[:columns].to(u.device)
-                yield view, (sampled_block, a, o, rows, view, cols)
-
-
-def reduced_losses(u: Tensor, v: Tensor, tau: float, term: NegativeTermFn, how: Plan, **kw):
-    """:func:`contrastive_losses` of all anchors (``kw``: its ``num_negatives`` and
-    ``generator``) for a loss that reduces them by their mean or sum: row and sampled
-    blocks whose views need a gradient take it as they go (:class:`_ReducedBlocks`)."""
-    if how.path != "dense" and torch.is_grad_enabled() and (u.requires_grad or v.requires_grad):
-        return _ReducedBlocks.apply(u, v, (tau, term, how, kw))
-    return contrastive_losses(u, v, tau, term, how, slice(0, u.size(0)), **kw)
+            cols = None
+            if how.path == "sampled":
+                cols = torch.randperm(n)[: num_negatives + 1].to(u.device)
+            yield view, (a, o, rows, view, tau, cols)
 
 
 class _ReducedBlocks(torch.autograd.Function):
-    """``[2, N]`` losses of the row (or sampled) blocks, each block's gradient taken by
-    autograd as soon as the block is computed and added to the views' gradients (``[N, d]``
-    each): one block's intermediates are alive at a time, as under checkpoint, but no block
-    is computed again in backward (docs/design.md). The gradient kept is that of the sum,
-    so the losses must be reduced by their mean or sum (an incoming gradient equal for
-    every anchor, which scales it)."""
+    """``[2, N]`` losses of the row (or sampled) blocks, each block's gradient taken as it
+    is computed and added to the views' ``[N, d]`` gradients: one block alive at a time,
+    none computed again (docs/design.md). The gradient kept is that of the sum, so the
+    losses must be reduced by their mean or sum (an incoming gradient equal for all)."""
 
     @staticmethod
-    def forward(ctx, u: Tensor, v: Tensor, args: tuple) -> Tensor:
-        tau, term, how, kw = args
+    def forward(ctx, u: Tensor, v: Tensor, term: NegativeTermFn, args: tuple) -> Tensor:
         ctx.wanted = ctx.needs_input_grad[:2]
         leaves = [t.detach().requires_grad_(w) for t, w in zip((u, v), ctx.wanted)]
         inputs = [t for t in leaves if t.requires_grad]
         grads, out = [torch.zeros_like(t) for t in inputs], [[], []]
         with torch.enable_grad():
-            for view, (make, *block) in _blocks(*leaves, how, slice(0, u.size(0)), **kw):
-                losses = anchor_losses(make(*block, tau), term)
+            for view, block in _blocks(*leaves, *args):
+                losses = anchor_losses(row_block(*block), term)
                 for grad, part in zip(grads, torch.autograd.grad(losses.sum(), inputs)):
                     grad.add_(part)
                 out[view].append(losses.detach())
@@ -560,28 +443,17 @@ class _ReducedBlocks(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         grads, g = iter(ctx.saved_tensors), g[0, 0]  # (equal for every anchor)
-        return *(next(grads) * g if wanted else None for wanted in ctx.wanted), None
+        return *(next(grads) * g if wanted else None for wanted in ctx.wanted), None, None
 
 
-def _block_losses(args: tuple, tau: float, term: NegativeTermFn) -> Tensor:
-    """The losses of the block ``make(*inputs, tau)``, recomputed in backward when they
+def _block_losses(inputs: tuple, term: NegativeTermFn) -> Tensor:
+    """The losses of the block ``row_block(*inputs)``, recomputed in backward when they
     need a gradient (the RNG state restored, so a random pairing is drawn alike): only one
     block's ``B×N`` intermediates are alive at a time."""
-    make, *inputs = args
 
     def losses(*inputs) -> Tensor:
-        return anchor_losses(make(*inputs, tau), term)
+        return anchor_losses(row_block(*inputs), term)
 
     if torch.is_grad_enabled() and (inputs[0].requires_grad or inputs[1].requires_grad):
         return checkpoint(losses, *inputs, use_reentrant=False)
     return losses(*inputs)
-
-
-def step_budget(device: torch.device, budget: Optional[float]) -> float:
-    """The bytes a step's matrices may take: ``budget``, else ``MEMORY_FRACTION`` of the
-    device's free memory (under ``torch.compile``, which plans memory itself: unbounded)."""
-    if budget is not None:
-        return budget
-    if is_compiling():
-        return math.inf
-    return MEMORY_FRACTION * free_memory(device)

@@ -11,61 +11,38 @@ from torch import Tensor
 
 from ..mixture import BetaMixture
 from ._engine import NegativeBlock
-from .schedules import FitSchedule
 
 #: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
 
 
 class Hardness:
-    """The hardness ``b = s'·p(TN | s')`` of a fitted mixture on the blocks of one loss
-    call, in log space: ``log b`` is exact however small ``b`` is, so weights
-    ``w = b / mean b`` and the selection of the hardest negatives never underflow.
-
-    Args:
-        mixture: The fitted :class:`~pyg_progcl.BetaMixture`.
-        schedule: The loss's :class:`~pyg_progcl.losses.FitSchedule`: which similarities
-            ``b`` comes from (:meth:`~pyg_progcl.losses.FitSchedule.weight_logits`) and its
-            floor of ``p(TN | s')`` now (a device value: no host read).
-    """
+    """The hardness ``b = s'·p(TN | s')`` of a fitted ``mixture`` on the blocks of one
+    loss call, in log space, so that weights ``w = b / mean b`` and the selection never
+    underflow; the ``schedule`` says which similarities ``b`` comes from, and its floor."""
 
     def __init__(self, mixture: BetaMixture, schedule):
         self.mixture, self.schedule = mixture, schedule
         self.floor = schedule.floor_now()
         self._dense: Optional[Tensor] = None
         self.selection: Optional[list] = None  # (ProGCL-mix's, dense path: both views')
-        # Whether ``b`` comes from the block's own current inter-view logits, which the
-        # block's sums may then take over (one product fewer).
-        self.current = type(schedule).weight_logits is FitSchedule.weight_logits
-        self._logits: Optional[Tensor] = None
 
     def log_b(self, block: NegativeBlock) -> Tensor:
         """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded. On the dense
         path one ``N×N`` matrix serves both views: the second view's is its transpose (or
         the first's itself with the schedule's ``shared_weights``)."""
         shared = self.schedule.shared_weights
-        if block.dense:
-            if self._dense is None:
-                self._dense = self._log_b(block, 0)
+        if block.dense and self._dense is not None:
             return self._dense.T if block.view == 1 and not shared else self._dense
-        return self._log_b(block, 0 if shared else block.view)
-
-    def _log_b(self, block: NegativeBlock, view: int) -> Tensor:
         with torch.no_grad():
-            logits = self.schedule.weight_logits(block, view)
-            self._logits = logits if self.current and not block.dense else None
+            logits = self.schedule.weight_logits(block, 0 if shared or block.dense else block.view)
             s = torch.add(logits.new_ones(()), logits, alpha=block.tau / 2)  # (θ + 1)/2
             lb = self.mixture.log_hardness(s, self.floor)
-            return lb.scatter_(1, block.excluded.unsqueeze(1), float("-inf"))
-
-    def own_logits(self, block: NegativeBlock) -> Optional[Tensor]:
-        """The block's detached inter-view logits ``b`` came from, for its sums to take
-        over (they are overwritten), or ``None``: the dense path's first view's, a row
-        block's own."""
-        if block.dense:
-            return block.pair.take_logits() if block.view == 0 and self.current else None
-        logits, self._logits = self._logits, None
-        return logits
+            lb.scatter_(1, block.excluded.unsqueeze(1), float("-inf"))
+        if not block.dense:
+            return lb
+        self._dense = lb
+        return self.log_b(block)
 
     def log_weights(self, block: NegativeBlock) -> tuple[Tensor, Tensor]:
         """``(log b, log mean_k b)`` of the block's anchors (``[B, C]``, ``[B]``)."""
@@ -82,7 +59,7 @@ def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
         return block.log_sum_exp_both(1.0, lb) - log_mean
     # (one copy along memory: the dense second view's weights are a transpose)
     lw = torch.sub(lb, log_mean.unsqueeze(1), out=lb.new_empty(lb.shape))
-    inter = block._inter_sums((1.0,), lw, logits=hardness.own_logits(block))
+    inter = block._inter_sums((1.0,), lw, logits=block.take_logits())
     return torch.log(inter[0] + block._intra_sums((1.0,), lw)[0])
 
 
@@ -92,38 +69,31 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
     over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``.
 
-    The dense path selects both views' negatives at its first view, so that one
-    inter-view matrix gives both views' GRACE sums and selected logits. A row block
-    selects again when it is recomputed in backward: the selection is deterministic and
-    the pairing is drawn from the restored random state.
+    The dense path selects both views' negatives at its first view, so that one matrix
+    gives both views' sums and selected logits. A row block recomputed in backward selects
+    again alike (deterministic, the pairing drawn from the restored random state).
     """
     k = min(num_mix, block.count)
     if block.dense:
         if hardness.selection is None:
-            both = (hardness.log_b(block), _other_view(block, hardness))
-            first = select_hardest(both[0], k)
-            second = (
-                (*first[:2], _pairing(k, first[0])) if hardness.schedule.shared_weights else None
-            )
-            hardness.selection = [first, second or select_hardest(both[1], k)]
+            first = select_hardest(hardness.log_b(block), k)
+            if hardness.schedule.shared_weights:  # (the same b: a new pairing only)
+                second = (*first[:2], torch.randperm(k, device=first[0].device))
+            else:  # (the second view's b in its own orientation: a copy along memory)
+                second = select_hardest(hardness.log_b(block).T.contiguous(), k)
+            hardness.selection = [first, second]
         index = (hardness.selection[0][0], hardness.selection[1][0])
         _, b, perm = hardness.selection[block.view]
     else:
         index, b, perm = select_hardest(hardness.log_b(block), k)
     if block.exp_fits():
-        logits = None if block.dense else hardness.own_logits(block)
+        logits = None if block.dense else block.take_logits()
         inter, logit = block._inter_sums((1.0,), gather=index, logits=logits)
         log_grace = torch.log(inter[0] + block._intra_sums((1.0,))[0])
     else:
         own = index[block.view] if block.dense else index
         log_grace, logit = block.log_sum_exp_both(), block.inter.gather(1, own)
     return torch.logaddexp(log_grace, mixed_logits(logit, b, perm, eps, block.tau).logsumexp(1))
-
-
-def _other_view(block: NegativeBlock, hardness: Hardness) -> Tensor:
-    """The dense second view's ``log b`` in its own orientation (a copy along memory)."""
-    lb = hardness.log_b(block)
-    return lb if hardness.schedule.shared_weights else lb.T.contiguous()
 
 
 def mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float) -> Tensor:
@@ -137,16 +107,12 @@ def mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float)
     return mixed - norm * (eps / tau)
 
 
-def _pairing(k: int, like: Tensor) -> Tensor:
-    return torch.randperm(k, device=like.device)
-
-
 def select_hardest(log_b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """The ``k`` hardest negatives of each row (column indices, ascending), their ``b``,
     and a random pairing ``π`` of their positions."""
     with torch.no_grad():
         idx = largest(log_b, k)
-        return idx, log_b.gather(1, idx).exp_(), _pairing(k, idx)
+        return idx, log_b.gather(1, idx).exp_(), torch.randperm(k, device=idx.device)
 
 
 def largest(x: Tensor, k: int) -> Tensor:

@@ -42,35 +42,28 @@ def sample_negative_similarities(
     anchors ``i`` among ``anchors`` (default: all nodes; a rank's own rows in
     :mod:`pyg_progcl.distributed`).
 
-    Like the reference code, which takes every row of 100 random columns, the pairs form a
-    grid: ``r = ⌈M / 63⌉`` random anchors against 64 random nodes, one ``[r, d] × [d, 64]``
-    product, positives dropped, the first ``M`` kept (the anchors are in random order).
-    Unlike it, ``M`` does not grow with ``N``. Graphs too small for such a grid get ``M``
-    independent uniform pairs instead (gathering ``M`` independent pairs costs far more
-    than one small product, docs/design.md), gathered in chunks of
-    ``GATHER_ELEMENTS``: either way the sample holds some 30 bytes per pair besides
-    the views, whatever their width ``d``.
+    The pairs form a grid, as in the reference code (which takes 100 random columns):
+    ``r = ⌈M / 63⌉`` random anchors against 64 random nodes, one ``[r, d] × [d, 64]``
+    product, positives dropped, the first ``M`` kept; ``M`` does not grow with ``N``.
+    Graphs too small for a grid get ``M`` independent uniform pairs, gathered in chunks of
+    ``GATHER_ELEMENTS``.
     """
     with full_precision(h1):  # (fits the mixture on float32 cosines under autocast too)
-        return _similarities(h1, h2, num_samples, generator, anchors)
-
-
-def _similarities(h1, h2, num_samples, generator, anchors) -> Tensor:
-    u, v = normalize_views(h1, h2)
-    n = u.size(0)
-    lo, hi, _ = (anchors or slice(0, n)).indices(n)
-    rows = -(-num_samples // (SAMPLE_COLUMNS - 1))
-    if n < SAMPLE_COLUMNS or rows > hi - lo:
-        i, k = sample_negative_pairs(n, num_samples, u.device, generator, slice(lo, hi))
-        return _pair_similarities(u, v, i, k).clamp_(-1.0, 1.0)
-    picked = (torch.randperm(hi - lo, generator=generator)[:rows] + lo).to(u.device)
-    nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(u.device)
-    theta = (u[picked] @ v[nodes].T).view(-1)
-    # The first M negatives of the grid in row order, by a stable sort of the positives
-    # last: a shape known in advance (a boolean index would read its count on the host).
-    positive = (picked.unsqueeze(1) == nodes.unsqueeze(0)).view(-1)
-    first = torch.argsort(positive, stable=True)[:num_samples]
-    return theta[first].clamp_(-1.0, 1.0)
+        u, v = normalize_views(h1, h2)
+        n = u.size(0)
+        lo, hi, _ = (anchors or slice(0, n)).indices(n)
+        rows = -(-num_samples // (SAMPLE_COLUMNS - 1))
+        if n < SAMPLE_COLUMNS or rows > hi - lo:
+            i, k = sample_negative_pairs(n, num_samples, u.device, generator, slice(lo, hi))
+            return _pair_similarities(u, v, i, k).clamp_(-1.0, 1.0)
+        picked = (torch.randperm(hi - lo, generator=generator)[:rows] + lo).to(u.device)
+        nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(u.device)
+        theta = (u[picked] @ v[nodes].T).view(-1)
+        # The first M negatives of the grid in row order, by a stable sort of the positives
+        # last: a shape known in advance (a boolean index would read its count on the host).
+        positive = (picked.unsqueeze(1) == nodes.unsqueeze(0)).view(-1)
+        first = torch.argsort(positive, stable=True)[:num_samples]
+        return theta[first].clamp_(-1.0, 1.0)
 
 
 def _pair_similarities(u: Tensor, v: Tensor, i: Tensor, k: Tensor) -> Tensor:

@@ -2,36 +2,29 @@
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive, check_views
-from ._engine import (
-    NegativeBlock,
-    Plan,
-    contrastive_losses,
-    full_precision,
-    normalize_views,
-    plan,
-    reduced_losses,
-    step_budget,
-)
+from .._compat import is_compiling
+from ._engine import NegativeBlock, Plan, contrastive_losses, full_precision, normalize_views
 
 __all__ = ["ContrastiveLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
 
-#: The temperatures a loss accepts. The losses compute in float32 (at least), whose
-#: finite range is about 1.2e-38 .. 3.4e38. Below: a loss is up to ``2/τ + log 2N`` per
-#: anchor and its gradients of order ``1/τ`` per entry; with ``τ >= 1e-20`` the ``2N``
-#: anchors' sum (``reduction='sum'``) stays below 4e20·N, finite for any ``N`` below
-#: 10^17 with room for the ``1/‖h‖`` of the normalisation in backward (``τ = 1e-38``
-#: gives an infinite loss, ``τ < 3e-39`` a ``1/τ`` beyond float32). Above: logits ``(θ-1)/τ``
-#: keep float32's resolution of ``θ`` (2^-24) in normal numbers up to ``τ ≈ 5e30``, and
-#: ProGCL's ``τ/2`` (``s' = 1 + τ·logit/2``) overflows above 6.8e38; ``τ <= 1e20``
-#: leaves ten decades of margin. Every temperature in use (0.05 .. 2) is far inside.
+#: The share of the device's free memory (CUDA: ``torch.cuda.mem_get_info``; CPU: the
+#: kernel's ``MemAvailable``) that a loss step's matrices may take when no
+#: ``memory_budget`` is given: the rest is the model's, the optimiser's and the allocator's.
+MEMORY_FRACTION = 0.5
+
+#: The temperatures a loss accepts: float32 losses (up to ``2/τ + log 2N`` per anchor),
+#: their sums and gradients stay finite, and logits ``(θ-1)/τ`` keep float32's resolution
+#: of ``θ``, with margin on both sides (docs/design.md, *Input validation*).
 TAU_RANGE = (1e-20, 1e20)
 
 
@@ -43,13 +36,11 @@ class ContrastiveLoss(torch.nn.Module):
         \ell(u_i) = -\log \frac{e^{\theta(u_i, v_i)/\tau}}{e^{\theta(u_i, v_i)/\tau} + Ng_i},
 
     over the anchors of both projected views ``u = h1``, ``v = h2`` (``θ`` the cosine
-    similarity). A subclass supplies its negative term: :meth:`negative_term` maps a
-    :class:`~pyg_progcl.losses.NegativeBlock` of anchors to their ``log Ng_i``. The loss
-    computes every anchor's loss with it, exact, on one of three paths (all anchors at
-    once; row blocks recomputed in backward, without an ``N×N`` matrix; sampled negatives),
-    and :meth:`reduce` applies the ``reduction``. A subclass that computes its per-anchor
-    losses otherwise overrides :meth:`compute_loss` instead (docs/own_loss.md writes a
-    loss of one's own on this contract).
+    similarity). A subclass supplies :meth:`negative_term`, which maps a
+    :class:`~pyg_progcl.losses.NegativeBlock` of anchors to their ``log Ng_i``; the loss
+    computes every anchor's loss with it, exact, on one of three paths (:meth:`plan`), and
+    :meth:`reduce` applies the ``reduction``. A subclass that computes its per-anchor
+    losses otherwise overrides :meth:`compute_loss` instead (docs/own_loss.md).
 
     Args:
         tau: Temperature :math:`\tau` in ``[1e-20, 1e20]`` (``TAU_RANGE``: float32
@@ -63,9 +54,7 @@ class ContrastiveLoss(torch.nn.Module):
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'``: the ``[2, N]``
             losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1), as torch's losses take it.
         memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
-            half the device's free memory at each call (``torch.cuda.mem_get_info`` on
-            CUDA, the host's available memory on the CPU; unbounded under
-            ``torch.compile``).
+            half the device's free memory at each call (unbounded under ``torch.compile``).
     """
 
     #: How many ``B×C`` matrices of the computing dtype a step of the loss holds at its
@@ -117,13 +106,7 @@ class ContrastiveLoss(torch.nn.Module):
         with full_precision(h1):
             if type(self).compute_loss is not ContrastiveLoss.compute_loss:  # (its own)
                 return self.reduce(self.compute_loss(h1, h2))
-            how = self.plan(h1)
-            if how.path == "dense" or self.reduction == "none":
-                return self.reduce(self._losses(h1, h2, None, how))
-            # Reduced row blocks: each block's gradient is taken as it is computed.
-            u, v = normalize_views(h1, h2)
-            kw = {"num_negatives": self.num_negatives}
-            return self.reduce(reduced_losses(u, v, self.tau, self.negative_term, how, **kw))
+            return self.reduce(self._losses(h1, h2, None, reduced=self.reduction != "none"))
 
     def compute_loss(self, h1: Tensor, h2: Tensor, anchors: Optional[slice] = None) -> Tensor:
         """Per-anchor losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of checked views.
@@ -144,27 +127,37 @@ class ContrastiveLoss(torch.nn.Module):
         """
         return self._losses(h1, h2, anchors)
 
-    def _losses(self, h1: Tensor, h2: Tensor, anchors: Optional[slice], how=None) -> Tensor:
+    def _losses(self, h1: Tensor, h2: Tensor, anchors: Optional[slice], reduced=False):
         rows = anchor_rows(anchors, h1.size(0))
-        how = self.plan(h1, rows) if how is None else how
+        how = self.plan(h1, rows)
         u, v = normalize_views(h1, h2)
-        return contrastive_losses(
-            u, v, self.tau, self.negative_term, how, rows, self.num_negatives
-        )  # fmt: skip
+        term, k = self.negative_term, self.num_negatives
+        return contrastive_losses(u, v, self.tau, term, how, rows, k, reduced)
 
     def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
-        """The path and block size this loss takes for views like ``h`` (``[N, d]``): all
-        anchors at once (``'dense'``) when :attr:`peak_matrices` ``N×N`` matrices fit the
-        memory budget, else row blocks (``'rows'``) as large as it allows, or
-        ``'sampled'`` blocks with ``num_negatives``; ``block_size`` overrides the budget."""
-        rows = anchor_rows(anchors, h.size(0))
-        dtype = h.dtype if h.dtype in (torch.float32, torch.float64) else torch.float32
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        budget = step_budget(h.device, self.memory_budget)
-        return plan(
-            h.size(0), rows.stop - rows.start, itemsize, budget, self.peak_matrices,
-            self.block_size, self.num_negatives,
-        )  # fmt: skip
+        """The path and block size this loss takes for views like ``h`` (``[N, d]``).
+
+        All anchors at once (``'dense'``) when :attr:`peak_matrices` ``N×N`` matrices of
+        the computing dtype fit the memory budget (or ``block_size >= N``), else row blocks
+        (``'rows'``) as large as it allows, or ``'sampled'`` blocks of ``k + 1`` columns
+        with ``num_negatives``; ``block_size`` overrides the budget. The budget is
+        ``memory_budget``, else ``MEMORY_FRACTION`` of the device's free memory (under
+        ``torch.compile``, which plans memory itself: unbounded)."""
+        n, k, block_size = h.size(0), self.num_negatives, self.block_size
+        rows = anchor_rows(anchors, n)
+        m = rows.stop - rows.start
+        budget = self.memory_budget
+        if budget is None:
+            budget = math.inf if is_compiling() else MEMORY_FRACTION * free_memory(h.device)
+        itemsize = h.dtype.itemsize if h.dtype in (torch.float32, torch.float64) else 4
+        unit = max(self.peak_matrices * (n if k is None else k + 1) * itemsize, 1)
+        fitting = m if budget >= unit * m else int(budget // unit)
+        size = max(1, min(m, block_size or fitting))
+        if k is not None:
+            return Plan("sampled", size)
+        if m == n and (block_size or fitting) >= n:
+            return Plan("dense", n)
+        return Plan("rows", size)
 
     def reduce(self, losses: Tensor) -> Tensor:
         """Applies the loss's ``reduction`` to per-anchor ``losses``."""
@@ -183,12 +176,9 @@ class ContrastiveLoss(torch.nn.Module):
             )
 
     def extra_repr(self) -> str:
-        parts = [f"tau={self.tau:g}"]
-        parts += [f"{k}={v!r}" for k, v in self._options().items()]
-        if self.block_size is not None:
-            parts.append(f"block_size={self.block_size}")
-        if self.num_negatives is not None:
-            parts.append(f"num_negatives={self.num_negatives}")
+        options = {**self._options(), "block_size": self.block_size}
+        options["num_negatives"] = self.num_negatives
+        parts = [f"tau={self.tau:g}"] + [f"{k}={v!r}" for k, v in options.items() if v is not None]
         if self.memory_budget is not None:
             parts.append(f"memory_budget={self.memory_budget:g}")
         if self.reduction != "mean":
@@ -197,6 +187,22 @@ class ContrastiveLoss(torch.nn.Module):
 
     def _options(self) -> dict:
         return {}
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free on ``device``: ``mem_get_info`` where its backend has one (CUDA), else the
+    host's available memory (``MemAvailable`` of ``/proc/meminfo``, or free pages)."""
+    backend = getattr(torch, device.type, None)
+    if device.type != "cpu" and hasattr(backend, "mem_get_info"):
+        return int(backend.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def anchor_rows(anchors: Optional[slice], num_nodes: int) -> slice:

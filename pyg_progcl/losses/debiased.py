@@ -13,9 +13,8 @@ from .base import ContrastiveLoss
 
 __all__ = ["DebiasedInfoNCELoss", "HardInfoNCELoss"]
 
-#: The largest scale ``(1 + β)/τ`` of HCL's weighted logits: the sums over ``2N`` anchors
-#: of losses and gradients of this order stay finite in float32 (3.4e38) for any graph;
-#: measured, NaN gradients appear from about 1e38 (``β = 1e19``, ``τ = 1e-20``).
+#: The largest scale ``(1 + β)/τ`` of HCL's weighted logits: sums over ``2N`` anchors of
+#: losses and gradients of this order stay finite in float32 for any graph.
 HCL_MAX_SCALE = 1e30
 
 
@@ -54,8 +53,7 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
         block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
-    #: See :class:`ContrastiveLoss`: the two views' blocks are one (both intra-view gradients
-    #: alive at once in backward).
+    #: See :class:`ContrastiveLoss` (both views in one block: docs/design.md).
     peak_matrices = 6
 
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, **kwargs):
@@ -89,7 +87,7 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
         block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
-    #: See :class:`ContrastiveLoss`: two scales of exponentials, a view at a time (measured).
+    #: See :class:`ContrastiveLoss` (two scales of exponentials: docs/design.md).
     peak_matrices = 7
 
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0, **kwargs):

@@ -20,8 +20,7 @@ class InfoNCELoss(ContrastiveLoss):
     Args: see :class:`ContrastiveLoss`.
     """
 
-    #: See :class:`ContrastiveLoss`: the two views' blocks are one (both intra-view gradients
-    #: alive at once in backward).
+    #: See :class:`ContrastiveLoss` (both views in one block: docs/design.md).
     peak_matrices = 6
 
     @batched_views

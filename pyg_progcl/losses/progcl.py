@@ -21,11 +21,8 @@ __all__ = ["ProGCLLoss"]
 #: stays finite) that does not outweigh the hardnesses ``b <= 1`` it guards.
 MIX_EPS_RANGE = (1e-30, 1.0)
 
-#: Peak host memory of a fit per sampled similarity, in bytes: the mixture's float64 EM
-#: statistics (the sample itself holds some 30 bytes per pair, whatever the views' width
-#: ``d``). Measured as the peak RSS of :meth:`ProGCLLoss.refit` (``/proc`` VmHWM) with
-#: float32 views: 105-120 bytes at 10⁶ to 5·10⁷ samples on a Cora-sized graph
-#: (2708 × 128) and an ogbn-arxiv-sized one (169343 × 256); rounded up.
+#: Peak host memory of a fit per sampled similarity, in bytes (the mixture's float64 EM
+#: statistics; measured peak RSS of :meth:`ProGCLLoss.refit`, rounded up).
 FIT_BYTES_PER_SAMPLE = 120
 #: The largest ``num_samples``: a fit of 10⁸ samples peaks at some 12 GB.
 MAX_NUM_SAMPLES = 10**8
@@ -51,18 +48,10 @@ class ProGCLLoss(ContrastiveLoss):
     Until it is :attr:`fitted` the loss equals :class:`InfoNCELoss` exactly. The training
     loop owns the warm-up and calls :meth:`fit` every epoch after it; the ``schedule``
     decides what a call changes (:mod:`~pyg_progcl.losses.schedules`): ``'online'``
-    refits the mixture at every call (warm-started) and weights by the current
-    similarities; ``'floored'`` (the default) does the same, but once a refit degenerates
-    (:meth:`BetaMixture.degeneracy <pyg_progcl.BetaMixture.degeneracy>`, e.g. a
-    false-negative spike at cosine 1, under which long runs collapse) it floors
-    :math:`p(\mathrm{true\ neg.} \mid s')` at 0.5 for the rest of training, so that no
-    negative loses more than half its hardness; ``'frozen'`` fits once and keeps the
-    weights of that epoch's views, as the reference code does (:meth:`reference_code`).
-    docs/algorithms.md §5.4 has the measurements behind the default. The floor is the
-    schedule's one setting: ``FlooredFit(floor=0.7)`` engages another at the first
-    degenerate refit, ``OnlineFit(floor=0.5)`` (any schedule's ``floor``) floors from the
-    first fit. A degenerate fit is counted in :attr:`degenerate_fits`; it warns only under
-    a schedule without a floor (``'online'``, ``'frozen'``), once per loss.
+    refits at every call (warm-started); ``'floored'`` (the default) too, but once a refit
+    degenerates it floors :math:`p(\mathrm{true\ neg.} \mid s')` at 0.5 for the rest of
+    training; ``'frozen'`` fits once and keeps that epoch's weights, as the reference code
+    does (:meth:`reference_code`). Degenerate fits are counted in :attr:`degenerate_fits`.
 
     .. code-block:: python
 
@@ -77,9 +66,8 @@ class ProGCLLoss(ContrastiveLoss):
         tau: Temperature.
         mode: ``'weight'`` or ``'mix'``.
         num_samples: Inter-view negative similarities ``M`` sampled per fit, at most
-            ``MAX_NUM_SAMPLES`` = ``10**8``. A fit's memory grows with ``M`` alone (not
-            with ``N`` or the views' width): about 120 bytes per sample at its peak
-            (``FIT_BYTES_PER_SAMPLE``, measured), 6 MB for the default ``M``.
+            ``MAX_NUM_SAMPLES`` = ``10**8``; a fit peaks at about 120 bytes per sample
+            (``FIT_BYTES_PER_SAMPLE``), whatever ``N`` and the views' width.
         num_mix: Negatives mixed per anchor (``K``; capped at the negatives available).
         fit_iters: EM iterations per fit (the paper's ``I = 10``), warm-started.
         mix_eps: The :math:`\epsilon` of the mixing formula, in ``[1e-30, 1]``
@@ -93,9 +81,7 @@ class ProGCLLoss(ContrastiveLoss):
         block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
     """
 
-    #: ``N×N`` matrices at the peak of a step (see :class:`ContrastiveLoss`): four kept
-    #: exponentials and ``log b`` with its normalised copies (weight), or three and the
-    #: selection's masks and ranks (mix).
+    #: See :class:`ContrastiveLoss` (docs/design.md: kept exponentials and ``log b``).
     peak_matrices = 8
 
     def __init__(
@@ -154,8 +140,7 @@ class ProGCLLoss(ContrastiveLoss):
         (``min_beta_high``, ignored when a ``mixture`` is given). docs/reproduction.md lists
         what else differs in that code.
         """
-        if mixture is None:
-            mixture = BetaMixture(min_beta_high=min_beta_high)
+        mixture = BetaMixture(min_beta_high=min_beta_high) if mixture is None else mixture
         schedule = FrozenFit(shared_weights=shared_weights)
         return cls(tau, mode, mixture=mixture, schedule=schedule, **kwargs)
 
@@ -167,8 +152,7 @@ class ProGCLLoss(ContrastiveLoss):
     @property
     def degenerate_fits(self) -> dict[str, int]:
         """How many fits of the mixture degenerated, by kind (``{kind: count}``; see
-        :attr:`.BetaMixture.degenerate_fits`). Under a schedule without a floor the first
-        one also warns (:class:`~pyg_progcl.losses.schedules.FitSchedule`)."""
+        :attr:`.BetaMixture.degenerate_fits`)."""
         return self.mixture.degenerate_fits
 
     def reset_parameters(self):

@@ -9,15 +9,10 @@ from typing import Callable, Optional, Union
 import torch
 from torch import Tensor
 
-from .._checks import (
-    check_bool,
-    check_choice,
-    check_probability,
-    short_repr,
-)
+from .._checks import check_bool, check_choice, check_probability, short_repr
 from .._compat import stacklevel_outside_package
 from ..mixture import DEGENERACY_KINDS, MixtureDegeneracyWarning
-from ._engine import NegativeBlock, normalize_views
+from ._engine import NegativeBlock, normalize_views, shifted_logits
 
 __all__ = ["FitSchedule", "FlooredFit", "FrozenFit", "OnlineFit"]
 
@@ -27,14 +22,10 @@ class FitSchedule(torch.nn.Module):
     similarities the hardness ``b`` is computed (here: the current ones, at every step).
 
     A refit *degenerates* when :meth:`~pyg_progcl.BetaMixture.degeneracy` finds a problem
-    (e.g. a false-negative spike at cosine 1, under which near-duplicate negatives lose
-    their repulsion and long runs collapse; docs/algorithms.md §5.4); the buffer
-    ``degenerated`` records whether one has since the last :meth:`reset_parameters`, and
-    the loss's ``degenerate_fits`` counts them by kind. A degenerate refit warns (a
-    one-line :class:`~pyg_progcl.MixtureDegeneracyWarning` that names the fix, pointing at
-    the line that called :meth:`.ProGCLLoss.fit`) only where nothing bounds its effect: when
-    the schedule's :attr:`posterior_floor` is 0 after it (``'online'``, ``'frozen'``
-    without a ``floor``); at most once per schedule (the fix is the same for every kind).
+    (e.g. a false-negative spike at cosine 1; docs/algorithms.md §5.4); the buffer
+    ``degenerated`` records whether one has since :meth:`reset_parameters`. It warns (a
+    :class:`~pyg_progcl.MixtureDegeneracyWarning` naming the fix) only where nothing bounds
+    its effect, a :attr:`posterior_floor` of 0 after it, and once per schedule.
 
     Args:
         floor: Lower bound of the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b``
@@ -45,6 +36,8 @@ class FitSchedule(torch.nn.Module):
 
     #: The schedule's name (``ProGCLLoss(schedule=name)``).
     name = ""
+    #: The ``floor`` a schedule of this kind takes by default (not shown in its repr).
+    default_floor = 0.0
     #: Whether the weights of the second direction are those of the first (reference code).
     shared_weights = False
 
@@ -57,11 +50,11 @@ class FitSchedule(torch.nn.Module):
     @property
     def posterior_floor(self) -> float:
         """The lower bound the schedule puts on ``p(TN | s')`` in ``b`` now (0: none)."""
-        return self.floor
+        return float(self.floor_now())
 
     def floor_now(self) -> Union[float, Tensor]:
         """:attr:`posterior_floor` as the loss step uses it: a number, or a device value
-        where it depends on the schedule's state (read without waiting for the device)."""
+        where it depends on the schedule's state (no host read)."""
         return self.floor
 
     def fit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
@@ -77,25 +70,20 @@ class FitSchedule(torch.nn.Module):
         if not mixture.problems_:
             return
         self.degenerated.fill_(True)
-        kinds = [k for k, n in mixture.degenerate_fits.items() if n > before.get(k, 0)]
-        kinds = [k for k in kinds if k != "not-converged"]
+        new = [k for k, n in mixture.degenerate_fits.items() if n > before.get(k, 0)]
+        kinds = [DEGENERACY_KINDS.get(k, k) for k in new if k != "not-converged"]
         # (degenerated now: the floor in effect is `floor` under every schedule)
         if kinds and not self._warned and not self.floor:
             self._warned = True
-            warnings.warn(
-                MixtureDegeneracyWarning(self._risk_message(kinds)),
-                stacklevel=stacklevel_outside_package(),
+            message = (
+                f"ProGCL schedule '{schedule_name(self)}' has no floor and a mixture fit "
+                f"degenerated ({', '.join(kinds)}): its weights may no longer tell true from "
+                "false negatives; use schedule='floored' (--schedule floored) or a floor, "
+                f"e.g. {type(self).__name__}(floor=0.5) (--floor 0.5)"
             )
-
-    def _risk_message(self, kinds: list[str]) -> str:
-        """The one-line warning about a degenerate refit of these kinds without a floor."""
-        found = ", ".join(DEGENERACY_KINDS.get(k, k) for k in kinds)
-        return (
-            f"ProGCL schedule '{schedule_name(self)}' has no floor and a mixture fit "
-            f"degenerated ({found}): its weights may no longer tell true from false "
-            "negatives; use schedule='floored' (--schedule floored) or a floor, e.g. "
-            f"{type(self).__name__}(floor=0.5) (--floor 0.5)"
-        )
+            warnings.warn(
+                MixtureDegeneracyWarning(message), stacklevel=stacklevel_outside_package()
+            )
 
     def fitted(self, loss) -> bool:
         """Whether ``loss`` weights its negatives yet (before that it is GRACE's)."""
@@ -103,9 +91,9 @@ class FitSchedule(torch.nn.Module):
 
     def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
         """The detached shifted inter-view logits ``b`` is computed from, of the block's
-        pairs from the anchors of ``view`` (the other view's only on the dense path, whose
-        pairs are the transpose): here the current ones."""
-        return block.inter_in(view=view)
+        pairs from the anchors of ``view`` (0 on the dense path, whose second view's pairs
+        are the transpose): here the current ones, the block's own."""
+        return block.detached_logits()
 
     def check_nodes(self, h: Tensor) -> None:
         """Checks views of ``h``'s nodes can be weighted (a frozen schedule needs its own)."""
@@ -124,6 +112,9 @@ class FitSchedule(torch.nn.Module):
         """Forgets what the schedule holds."""
         self.degenerated.fill_(False)
 
+    def extra_repr(self) -> str:
+        return "" if self.floor == self.default_floor else f"floor={self.floor:g}"
+
 
 class OnlineFit(FitSchedule):
     r"""``'online'``, the paper's schedule: every :meth:`.ProGCLLoss.fit` refits the
@@ -137,9 +128,6 @@ class OnlineFit(FitSchedule):
 
     def fit(self, loss, h1, h2, generator=None) -> None:
         self.refit(loss, h1, h2, generator)
-
-    def extra_repr(self) -> str:
-        return ", ".join(_floor_repr(self.floor, 0.0))
 
 
 #: The ``floor`` of ``schedule='floored'``.
@@ -158,19 +146,13 @@ class FlooredFit(OnlineFit):
     """
 
     name = "floored"
+    default_floor = DEGENERATE_FLOOR
 
     def __init__(self, floor: float = DEGENERATE_FLOOR):
         super().__init__(floor)
 
-    @property
-    def posterior_floor(self) -> float:
-        return self.floor if bool(self.degenerated) else 0.0
-
     def floor_now(self) -> Tensor:
         return self.degenerated.double() * self.floor  # (float64: the floor as given)
-
-    def extra_repr(self) -> str:
-        return ", ".join(_floor_repr(self.floor, DEGENERATE_FLOOR))
 
 
 class FrozenFit(FitSchedule):
@@ -179,9 +161,8 @@ class FrozenFit(FitSchedule):
     ``b`` comes from *their* similarities at every later step, so the weights are those of
     the fit epoch.
 
-    The state is the ``2·N·d`` stored floats (buffers ``frozen_u``, ``frozen_v``); each
-    step recomputes the weights from them (one Gram product per block). The loss needs the
-    same ``N`` nodes in the same order at every step (full-graph training).
+    The state is the views (buffers ``frozen_u``, ``frozen_v``, ``2·N·d`` floats), so the
+    loss needs the same ``N`` nodes in the same order at every step (full-graph training).
 
     Args:
         shared_weights: Weight the anchors of both views by the first direction's matrix,
@@ -212,7 +193,10 @@ class FrozenFit(FitSchedule):
 
     def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
         u, v = (t.to(block.anchors) for t in (self.frozen_u, self.frozen_v))
-        return block.inter_in(u, v, view)
+        a, o = (u, v) if view == 0 else (v, u)
+        if not block.dense:
+            a, o = a[block.rows], o if block.cols is None else o[block.cols]
+        return shifted_logits(a, o, block.tau)
 
     def check_nodes(self, h: Tensor) -> None:
         if self.frozen_u is not None and h.size(0) != self.frozen_u.size(0):
@@ -226,19 +210,17 @@ class FrozenFit(FitSchedule):
         self.frozen_u = self.frozen_v = None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The frozen views exist only after a fit: take their shape (or absence) from the
-        # state, once checked (the loss indexes them at every step).
-        _check_frozen_views(
-            state_dict.get(prefix + "frozen_u"), state_dict.get(prefix + "frozen_v")
-        )
-        for name in ("frozen_u", "frozen_v"):
-            saved = state_dict.get(prefix + name)
+        # The frozen views exist only after a fit: their shape (or absence) comes from the
+        # state, checked once (the loss indexes them at every step).
+        views = {name: state_dict.get(prefix + name) for name in ("frozen_u", "frozen_v")}
+        _check_frozen_views(*views.values())
+        for name, saved in views.items():
             setattr(self, name, None if saved is None else torch.empty_like(saved))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         parts = ["shared_weights=True"] if self.shared_weights else []
-        return ", ".join(parts + _floor_repr(self.floor, 0.0))
+        return ", ".join(parts + ([super().extra_repr()] if self.floor else []))
 
 
 def _check_frozen_views(u, v) -> None:
@@ -274,11 +256,6 @@ SCHEDULES: dict[str, Callable[..., FitSchedule]] = {
     "floored": FlooredFit,
     "frozen": FrozenFit,
 }
-
-
-def _floor_repr(floor: float, default: float) -> list[str]:
-    """``["floor=…"]`` where ``floor`` is not the schedule's ``default``."""
-    return [] if floor == default else [f"floor={floor:g}"]
 
 
 def as_schedule(schedule: Union[str, FitSchedule], floor: Optional[float] = None) -> FitSchedule:
