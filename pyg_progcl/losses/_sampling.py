@@ -27,7 +27,8 @@ def sample_negative_pairs(
     i = torch.randint(hi - lo, (num_samples,), generator=generator) + lo
     k = torch.randint(num_nodes - 1, (num_samples,), generator=generator)
     k.add_(k >= i)  # (in place: the pairs hold 16 bytes each, no more)
-    return i.to(device), k.to(device)
+    # (non-blocking: pageable host memory is staged at once, and the stream does not wait)
+    return i.to(device, non_blocking=True), k.to(device, non_blocking=True)
 
 
 @torch.no_grad()
@@ -56,8 +57,12 @@ def sample_negative_similarities(
         if n < SAMPLE_COLUMNS or rows > hi - lo:
             i, k = sample_negative_pairs(n, num_samples, u.device, generator, slice(lo, hi))
             return _pair_similarities(u, v, i, k).clamp_(-1.0, 1.0)
-        picked = (torch.randperm(hi - lo, generator=generator)[:rows] + lo).to(u.device)
-        nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(u.device)
+        # (drawn on the host by ``generator``, copied without waiting for the device)
+        picked = torch.randperm(hi - lo, generator=generator)[:rows] + lo
+        picked = picked.to(u.device, non_blocking=True)
+        nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(
+            u.device, non_blocking=True
+        )
         theta = (u[picked] @ v[nodes].T).view(-1)
         # The first M negatives of the grid in row order, by a stable sort of the positives
         # last: a shape known in advance (a boolean index would read its count on the host).
