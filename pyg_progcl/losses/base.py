@@ -45,8 +45,9 @@ class ContrastiveLoss(torch.nn.Module):
     Args:
         tau: Temperature :math:`\tau` in ``[1e-20, 1e20]`` (``TAU_RANGE``: float32
             logits :math:`\theta/\tau` and their gradients stay finite and exact).
-        block_size: Anchors per row block (exact, ``O(B·N)`` memory, each block recomputed
-            in backward). ``None`` computes all anchors at once where the loss's ``N×N``
+        block_size: Anchors per row block (exact, ``O(B·N)`` memory; a block's gradient is
+            taken as it is computed, or it is recomputed in backward where per-anchor
+            losses are returned). ``None`` computes all anchors at once where the loss's ``N×N``
             matrices fit ``memory_budget``, else in blocks as large as it allows
             (:meth:`plan`); ``block_size >= N`` forces all anchors at once.
         num_negatives: ``k`` sampled negatives per anchor and view (``2k`` in all)
