@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_matrix
 from .._compat import stacklevel_outside_package
+from .._labels import check_labels
 from ..losses._engine import normalize_views
 from ..losses._sampling import sample_negative_pairs
 from ..mixture import DEGENERACY_KINDS, BetaMixture, MixtureDegeneracyWarning
@@ -68,23 +69,6 @@ class Diagnosis:
     sample: NegativeSample
     mixture: BetaMixture
     summary: dict = field(default_factory=dict)
-
-
-def check_labels(labels, num_nodes: int, name: str = "labels") -> Tensor:
-    """Checks node labels: an integer ``[N]`` (or ``[N, 1]``) tensor with >= 2 classes."""
-    if not isinstance(labels, Tensor):
-        raise ValueError(f"`{name}` must be a torch.Tensor of node labels (got {type(labels)})")
-    if labels.dim() == 2 and labels.size(1) == 1:
-        labels = labels.view(-1)
-    if labels.dim() != 1 or labels.numel() != num_nodes:
-        raise ValueError(
-            f"`{name}` must hold one label per node, shape [{num_nodes}] (got {list(labels.shape)})"
-        )
-    if labels.is_floating_point() or labels.dtype == torch.bool:
-        raise ValueError(f"`{name}` must be integer class labels (got {labels.dtype})")
-    if labels.unique().numel() < 2:
-        raise ValueError(f"`{name}` must contain at least 2 classes to split true/false negatives")
-    return labels
 
 
 def embed(
@@ -172,17 +156,18 @@ def negative_similarity_sample(
     default to ``data.y``; ``seed`` draws the pairs and the augmentations)."""
     num_samples = check_int("num_samples", num_samples, 1)
     u, v = embed(source, data, seed=seed, **embed_kwargs)
-    labels = check_labels(_labels(data, labels), u.size(0)).to(u.device)
-    return _sample(u, v, labels, num_samples, seed)
+    return _sample(u, v, _labels(data, labels, u), num_samples, seed)
 
 
-def _labels(data, labels):
-    if labels is not None:
-        return labels
-    y = getattr(data, "y", None)
-    if y is None:
+def _labels(data, labels: Optional[Tensor], u: Tensor) -> Tensor:
+    """``labels`` (default ``data.y``) checked as a probe's, with at least 2 classes."""
+    labels = getattr(data, "y", None) if labels is None else labels
+    if labels is None:
         raise ValueError("`labels` is required (pass labels=... or a `data` with `y`)")
-    return y
+    labels = check_labels(labels, u.size(0), "labels")
+    if labels.unique().numel() < 2:
+        raise ValueError("`labels` must contain at least 2 classes to split true/false negatives")
+    return labels.to(u.device)
 
 
 def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -> NegativeSample:
@@ -196,9 +181,9 @@ def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -
 def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> BetaMixture:
     """Fits a fresh :class:`BetaMixture` (reference initialisation) to convergence.
 
-    Its ``problems_`` list what its check found. A degenerate fit warns once per kind of
-    degeneration in a process (every diagnosis fits afresh); EM that stops at
-    ``max_iter`` (slowly creeping along a flat likelihood) is only recorded there.
+    Its ``problems_`` list what its check found. A degenerate fit warns, naming the kinds
+    found (Python's warning filters decide how often: by default once per calling line);
+    EM that stops at ``max_iter`` is only recorded there.
 
     Args:
         sample: A :class:`NegativeSample` or cosines in ``[-1, 1]``.
@@ -207,10 +192,9 @@ def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> B
     cos = sample.cos if isinstance(sample, NegativeSample) else sample
     mixture = BetaMixture(max_iter=max_iter)
     mixture.fit((cos.double().clamp(-1, 1) + 1) / 2)
-    new = [k for k in mixture.degenerate_fits if k not in _WARNED_KINDS | {"not-converged"}]
-    if new:
-        _WARNED_KINDS.update(new)
-        found = ", ".join(DEGENERACY_KINDS[k] for k in new)
+    kinds = [k for k in mixture.degenerate_fits if k != "not-converged"]
+    if kinds:
+        found = ", ".join(DEGENERACY_KINDS[k] for k in kinds)
         warnings.warn(
             MixtureDegeneracyWarning(
                 f"the Beta mixture fitted to the sampled similarities is degenerate ({found}): "
@@ -220,10 +204,6 @@ def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> B
             stacklevel=stacklevel_outside_package(),
         )
     return mixture
-
-
-#: The kinds of degenerate cold fit already warned about in this process.
-_WARNED_KINDS: set[str] = set()
 
 
 def true_negative_posterior(mixture: BetaMixture, cos: Tensor) -> Tensor:
@@ -411,7 +391,7 @@ def diagnose(
     num_samples = check_int("num_samples", num_samples, 1)
     top_k = check_int("top_k", top_k, 1)
     u, v = embed(source, data, embeddings=embeddings, augment=augment, seed=seed)
-    labels = check_labels(_labels(data, labels), u.size(0)).to(u.device)
+    labels = _labels(data, labels, u)
     sample = _sample(u, v, labels, num_samples, seed)
     mixture = fit_mixture(sample, max_iter=max_iter)
     summary = {
