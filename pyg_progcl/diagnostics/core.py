@@ -1,7 +1,5 @@
 """True- vs false-negative analysis of the similarities a contrastive loss sees (ProGCL,
-Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027; docs/algorithms.md §5): by
-default the inter-view cosines ``θ(u_i, v_k)``, ``k ≠ i``, of the augmented projected
-views; with ``embeddings='encoder'``, those of the encoder output with itself."""
+Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027; docs/algorithms.md §5)."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ __all__ = [
 
 Source = Union[torch.nn.Module, Tensor, tuple]
 
-#: The default ``block_elements`` of :func:`topk_false_negative_share`: elements of one
-#: anchors-by-candidates block of the top-k pass (16 MiB in float32).
+#: The default ``block_elements`` of :func:`topk_false_negative_share` (16 MiB in float32).
 BLOCK_ELEMENTS = 1 << 22
 
 
@@ -78,15 +75,17 @@ def embed(
     augment: bool = True,
     seed: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """The two embeddings whose cross similarities are analysed, without gradients.
+    """The two embeddings whose cross similarities are analysed, without gradients: by
+    default the augmented projected views; with ``embeddings='encoder'``, the encoder
+    output with itself.
 
     Args:
         source: A :class:`~pyg_progcl.GRACEModel`, an encoder, a ``[N, d]`` tensor (each
             compared with itself) or a pair ``(h1, h2)``.
         data: The graph (``x``, ``edge_index``); needed when ``source`` is a model.
         embeddings: ``'views'`` (projected views) or ``'encoder'`` (the encoder output).
-        augment: With ``'views'``, augment as in training (from ``seed``; the global
-            random state is restored); else both views are the un-augmented graph.
+        augment: With ``'views'``, augment as in training (from ``seed``, the global
+            random state restored); else both views are the un-augmented graph.
         seed: Seed of the augmentations.
 
     Returns:
@@ -234,9 +233,8 @@ def topk_false_negative_share(
     seed: int = 0,
     block_elements: int = BLOCK_ELEMENTS,
 ) -> dict:
-    """Share of false negatives among each anchor's ``top_k`` most similar negatives
-    (anchors ``u_i`` against candidates ``v_k``, ``k ≠ i``, in row blocks); with a
-    ``mixture``, also among the ``top_k`` of largest ProGCL hardness ``b = p(true neg. |
+    """Share of false negatives among each anchor's ``top_k`` most similar negatives; with
+    a ``mixture``, also among the ``top_k`` of largest ProGCL hardness ``b = p(true neg. |
     s') · s'`` (docs/algorithms.md §5.2).
 
     Args:
@@ -277,8 +275,8 @@ def topk_false_negative_share(
 
 
 def log_hardness(mixture: BetaMixture, cos: Tensor) -> Tensor:
-    r"""ProGCL's hardness of cosines in log space (:meth:`BetaMixture.log_hardness` of
-    :math:`s' = (\theta + 1)/2`); log space keeps the ranking where :math:`b` underflows."""
+    r"""ProGCL's hardness of cosines in log space (which keeps the ranking where :math:`b`
+    underflows)."""
     return mixture.log_hardness((cos + 1.0) / 2.0)
 
 
@@ -304,9 +302,8 @@ def false_negative_rate(labels: Tensor) -> float:
 
 
 def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
-    """The components' parameters as plain floats: ``alpha_tn``, ``beta_fn``, ``weight_fn``,
-    ..., and ``degenerate``: 1.0 when :meth:`BetaMixture.degeneracy` finds the fit
-    degenerate (e.g. a false-negative spike at cosine 1), else 0.0."""
+    """The components' parameters as plain floats (``alpha_tn``, ``beta_fn``, ...) and
+    ``degenerate``: 1.0 when :meth:`BetaMixture.degeneracy` finds the fit degenerate."""
     t = mixture.true_negative_index
     out = {}
     for tag, c in (("tn", t), ("fn", 1 - t)):
@@ -314,7 +311,7 @@ def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
         out[f"{prefix}beta_{tag}"] = float(mixture.beta[c])
         out[f"{prefix}weight_{tag}"] = float(mixture.weight[c])
         out[f"{prefix}mean_{tag}"] = float(mixture.means[c])
-    out[f"{prefix}degenerate"] = float(bool(mixture.degeneracy()))  # see BetaMixture.degeneracy
+    out[f"{prefix}degenerate"] = float(bool(mixture.degeneracy()))
     return out
 
 
@@ -364,9 +361,9 @@ def diagnose(
     seed: int = 0,
 ) -> Diagnosis:
     """True/false-negative diagnosis of one embedding (ProGCL, Xia et al. 2022, Fig. 1/4):
-    samples negative pairs, fits a Beta mixture to their similarities (cold, to
-    convergence) and measures how similarity and the mixture separate true negatives
-    (different label) from false negatives (same label).
+    samples negative pairs, fits a Beta mixture to their similarities (cold) and measures
+    how similarity and the mixture separate true negatives (different label) from false
+    negatives (same label).
 
     Args:
         source: A model, a ``[N, d]`` embedding or a pair ``(h1, h2)`` (see :func:`embed`).
@@ -377,8 +374,7 @@ def diagnose(
         num_anchors, num_candidates: See :func:`topk_false_negative_share`.
         embeddings, augment: See :func:`embed`.
         loss: A :class:`~pyg_progcl.losses.ProGCLLoss`; when it is fitted, the ``loss_*``
-            entries describe its mixture and weights too (with ``schedule='frozen'``,
-            the weights of its fit's views at the same pairs).
+            entries describe its mixture and weights too.
         max_iter: EM budget of the cold fit.
         seed: Seed of every random choice (the global random state is left untouched).
 
