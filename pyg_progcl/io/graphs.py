@@ -228,15 +228,9 @@ def _check_npy_header(
         fh.seek(0)
         try:
             version = np.lib.format.read_magic(fh)
-            read_header = {
-                (1, 0): np.lib.format.read_array_header_1_0,
-                (2, 0): np.lib.format.read_array_header_2_0,
-            }.get(version)
-            if version == (3, 0):  # (utf-8 field names: only a structured array has them)
-                raise _NpzError(f"{what} must be numeric (a structured array, .npy format 3.0)")
-            if read_header is None:
-                raise _NpzError(f"{what} has an unknown .npy format version {version}")
-            shape, _, dtype = read_header(fh)
+            if version not in ((1, 0), (2, 0)):  # (3.0: only structured arrays need it)
+                raise _NpzError(f"{what} has .npy format {version}; numeric arrays use 1.0 or 2.0")
+            shape, _, dtype = getattr(np.lib.format, f"read_array_header_{version[0]}_0")(fh)
         except _NpzError:
             raise
         except ValueError as exc:
