@@ -46,7 +46,7 @@ def check_graph(
         _check_edge_weight_form(edge_weight, edge_index)
         adjacency = is_sparse(edge_index)
         x_sum, index_range, weight_range = _read_on_host(
-            None if x is None else (_stored_values(x).sum(),),
+            None if x is None else (stored_values(x).sum(),),
             None if adjacency else _extremes(edge_index),
             None if edge_weight is None else _extremes(edge_weight),
         )
@@ -63,7 +63,7 @@ def check_node_features(x: Tensor) -> None:
     """:func:`check_graph`'s checks of ``x`` alone (for models that ignore the graph)."""
     with torch.no_grad():
         _check_x_form(x, None)
-        _report_x(x, _read_on_host((_stored_values(x).sum(),))[0])
+        _report_x(x, _read_on_host((stored_values(x).sum(),))[0])
 
 
 def _extremes(values: Tensor) -> Optional[tuple[Tensor, Tensor]]:
@@ -80,7 +80,7 @@ def _read_on_host(*parts: Optional[tuple[Tensor, ...]]) -> list[Optional[tuple[f
     return [None if part is None else tuple(next(values) for _ in part) for part in parts]
 
 
-def _stored_values(x: Tensor) -> Tensor:
+def stored_values(x: Tensor) -> Tensor:
     """The values ``x`` stores: all of a dense tensor, the non-zeros of a sparse one."""
     if x.layout == torch.strided:
         return x
@@ -111,7 +111,7 @@ def _report_x(x: Optional[Tensor], total: Optional[tuple[float]]) -> None:
     the sum is not finite: it may have overflowed)."""
     if x is None or total is None or math.isfinite(total[0]):
         return
-    bad = int((~torch.isfinite(_stored_values(x))).sum())
+    bad = int((~torch.isfinite(stored_values(x))).sum())
     if bad:
         raise ValueError(f"`x` has {bad} NaN or infinite value(s); node features must be finite")
 

@@ -85,12 +85,10 @@ def split_edges(
 ) -> EdgeSplit:
     """Splits ``data``'s edges for link prediction before any training on them.
 
-    The undirected edges (pairs ``{u, v}``, ``u != v``, an edge in either direction) are
-    permuted from ``seed``; ``floor(test_ratio E)`` go to the test set,
-    ``floor(val_ratio E)`` to validation, and leave the training graph in both directions.
-    Each gets one negative: a distinct pair of nodes that is no edge, drawn uniformly.
-    Unlike ``T.RandomLinkSplit``, the global RNG is untouched and directed graphs keep
-    every edge.
+    The undirected edges (pairs ``{u, v}``, ``u != v``) are permuted from ``seed``;
+    ``floor(test_ratio E)`` go to the test set, ``floor(val_ratio E)`` to validation, and
+    leave the training graph in both directions; each gets one negative, a distinct
+    non-edge drawn uniformly. Unlike ``T.RandomLinkSplit``, the global RNG is untouched.
 
     Args:
         data: The graph (``edge_index``, ``num_nodes``; other fields are carried along).

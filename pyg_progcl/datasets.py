@@ -1,16 +1,5 @@
-"""A built-in graph for examples and tests: a contextual stochastic block model with
-bag-of-words features, generated from a seed (no download).
-
-.. code-block:: python
-
-    import torch_geometric.transforms as T
-    from pyg_progcl.datasets import synthetic_graph
-
-    data = T.NormalizeFeatures()(synthetic_graph(num_nodes=800, seed=0))
-
-Real datasets come from PyG's own classes (``Planetoid(root, "Cora")``,
-``Amazon(root, "Photo")``, ...).
-"""
+"""A built-in graph for examples and tests, generated from a seed (no download): real
+datasets come from PyG's own classes (``Planetoid(root, "Cora")``, ...)."""
 
 from __future__ import annotations
 
@@ -37,18 +26,12 @@ def synthetic_graph(
 ) -> Data:
     """A contextual stochastic block model with bag-of-words features.
 
-    Nodes fall into ``num_classes`` balanced classes. Each class has a "topic"
-    of ``topic_size`` feature columns (topics of different classes may
-    overlap); node ``i`` of class ``c`` switches on a topic column with
-    probability ``topic_prob`` and any column with probability ``noise_prob``,
-    like the sparse binary features of Cora. About ``num_nodes * avg_degree /
-    2`` undirected edges are drawn; each joins two nodes of the same class with
-    probability ``homophily``, else two nodes of different classes.
-
-    Same-class nodes are similar both in features and neighbourhoods, so the
-    inter-view negatives of GRACE contain many false negatives (the situation
-    ProGCL addresses: a fifth of all negatives share the anchor's class), while
-    the noise keeps a linear probe well below 100%.
+    Nodes fall into ``num_classes`` balanced classes, each with a "topic" of
+    ``topic_size`` feature columns; a node switches on a column of its topic with
+    probability ``topic_prob`` and any column with probability ``noise_prob`` (binary
+    features like Cora's). About ``num_nodes * avg_degree / 2`` undirected edges join
+    two nodes of one class with probability ``homophily``, else of different classes:
+    many of GRACE's negatives are false negatives, as ProGCL assumes.
 
     Args:
         num_nodes: Number of nodes ``N``.

@@ -3,12 +3,8 @@ prediction on held-out edges (:func:`split_edges`, :func:`link_scores`) and node
 clustering (:func:`cluster_scores`).
 
 Two probe protocols, as in the papers' code: **GCA / ProGCL** (Zhu et al., WWW 2021; Xia
-et al., ICML 2022): a random 10 / 10 / 80 % split, a logistic-regression layer trained
-with Adam (lr 0.01, 3000 epochs), the test accuracy at the best validation accuracy;
-**GRACE** (Zhu et al., 2020): L2-normalised embeddings, three random 10 / 90 % splits,
-one-vs-rest logistic regression with ``C`` chosen by 5-fold cross-validation. A public
-split (``split="public"``, several: their mean) replaces the random one. Accuracies are
-fractions in ``[0, 1]``.
+et al., ICML 2022: 10 / 10 / 80 % split, Adam probe) and **GRACE** (Zhu et al., 2020:
+10 / 90 % splits, cross-validated liblinear). Accuracies are fractions in ``[0, 1]``.
 """
 
 from __future__ import annotations

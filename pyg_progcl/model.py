@@ -92,8 +92,7 @@ class GRACEModel(torch.nn.Module):
         model = GRACEModel(GCNEncoder(F, 128), 128, 128,
                            augment1=[EdgeDrop(0.2), FeatureMask(0.3)],
                            augment2=[EdgeDrop(0.4), FeatureMask(0.4)])
-        h1, h2 = model.views(data.x, data.edge_index)
-        loss = loss_fn(h1, h2)
+        loss = loss_fn(*model.views(data.x, data.edge_index))
         z = model(data.x, data.edge_index)   # embeddings for a linear probe
 
     Args:
@@ -103,18 +102,17 @@ class GRACEModel(torch.nn.Module):
         proj_channels (int, optional): Hidden size of the default projection head
             (required with it, not allowed with another ``projector``).
         augment1 (Augmenter, list or callable, optional): The first view's augmentation:
-            an augmenter, a list of them, or any callable ``(x, edge_index, edge_weight)
-            -> (x, edge_index, edge_weight)``; :obj:`None` is the identity.
+            an augmenter, a list of them, or a callable of ``(x, edge_index,
+            edge_weight)`` returning those; :obj:`None` is the identity.
         augment2 (Augmenter, list or callable, optional): The second view's.
-        recompute_views (bool, optional): Recompute each view's augmentation and encoding
-            in backward (``torch.utils.checkpoint``) instead of keeping its activations.
+        recompute_views (bool, optional): Recompute each view in backward
+            (``torch.utils.checkpoint``) instead of keeping its activations.
             (default: :obj:`False`)
         projector (torch.nn.Module or str, optional): The projection head ``g``: any
             module, :obj:`None` for none, or :obj:`"default"` for GRACE's.
             (default: :obj:`"default"`)
 
-    Adaptive augmenters not prepared yet are prepared by the first :meth:`views`, on its
-    graph (each kind of centrality computed once for both views).
+    Adaptive augmenters not prepared yet are prepared by the first :meth:`views`.
     """
 
     def __init__(

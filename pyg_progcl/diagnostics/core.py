@@ -1,7 +1,5 @@
 """True- vs false-negative analysis of the similarities a contrastive loss sees (ProGCL,
-Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027; docs/algorithms.md §5): by
-default the inter-view cosines ``θ(u_i, v_k)``, ``k ≠ i``, of the augmented projected
-views; with ``embeddings='encoder'``, those of the encoder output with itself."""
+Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027; docs/algorithms.md §5)."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_matrix
 from .._compat import stacklevel_outside_package
+from .._labels import check_labels
 from ..losses._engine import normalize_views
 from ..losses._sampling import sample_negative_pairs
 from ..mixture import DEGENERACY_KINDS, BetaMixture, MixtureDegeneracyWarning
@@ -30,8 +29,7 @@ __all__ = [
 
 Source = Union[torch.nn.Module, Tensor, tuple]
 
-#: The default ``block_elements`` of :func:`topk_false_negative_share`: elements of one
-#: anchors-by-candidates block of the top-k pass (16 MiB in float32).
+#: The default ``block_elements`` of :func:`topk_false_negative_share` (16 MiB in float32).
 BLOCK_ELEMENTS = 1 << 22
 
 
@@ -70,23 +68,6 @@ class Diagnosis:
     summary: dict = field(default_factory=dict)
 
 
-def check_labels(labels, num_nodes: int, name: str = "labels") -> Tensor:
-    """Checks node labels: an integer ``[N]`` (or ``[N, 1]``) tensor with >= 2 classes."""
-    if not isinstance(labels, Tensor):
-        raise ValueError(f"`{name}` must be a torch.Tensor of node labels (got {type(labels)})")
-    if labels.dim() == 2 and labels.size(1) == 1:
-        labels = labels.view(-1)
-    if labels.dim() != 1 or labels.numel() != num_nodes:
-        raise ValueError(
-            f"`{name}` must hold one label per node, shape [{num_nodes}] (got {list(labels.shape)})"
-        )
-    if labels.is_floating_point() or labels.dtype == torch.bool:
-        raise ValueError(f"`{name}` must be integer class labels (got {labels.dtype})")
-    if labels.unique().numel() < 2:
-        raise ValueError(f"`{name}` must contain at least 2 classes to split true/false negatives")
-    return labels
-
-
 def embed(
     source: Source,
     data=None,
@@ -94,15 +75,17 @@ def embed(
     augment: bool = True,
     seed: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """The two embeddings whose cross similarities are analysed, without gradients.
+    """The two embeddings whose cross similarities are analysed, without gradients: by
+    default the augmented projected views; with ``embeddings='encoder'``, the encoder
+    output with itself.
 
     Args:
         source: A :class:`~pyg_progcl.GRACEModel`, an encoder, a ``[N, d]`` tensor (each
             compared with itself) or a pair ``(h1, h2)``.
         data: The graph (``x``, ``edge_index``); needed when ``source`` is a model.
         embeddings: ``'views'`` (projected views) or ``'encoder'`` (the encoder output).
-        augment: With ``'views'``, augment as in training (from ``seed``; the global
-            random state is restored); else both views are the un-augmented graph.
+        augment: With ``'views'``, augment as in training (from ``seed``, the global
+            random state restored); else both views are the un-augmented graph.
         seed: Seed of the augmentations.
 
     Returns:
@@ -172,17 +155,18 @@ def negative_similarity_sample(
     default to ``data.y``; ``seed`` draws the pairs and the augmentations)."""
     num_samples = check_int("num_samples", num_samples, 1)
     u, v = embed(source, data, seed=seed, **embed_kwargs)
-    labels = check_labels(_labels(data, labels), u.size(0)).to(u.device)
-    return _sample(u, v, labels, num_samples, seed)
+    return _sample(u, v, _labels(data, labels, u), num_samples, seed)
 
 
-def _labels(data, labels):
-    if labels is not None:
-        return labels
-    y = getattr(data, "y", None)
-    if y is None:
+def _labels(data, labels: Optional[Tensor], u: Tensor) -> Tensor:
+    """``labels`` (default ``data.y``) checked as a probe's, with at least 2 classes."""
+    labels = getattr(data, "y", None) if labels is None else labels
+    if labels is None:
         raise ValueError("`labels` is required (pass labels=... or a `data` with `y`)")
-    return y
+    labels = check_labels(labels, u.size(0), "labels")
+    if labels.unique().numel() < 2:
+        raise ValueError("`labels` must contain at least 2 classes to split true/false negatives")
+    return labels.to(u.device)
 
 
 def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -> NegativeSample:
@@ -196,9 +180,9 @@ def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -
 def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> BetaMixture:
     """Fits a fresh :class:`BetaMixture` (reference initialisation) to convergence.
 
-    Its ``problems_`` list what its check found. A degenerate fit warns once per kind of
-    degeneration in a process (every diagnosis fits afresh); EM that stops at
-    ``max_iter`` (slowly creeping along a flat likelihood) is only recorded there.
+    Its ``problems_`` list what its check found. A degenerate fit warns, naming the kinds
+    found (Python's warning filters decide how often: by default once per calling line);
+    EM that stops at ``max_iter`` is only recorded there.
 
     Args:
         sample: A :class:`NegativeSample` or cosines in ``[-1, 1]``.
@@ -207,10 +191,9 @@ def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> B
     cos = sample.cos if isinstance(sample, NegativeSample) else sample
     mixture = BetaMixture(max_iter=max_iter)
     mixture.fit((cos.double().clamp(-1, 1) + 1) / 2)
-    new = [k for k in mixture.degenerate_fits if k not in _WARNED_KINDS | {"not-converged"}]
-    if new:
-        _WARNED_KINDS.update(new)
-        found = ", ".join(DEGENERACY_KINDS[k] for k in new)
+    kinds = [k for k in mixture.degenerate_fits if k != "not-converged"]
+    if kinds:
+        found = ", ".join(DEGENERACY_KINDS[k] for k in kinds)
         warnings.warn(
             MixtureDegeneracyWarning(
                 f"the Beta mixture fitted to the sampled similarities is degenerate ({found}): "
@@ -220,10 +203,6 @@ def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> B
             stacklevel=stacklevel_outside_package(),
         )
     return mixture
-
-
-#: The kinds of degenerate cold fit already warned about in this process.
-_WARNED_KINDS: set[str] = set()
 
 
 def true_negative_posterior(mixture: BetaMixture, cos: Tensor) -> Tensor:
@@ -254,9 +233,8 @@ def topk_false_negative_share(
     seed: int = 0,
     block_elements: int = BLOCK_ELEMENTS,
 ) -> dict:
-    """Share of false negatives among each anchor's ``top_k`` most similar negatives
-    (anchors ``u_i`` against candidates ``v_k``, ``k ≠ i``, in row blocks); with a
-    ``mixture``, also among the ``top_k`` of largest ProGCL hardness ``b = p(true neg. |
+    """Share of false negatives among each anchor's ``top_k`` most similar negatives; with
+    a ``mixture``, also among the ``top_k`` of largest ProGCL hardness ``b = p(true neg. |
     s') · s'`` (docs/algorithms.md §5.2).
 
     Args:
@@ -297,8 +275,8 @@ def topk_false_negative_share(
 
 
 def log_hardness(mixture: BetaMixture, cos: Tensor) -> Tensor:
-    r"""ProGCL's hardness of cosines in log space (:meth:`BetaMixture.log_hardness` of
-    :math:`s' = (\theta + 1)/2`); log space keeps the ranking where :math:`b` underflows."""
+    r"""ProGCL's hardness of cosines in log space (which keeps the ranking where :math:`b`
+    underflows)."""
     return mixture.log_hardness((cos + 1.0) / 2.0)
 
 
@@ -324,9 +302,8 @@ def false_negative_rate(labels: Tensor) -> float:
 
 
 def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
-    """The components' parameters as plain floats: ``alpha_tn``, ``beta_fn``, ``weight_fn``,
-    ..., and ``degenerate``: 1.0 when :meth:`BetaMixture.degeneracy` finds the fit
-    degenerate (e.g. a false-negative spike at cosine 1), else 0.0."""
+    """The components' parameters as plain floats (``alpha_tn``, ``beta_fn``, ...) and
+    ``degenerate``: 1.0 when :meth:`BetaMixture.degeneracy` finds the fit degenerate."""
     t = mixture.true_negative_index
     out = {}
     for tag, c in (("tn", t), ("fn", 1 - t)):
@@ -334,7 +311,7 @@ def mixture_summary(mixture: BetaMixture, prefix: str = "") -> dict:
         out[f"{prefix}beta_{tag}"] = float(mixture.beta[c])
         out[f"{prefix}weight_{tag}"] = float(mixture.weight[c])
         out[f"{prefix}mean_{tag}"] = float(mixture.means[c])
-    out[f"{prefix}degenerate"] = float(bool(mixture.degeneracy()))  # see BetaMixture.degeneracy
+    out[f"{prefix}degenerate"] = float(bool(mixture.degeneracy()))
     return out
 
 
@@ -384,9 +361,9 @@ def diagnose(
     seed: int = 0,
 ) -> Diagnosis:
     """True/false-negative diagnosis of one embedding (ProGCL, Xia et al. 2022, Fig. 1/4):
-    samples negative pairs, fits a Beta mixture to their similarities (cold, to
-    convergence) and measures how similarity and the mixture separate true negatives
-    (different label) from false negatives (same label).
+    samples negative pairs, fits a Beta mixture to their similarities (cold) and measures
+    how similarity and the mixture separate true negatives (different label) from false
+    negatives (same label).
 
     Args:
         source: A model, a ``[N, d]`` embedding or a pair ``(h1, h2)`` (see :func:`embed`).
@@ -397,8 +374,7 @@ def diagnose(
         num_anchors, num_candidates: See :func:`topk_false_negative_share`.
         embeddings, augment: See :func:`embed`.
         loss: A :class:`~pyg_progcl.losses.ProGCLLoss`; when it is fitted, the ``loss_*``
-            entries describe its mixture and weights too (with ``schedule='frozen'``,
-            the weights of its fit's views at the same pairs).
+            entries describe its mixture and weights too.
         max_iter: EM budget of the cold fit.
         seed: Seed of every random choice (the global random state is left untouched).
 
@@ -411,7 +387,7 @@ def diagnose(
     num_samples = check_int("num_samples", num_samples, 1)
     top_k = check_int("top_k", top_k, 1)
     u, v = embed(source, data, embeddings=embeddings, augment=augment, seed=seed)
-    labels = check_labels(_labels(data, labels), u.size(0)).to(u.device)
+    labels = _labels(data, labels, u)
     sample = _sample(u, v, labels, num_samples, seed)
     mixture = fit_mixture(sample, max_iter=max_iter)
     summary = {

@@ -1,16 +1,6 @@
-"""Plots of the diagnostics (matplotlib, optional: ``pip install pyg_progcl[plot]``).
-
-Figures are built with :class:`matplotlib.figure.Figure` directly (no ``pyplot``), so
-the user's backend is never changed and no window opens; PNG files use Agg.
-
-* :func:`plot_similarity_histogram`: the negative similarities ``s' = (θ + 1)/2`` of
-  true negatives (different label) and false negatives (same label), on one density
-  scale (the two bars add up to the density of all negatives), with the fitted mixture's
-  components ``λ_c Beta(s'; α_c, β_c)`` over them — ProGCL's picture (Xia et al., ICML
-  2022, https://arxiv.org/abs/2110.02027).
-* :func:`plot_comparison`: several of those side by side (GCN vs MLP, before vs after).
-* :func:`plot_tracking`: the summaries over training epochs.
-"""
+"""Plots of the diagnostics (matplotlib, optional: ``pip install pyg_progcl[plot]``),
+built on :class:`matplotlib.figure.Figure` directly (no ``pyplot``: the user's backend is
+never changed)."""
 
 from __future__ import annotations
 
@@ -118,11 +108,9 @@ NARROW = 0.01
 
 
 def draw_similarity_histogram(ax, diagnosis, mixture=None, title=None, bins: int = 60):
-    """Draws the histogram of :func:`plot_similarity_histogram` into a matplotlib ``ax``.
-
-    The x axis spans the similarities (0.1 % to 99.9 % quantiles), however narrow, so
-    that no panel is empty; a panel whose similarities coincide (e.g. an untrained
-    encoder, every cosine 1.000) says so in place of a histogram."""
+    """Draws the histogram of :func:`plot_similarity_histogram` into a matplotlib ``ax``:
+    the x axis spans the similarities (0.1 % to 99.9 % quantiles), however narrow; a
+    panel whose similarities coincide says so in place of a histogram."""
     sample, mixture, summary = _as_parts(diagnosis, mixture)
     s = sample.scaled.double().clamp(0, 1)
     ax.set_xlabel("s' = (cos + 1) / 2 of negative pairs")
@@ -167,8 +155,7 @@ def _note_coinciding(ax, s: torch.Tensor) -> None:
 
 
 def _figure_legend(fig, axes, ncols: int) -> None:
-    """One legend for the figure, below its panels (off the data): the labels of
-    ``axes``, each once."""
+    """One legend below the figure's panels: the labels of ``axes``, each once."""
     seen: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -188,7 +175,9 @@ def plot_similarity_histogram(
     bins: int = 60,
     dpi: int = 90,
 ):
-    """Histogram of true- and false-negative similarities with the mixture's components.
+    """Histogram of the negative similarities ``s' = (θ + 1)/2`` of true negatives
+    (different label) and false negatives (same label), with the fitted mixture's
+    components ``λ_c Beta(s'; α_c, β_c)`` over them (ProGCL, Xia et al., ICML 2022).
 
     Args:
         diagnosis: A :class:`~.core.Diagnosis` or a :class:`~.core.NegativeSample`.
@@ -281,8 +270,7 @@ def plot_tracking(
     title: str = "False negatives over training",
     dpi: int = 80,
 ):
-    """The summaries over training: false-negative shares (left) and AUCs (right), one
-    legend below both.
+    """The summaries over training: false-negative shares (left) and AUCs (right).
 
     Args:
         history: ``[{'epoch': e, **summary}, ...]`` (e.g. a

@@ -13,13 +13,10 @@ __all__ = ["DiagnosticsTracker"]
 
 
 class DiagnosticsTracker:
-    """Records :func:`~.core.summarize` every ``every`` epochs; a trainer ``callback``.
-
-    Works with :func:`pyg_progcl.cli.train` / ``train_seed`` as
-    ``callback=tracker``: it is called as ``tracker(epoch, info)`` with ``info['model']``
-    and ``info['loss_fn']``. The same pairs and augmentations (``seed``) are used at every
-    epoch so that the curves are comparable, and the global random state is restored, so
-    training is unchanged by tracking.
+    """Records :func:`~.core.summarize` every ``every`` epochs; a trainer ``callback``,
+    called as ``tracker(epoch, info)`` with ``info['model']`` and ``info['loss_fn']``.
+    Every epoch uses the same pairs and augmentations, and the global random state is
+    restored (training is unchanged by tracking).
 
     Args:
         data: The graph with labels ``y`` (or pass ``labels``).

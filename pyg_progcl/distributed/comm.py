@@ -69,10 +69,8 @@ class _AllGather(torch.autograd.Function):
 
 
 def all_gather_with_grad(x: Tensor, group: Group = None) -> Tensor:
-    """Every rank's ``x`` (equal shapes), concatenated in rank order, with gradients
-    flowing back to their owners: the gradient reaching this rank's ``x`` is the sum over
-    ranks of each rank's gradient on those rows (not only this rank's own, as a gather
-    that returns ``grads[rank]`` would give)."""
+    """Every rank's ``x`` (equal shapes), concatenated in rank order; the gradient reaching
+    this rank's ``x`` is the sum over ranks of each rank's gradient on those rows."""
     return _AllGather.apply(x, group)
 
 

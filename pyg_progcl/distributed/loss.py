@@ -28,27 +28,19 @@ class DistributedLoss(torch.nn.Module):
     global batch in both views, exactly as in one process holding the global batch.
 
     Each rank runs the wrapped loss's own computation on the gathered views ``u``, ``v``:
-    ``loss.check_inputs(u, v)``, then ``loss.compute_loss(u, v, anchors=rows)`` with
-    ``rows`` its own ``b`` rows (``[2, b]`` losses, each anchor against all ``W·b``
-    seeds; the built-in losses compute them per direction in row blocks, or with sampled
-    negatives), then ``loss.reduce``. A loss of one's own therefore runs here as it does
-    alone, whether it overrides :meth:`~pyg_progcl.losses.ContrastiveLoss.negative_term`
-    or :meth:`~pyg_progcl.losses.ContrastiveLoss.compute_loss`. An override of
-    ``compute_loss`` without the ``anchors`` argument (its signature is read once, here)
-    is called on all ``W·b`` rows and its losses cut to the rank's: the same result for
-    ``W`` times the work, which accepting ``anchors`` avoids. A loss that overrides
-    ``forward`` is refused: that computation cannot be split by anchors.
+    ``loss.check_inputs(u, v)``, ``loss.compute_loss(u, v, anchors=rows)`` with ``rows``
+    its own ``b`` rows, then ``loss.reduce``; a loss of one's own runs here as it does
+    alone. An override of ``compute_loss`` without ``anchors`` is called on all ``W·b``
+    rows and its losses cut to the rank's (``W`` times the work). A loss that overrides
+    ``forward`` is refused.
 
     Convention (DistributedDataParallel averages gradients over the ranks): the mean over
     the ranks of the returned values is the single-process loss of the global batch, and
-    the gradient reaching a rank's views is ``W`` times the single-process gradient on
-    those rows, so that the averaged parameter gradients are the single-process ones.
-    (``reduction='sum'`` returns ``W`` times this rank's share; ``'none'`` returns this
-    rank's ``[2, b]`` per-anchor losses.)
+    the averaged parameter gradients are the single-process ones (``reduction='sum'``
+    returns ``W`` times this rank's share; ``'none'`` this rank's ``[2, b]`` losses).
 
     Args:
-        loss: The loss (``ProGCLLoss`` with the frozen schedule needs full-graph views and
-            is refused; so is a loss that overrides ``forward``).
+        loss: The loss (not ``ProGCLLoss`` with the frozen schedule).
         group: The process group (default: the default group, which must be initialised).
     """
 
@@ -71,10 +63,8 @@ class DistributedLoss(torch.nn.Module):
         self._takes_anchors = _takes_anchors(loss.compute_loss)
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """The loss of this rank's anchors against the global batch (see the class).
-
-        Computed in float32 (float64 for float64 views) under autocast too, as the
-        wrapped loss's :meth:`~pyg_progcl.losses.ContrastiveLoss.forward` is."""
+        """The loss of this rank's anchors against the global batch, in full precision
+        under autocast too (as the wrapped loss's ``forward``)."""
         u, v, anchors = self._global_batch(h1, h2)
         self.loss.check_inputs(u, v)
         with full_precision(u):
@@ -82,9 +72,7 @@ class DistributedLoss(torch.nn.Module):
         return out * world(self.group)[1] if self.loss.reduction == "sum" else out
 
     def _own_losses(self, u: Tensor, v: Tensor, anchors: slice) -> Tensor:
-        """``[2, b]`` losses of this rank's anchors from the wrapped loss's
-        ``compute_loss``: of those rows only if it takes ``anchors``, else of all rows,
-        then cut to this rank's."""
+        """``[2, b]`` losses of this rank's anchors from the wrapped ``compute_loss``."""
         if self._takes_anchors:
             losses = self.loss.compute_loss(u, v, anchors=anchors)
             rows, call = anchors.stop - anchors.start, "compute_loss(h1, h2, anchors=rows)"
@@ -131,10 +119,9 @@ class DistributedLoss(torch.nn.Module):
 
     @torch.no_grad()
     def refit(self, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator] = None):
-        """``fit_iters`` EM iterations (warm-started) on ``⌈M / W⌉`` inter-view similarities
-        per rank, this rank's anchors against all ``W·b`` seeds, with the statistics summed
-        over the ranks; drawn from ``generator`` (default: torch's
-        global one, which should differ between ranks: seed each rank with its own seed)."""
+        """``fit_iters`` warm-started EM iterations on ``⌈M / W⌉`` similarities per rank
+        (this rank's anchors against all ``W·b`` seeds), statistics summed over the ranks;
+        drawn from ``generator`` (default: torch's global one; seed each rank differently)."""
         loss = self._progcl()
         u, v, anchors = self._global_batch(h1.detach(), h2.detach())
         num = math.ceil(loss.num_samples / world(self.group)[1])

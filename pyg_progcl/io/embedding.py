@@ -1,7 +1,5 @@
-"""Embeddings: :func:`~pyg_progcl.io.embed` computes every node's embedding, on the whole
-graph or layer by layer over batches of nodes
-(:func:`~pyg_progcl.minibatch.embed_minibatch`); :func:`~pyg_progcl.io.save_embeddings`
-writes them as ``.npy`` or ``.pt``."""
+"""Every node's embedding (:func:`~pyg_progcl.io.embed`), written as ``.npy`` or ``.pt``
+(:func:`~pyg_progcl.io.save_embeddings`)."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._checks import check_int
+from .._graphs import stored_values
 from ..encoders import parameter_dtype
 from ._common import PathLike
 from .files import atomic_write, check_writable, torch_save
@@ -40,19 +39,12 @@ def embed(
 
     On the whole graph at once by default; with ``batch_size``, layer by layer over
     batches of that many nodes (:func:`~pyg_progcl.minibatch.embed_minibatch`: exact for
-    :class:`~pyg_progcl.GCNEncoder` and :class:`~pyg_progcl.MLPEncoder`, memory
-    ``O(batch neighbourhood)`` per layer instead of the whole graph's activations).
+    the package's encoders, in the memory of a batch's neighbourhood).
 
-    The graph's ``edge_weight`` is used where the model takes edge weights, the same way
-    on both paths; where it does not (an :class:`~pyg_progcl.MLPEncoder`, a convolution
-    without an edge-weight argument), and for an ``edge_attr``, a one-line
-    :class:`~pyg_progcl.io.GraphFieldWarning` says so
-    (:func:`~pyg_progcl.io.graph_for_model`).
-
-    Features and edge weights of another dtype than the model's parameters (``float64``,
-    ``float16``, integer or boolean features for a ``float32`` model, as from
-    :func:`load_model`) are converted to it, as :func:`~pyg_progcl.io.read_graph` converts
-    a file's; ``data`` itself is left as it is.
+    The graph's ``edge_weight`` is used where the model takes edge weights; where it
+    does not, and for an ``edge_attr``, a :class:`~pyg_progcl.io.GraphFieldWarning` says
+    so (:func:`~pyg_progcl.io.graph_for_model`). Features and edge weights are converted
+    to the dtype of the model's parameters (``data`` is left as it is).
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel` (e.g. from :func:`load_model`) or an encoder.
@@ -61,18 +53,16 @@ def embed(
         num_neighbors: With ``batch_size``: neighbours sampled per layer (approximate);
             ``None`` or all ``-1``: every neighbour (exact, layer by layer).
         device: Where to compute (default: the model's device); the result is on the CPU.
-        progress: With ``batch_size``: called as ``progress(done, total)`` after each
-            batch, ``done == 0`` starting a layer (as
-            :func:`~pyg_progcl.minibatch.embed_minibatch` calls it), e.g. a progress bar.
+        progress: With ``batch_size``: ``progress(done, total)``, as
+            :func:`~pyg_progcl.minibatch.embed_minibatch` calls it.
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings in node order, in the dtype of the
         model's parameters.
 
     Raises:
-        ValueError: features of another width than the model's, complex, NaN or infinite
-            features (or beyond the range of the model's dtype), ``num_neighbors``
-            without ``batch_size``, a malformed ``num_neighbors``.
+        ValueError: features of another width than the model's, or not finite (in the
+            model's dtype), a malformed ``num_neighbors`` or one without ``batch_size``.
     """
     if not isinstance(data, Data) or not isinstance(data.get("x"), Tensor):
         raise ValueError("`data` must be a torch_geometric Data with node features `x`")
@@ -108,8 +98,7 @@ def embed(
 
 def _in_model_dtype(model: torch.nn.Module, data: Data) -> Data:
     """``data`` (a shallow copy where anything changes) with ``x`` and ``edge_weight`` in
-    the dtype of the model's parameters (``float32`` for a model without floating-point
-    ones), and its features checked to be finite in that dtype."""
+    the dtype of the model's parameters (default ``float32``), ``x`` checked finite there."""
     dtype = parameter_dtype(model) or torch.float32
     x = data.x
     if x.is_complex():
@@ -120,9 +109,9 @@ def _in_model_dtype(model: torch.nn.Module, data: Data) -> Data:
     weight = data.get("edge_weight")
     if isinstance(weight, Tensor) and not weight.is_complex() and weight.dtype != dtype:
         changed["edge_weight"] = weight.to(dtype)
-    bad = _nonfinite(_stored_values(changed.get("x", x)))
+    bad = _nonfinite(stored_values(changed.get("x", x)))
     if bad:
-        if "x" in changed and not _nonfinite(_stored_values(x)):
+        if "x" in changed and not _nonfinite(stored_values(x)):
             raise ValueError(
                 f"the graph's features `x` ({x.dtype}) hold {bad} values beyond the range of "
                 f"the model's {dtype} (|x| > {torch.finfo(dtype).max:.3g}): scale them"
@@ -140,9 +129,8 @@ def _in_model_dtype(model: torch.nn.Module, data: Data) -> Data:
 
 
 def _nonfinite(t: Tensor) -> int:
-    """How many NaN or infinite values ``t`` holds, checked over blocks of about 4 M values:
-    ``isfinite(t).all()`` on the whole tensor raised the peak memory by 336 MB for 50 M
-    float32 values (200 MB), the blocks by 60 MB, in less time."""
+    """How many NaN or infinite values ``t`` holds, checked over blocks of about 4 M values
+    (``isfinite`` of the whole tensor would hold a bool per value)."""
     if not t.is_floating_point() or t.numel() == 0:
         return 0
     t = t.reshape(1) if t.dim() == 0 else t
@@ -151,13 +139,6 @@ def _nonfinite(t: Tensor) -> int:
     if all(bool(torch.isfinite(block).all()) for block in blocks):
         return 0
     return sum(int(block.numel() - torch.isfinite(block).sum()) for block in blocks)
-
-
-def _stored_values(x: Tensor) -> Tensor:
-    """The values a tensor stores: all of a dense one, the non-zeros of a sparse one."""
-    if x.layout == torch.strided:
-        return x
-    return x.coalesce().values() if x.layout == torch.sparse_coo else x.values()
 
 
 def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> Tensor:
@@ -182,8 +163,8 @@ def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> 
 
 
 def save_embeddings(z: Tensor, path: PathLike) -> Path:
-    """Writes embeddings ``[N, d]`` as ``float32`` to ``path``, atomically: ``.npy``
-    (``numpy.load``) or ``.pt`` (a tensor, ``torch.load(path, weights_only=True)``)."""
+    """Writes embeddings ``[N, d]`` as ``float32`` to ``path``, atomically: ``.npy`` or
+    ``.pt`` (a tensor, ``torch.load(path, weights_only=True)``)."""
     target = check_embedding_path(path)
     z = z.detach().cpu().float().contiguous()
     if target.suffix.lower() == ".npy":

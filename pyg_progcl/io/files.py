@@ -1,9 +1,5 @@
-"""Files the library writes and reads: outputs are checked before the work starts
-(:func:`check_writable`, :func:`check_folder`) and written atomically after it
-(:func:`atomic_write`: a temporary file renamed into place, removed by a later write once
-its process is gone); inputs must be regular files; contents are sealed with
-:func:`payload_checksum`.
-"""
+"""Files the library writes and reads: outputs checked before the work starts and written
+atomically after it, inputs that must be regular files, contents sealed by a checksum."""
 
 from __future__ import annotations
 
@@ -33,14 +29,9 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def check_writable(path: PathLike, what: str = "output", create: bool = False) -> Path:
-    """Checks that a file can be written at ``path``: its folder exists (``create``: is
-    created, with its parents) and a file can be created in it, and ``path`` is not a
-    folder (an existing file there is replaced). Returns ``path`` as a
-    :class:`~pathlib.Path` (``~`` expanded).
-
-    Raises:
-        ValueError: naming ``what`` and the reason.
-    """
+    """Checks that a file can be written at ``path`` (not a folder; its folder exists, or
+    with ``create`` is created, and a file can be created in it); a ``ValueError`` names
+    ``what`` and the reason. Returns ``path`` as a :class:`~pathlib.Path` (``~`` expanded)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"{what} {str(path)!r} is a folder, not a file")
@@ -52,11 +43,7 @@ def check_writable(path: PathLike, what: str = "output", create: bool = False) -
 
 def check_folder(folder: PathLike, what: str = "output folder") -> Path:
     """Creates ``folder`` (with its parents) if missing and checks that files can be
-    created in it. Returns it as a :class:`~pathlib.Path` (``~`` expanded).
-
-    Raises:
-        ValueError: naming ``what`` and the reason.
-    """
+    created in it (a ``ValueError`` names ``what`` and the reason); returns it as a Path."""
     folder = Path(folder).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{what} {str(folder)!r} is a file, not a folder")
@@ -65,13 +52,12 @@ def check_folder(folder: PathLike, what: str = "output folder") -> Path:
 
 
 def check_input_file(path: PathLike, what: str = "input file") -> Path:
-    """Checks that ``path`` names a regular file (through symbolic links): never a device,
-    a pipe or a folder. Returns it as a :class:`~pathlib.Path` (``~`` expanded).
+    """Checks that ``path`` names a regular file (through symbolic links); returns it as a
+    :class:`~pathlib.Path` (``~`` expanded).
 
     Raises:
         FileNotFoundError: nothing is there (or a symbolic link to nothing).
-        ValueError: naming ``what`` and what is there instead: a folder, a symbolic link
-            loop, a device, a pipe, a socket, or why it cannot be looked at.
+        ValueError: naming ``what`` and what is there instead (a folder, a device, ...).
     """
     path = Path(path).expanduser()
     label = f"{what} {str(path)!r}"
@@ -131,12 +117,7 @@ def _reason(exc: OSError) -> str:
 def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     """Calls ``write(tmp)`` on a new temporary file beside ``path``, flushes it to disk and
     renames it to ``path`` (atomic on POSIX): a failed or killed write leaves ``path`` as
-    it was. Returns ``path``.
-
-    Raises:
-        OSError: one line, ``no space left on device to write <path>``, where the disk
-            (or the quota) is full (what ``write`` raised otherwise, as it is).
-    """
+    it was. Returns ``path``. A full disk raises a one-line ``OSError``."""
     path = Path(path).expanduser()
     remove_stale_temporaries(path.parent)
     fd, name = tempfile.mkstemp(prefix=_temp_prefix(), suffix=".tmp", dir=path.parent)
@@ -196,8 +177,7 @@ def torch_save(obj: Any, path: PathLike) -> None:
 
 
 def _temp_prefix() -> str:
-    """The start of this process's temporary file names: :data:`TEMP_PREFIX`, the host tag
-    and the process id (read at each call: a forked child writes under its own)."""
+    """The start of this process's temporary file names (a forked child has its own)."""
     return f"{TEMP_PREFIX}{_host_tag()}-{os.getpid()}-"
 
 
@@ -215,8 +195,7 @@ def _host_tag() -> str:
 
 def _writer_is_gone(path: Path) -> bool:
     """Whether the process that created temporary file ``path`` has ended: by its process
-    id where it ran here (not on Windows), else by the file being unchanged for
-    :data:`STALE_AFTER_S`."""
+    id where it ran here, else by the file being unchanged for :data:`STALE_AFTER_S`."""
     found = _TEMP_NAME.fullmatch(path.name)
     if found and found.group(1) == _host_tag() and os.name != "nt":
         pid = int(found.group(2))
@@ -265,9 +244,8 @@ def _sync_folder(folder: Path) -> None:
 
 
 def payload_checksum(payload: dict[str, Any]) -> str:
-    """SHA-256 of everything in ``payload`` but its ``checksum`` entry: every tensor's
-    dtype, shape and bytes, every other value's type and value, every key, in order (what
-    seals checkpoints and model files)."""
+    """SHA-256 of everything in ``payload`` but its ``checksum`` entry (tensors' dtype,
+    shape and bytes, other values' type and value, every key, in order)."""
     digest = hashlib.sha256()
     _feed(digest, {k: v for k, v in payload.items() if k != "checksum"})
     return digest.hexdigest()

@@ -1,9 +1,5 @@
-"""Graph files: :func:`~pyg_progcl.io.read_graph` reads a ``.pt`` file holding a
-:class:`torch_geometric.data.Data` (``torch.save(data, path)``) or a ``.npz`` file of plain
-arrays (``edge_index``, ``x``, optionally ``edge_weight``, ``y`` and boolean ``train_mask``
-/ ``val_mask`` / ``test_mask``), both without running code from the file
-(``weights_only=True``, ``allow_pickle=False``). :func:`~pyg_progcl.io.graph_for_model`
-gives a model the fields of a graph it uses and says which ones it does not."""
+"""Graph files (:func:`~pyg_progcl.io.read_graph`), read without running code from them,
+and :func:`~pyg_progcl.io.graph_for_model`, the fields of a graph that a model uses."""
 
 from __future__ import annotations
 
@@ -42,28 +38,22 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
     ``>= 0`` and boolean ``[N]`` or ``[N, S]`` masks ``train_mask``, ``val_mask``,
     ``test_mask``).
 
-    Nothing in the file is executed. Features and edge weights become ``float32``,
-    ``edge_index`` and ``y`` ``int64``; edges are kept as given (directed: store both
-    directions of an undirected edge, e.g. with
-    :func:`torch_geometric.utils.to_undirected`, and both directions' weights). Edge
-    weights are kept for the encoders that take them (:func:`graph_for_model`).
+    Nothing in the file is executed (``weights_only=True``, ``allow_pickle=False``).
+    Features and edge weights become ``float32``, ``edge_index`` and ``y`` ``int64``;
+    edges are kept as given (directed: store both directions of an undirected edge, e.g.
+    with :func:`torch_geometric.utils.to_undirected`).
 
     Args:
         path: The graph file.
-        num_features: The width of ``x`` the model that will read it expects (its
-            ``in_channels``), if any: a file whose ``x`` has another is refused, for a
-            ``.npz`` from its member's header, before any array is read (a large
-            compressed file is not decompressed first).
+        num_features: The width of ``x`` the model that will read it expects, if any: a
+            file whose ``x`` has another is refused (a ``.npz`` from its member's
+            header, before any array is read).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
         ValueError: naming the file and the problem: an unknown suffix, an unreadable
-            file (for ``.npz``, checked from each member's header before it is read: a
-            member that is not a numeric NumPy array, one of Python objects, a header
-            declaring more data than the member holds, an ``.npy`` file renamed ``.npz``),
-            a missing or malformed array (out-of-range or negative node ids, NaN
-            or infinite features, no nodes, labels or masks of the wrong length or type,
-            edge weights not one finite number ``>= 0`` per edge).
+            file (a ``.npz`` member's header is checked before it is read: numeric, no
+            more data declared than it holds), a missing or malformed array.
     """
     path = check_input_file(path, "graph file")
     suffix = path.suffix.lower()
@@ -84,8 +74,7 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
 
 def _check_width(shape, num_features: Optional[int]) -> None:
     """Checks that features of ``shape`` (``None``: unknown) have ``num_features``
-    columns, where the caller asks for a width (features of no nodes are refused as an
-    empty graph, later)."""
+    columns, where a width is asked for (no nodes: refused later as an empty graph)."""
     if num_features is None or shape is None or (len(shape) == 2 and shape[0] == 0):
         return
     if len(shape) != 2:
@@ -119,9 +108,8 @@ def _read_pt(path: Path) -> dict[str, Any]:
 
 
 def _read_npz(path: Path, num_features: Optional[int] = None) -> dict[str, Any]:
-    """The arrays of ``path``, checked for names (``edge_index`` and ``x`` required), then
-    for what each member's ``.npy`` header declares (numeric, no more data than the member
-    holds; ``x`` of ``num_features`` columns where given), before any array is read."""
+    """The arrays of ``path``, their names and ``.npy`` headers checked before any array
+    is read."""
     label = f"graph file {str(path)!r}"
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{label} is not a readable .npz file: {_not_a_zip(path)}")
@@ -173,8 +161,8 @@ def _not_a_zip(path: Path) -> str:
 
 
 def _npz_members(archive: zipfile.ZipFile, label: str) -> dict[str, zipfile.ZipInfo]:
-    """The archive's members by array name (``x.npy`` is ``x``), checked: ``edge_index``
-    and ``x`` present, no other names than a graph's, no name twice."""
+    """The archive's members by array name (``x.npy`` is ``x``): ``edge_index`` and ``x``
+    present, no other names than a graph's, no name twice."""
     members: dict[str, zipfile.ZipInfo] = {}
     for info in archive.infolist():
         key = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
@@ -196,8 +184,7 @@ def _npz_members(archive: zipfile.ZipFile, label: str) -> dict[str, zipfile.ZipI
 
 
 def _some(names, shown: int = 10) -> str:
-    """The first ``shown`` of ``names``, sorted, and how many more (a forged archive may
-    hold millions of members: the message stays one short line)."""
+    """The first ``shown`` of ``names``, sorted, and how many more (one short line)."""
     names = sorted(names)
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return f"{names[:shown]}{more}" if names else ""
@@ -210,10 +197,9 @@ def _check_npy_header(
     archive: zipfile.ZipFile, info: zipfile.ZipInfo, what: str, archive_size: int
 ) -> tuple[int, ...]:
     """Checks member ``info``'s ``.npy`` header without reading its data: a numeric dtype
-    (nothing that needs pickle) and no more data declared than the member holds (its size
-    in the zip directory, itself within what its compressed size, at most the archive's
-    ``archive_size``, can expand to), so that a forged header cannot make the reader
-    allocate terabytes. ``what`` names the array. Returns the shape the header declares."""
+    and no more data declared than the member holds (within what its compressed size can
+    expand to), so that a forged header cannot make the reader allocate terabytes.
+    Returns the shape the header declares."""
     if info.compress_size > archive_size:
         raise _NpzError(
             f"{what}: its member claims {info.compress_size} compressed bytes, more than the "
@@ -242,15 +228,9 @@ def _check_npy_header(
         fh.seek(0)
         try:
             version = np.lib.format.read_magic(fh)
-            read_header = {
-                (1, 0): np.lib.format.read_array_header_1_0,
-                (2, 0): np.lib.format.read_array_header_2_0,
-            }.get(version)
-            if version == (3, 0):  # (utf-8 field names: only a structured array has them)
-                raise _NpzError(f"{what} must be numeric (a structured array, .npy format 3.0)")
-            if read_header is None:
-                raise _NpzError(f"{what} has an unknown .npy format version {version}")
-            shape, _, dtype = read_header(fh)
+            if version not in ((1, 0), (2, 0)):  # (3.0: only structured arrays need it)
+                raise _NpzError(f"{what} has .npy format {version}; numeric arrays use 1.0 or 2.0")
+            shape, _, dtype = getattr(np.lib.format, f"read_array_header_{version[0]}_0")(fh)
         except _NpzError:
             raise
         except ValueError as exc:
@@ -347,15 +327,13 @@ def _mask(key: str, mask: Tensor, n: int) -> Tensor:
 
 class GraphFieldWarning(UserWarning):
     """A field of a graph that the model does not use: ``edge_weight`` for an encoder
-    that takes no edge weights, ``edge_attr`` (edge features) always."""
+    that takes none, ``edge_attr`` always."""
 
 
 def takes_edge_weight(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (a :class:`~pyg_progcl.GRACEModel` or an encoder, possibly
-    wrapped by ``torch.compile``) uses edge weights: a :class:`~pyg_progcl.GCNEncoder`
-    whose convolution takes ``edge_weight`` (GCNConv, GraphConv, ...) or ``edge_attr``, or
-    another encoder whose ``forward`` has an ``edge_weight`` argument; not an
-    :class:`~pyg_progcl.MLPEncoder`, which uses no graph."""
+    """Whether ``model`` (a model or an encoder) uses edge weights: a
+    :class:`~pyg_progcl.GCNEncoder` whose convolution takes them, or another encoder
+    (not an MLP) whose ``forward`` has an ``edge_weight`` argument."""
     encoder = _encoder_of(model)
     if isinstance(encoder, MLPEncoder):
         return False
@@ -368,16 +346,11 @@ def takes_edge_weight(model: torch.nn.Module) -> bool:
 
 
 def graph_for_model(model: torch.nn.Module, data: Data) -> Data:
-    """``data`` with the fields ``model`` uses: ``x``, ``edge_index`` and ``edge_weight``
-    where the model takes edge weights (:func:`takes_edge_weight`); without
-    ``edge_weight`` (a shallow copy; ``data`` is left as it is) where it does not.
+    """``data`` with the fields ``model`` uses: without ``edge_weight`` (a shallow copy)
+    where the model takes none (:func:`takes_edge_weight`).
 
-    What the model does not use is said in one line (Python's warning filters decide
-    how often; by default once per calling line): a :class:`GraphFieldWarning` naming
-    ``edge_weight`` (and the encoder) when it is left out, and ``edge_attr`` if the graph
-    has one (the encoders take one scalar weight per edge, ``edge_weight``, not edge
-    features). Training and :func:`~pyg_progcl.io.embed` pass their graph through this, so a
-    graph file's weights reach the model wherever it can use them.
+    What the model does not use (that ``edge_weight``, an ``edge_attr``) is said in one
+    :class:`GraphFieldWarning` (Python's warning filters decide how often).
     """
     unused = []
     if data.get("edge_attr") is not None:

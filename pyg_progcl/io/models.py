@@ -1,9 +1,6 @@
-"""Model files: :func:`~pyg_progcl.io.save_model` writes a
-:class:`~pyg_progcl.GRACEModel` as one self-describing file, a dict ``{"format":
-"pyg_progcl.model", "version": 1, "config": ..., "state_dict": ..., "metadata": ...,
-"checksum": ...}`` of plain Python values and tensors; :func:`~pyg_progcl.io.load_model`
-(or ``torch.load(path, weights_only=True)``) reads it back without the code that built it,
-after checking its checksum and that its weights are finite."""
+"""Model files: :func:`~pyg_progcl.io.save_model` writes a :class:`~pyg_progcl.GRACEModel`
+as one checksummed file of plain values and tensors that :func:`~pyg_progcl.io.load_model`
+(or ``torch.load(path, weights_only=True)``) reads back."""
 
 from __future__ import annotations
 
@@ -42,9 +39,8 @@ __all__ = ["load_model", "save_model"]
 MODEL_FORMAT = "pyg_progcl.model"
 MODEL_VERSION = 1
 
-#: The most values (entries of dicts and lists, nested ones counted) a model file's
-#: configuration holds: a model's is a few dozen; a forged one of millions (augmenters)
-#: is refused before its checksum or anything of it is built.
+#: The most values (nested entries counted) a model file's configuration holds: a model's
+#: is a few dozen; a forged one of millions is refused before anything of it is built.
 MAX_CONFIG_VALUES = 10_000
 
 _ENCODER_LAYER = re.compile(r"encoder\.layers\.(\d+)\.")
@@ -55,19 +51,15 @@ _AUGMENTERS = {
 
 
 def _describe_augmenter(name: str, augment) -> Union[None, dict, list[dict[str, Any]]]:
-    """A built-in augmenter as a dict of plain values, a :class:`ComposeAugmenters` of them as a list
-    of such dicts; ``None`` for none or a custom one (which is not saved: embedding does
-    not use augmenters)."""
+    """A built-in augmenter as a dict of plain values, a :class:`ComposeAugmenters` of them
+    as a list of such dicts; ``None`` for none or a custom one (not saved)."""
     if augment is None:
         return None
     composed = type(augment) is ComposeAugmenters
     members = list(augment.augmenters) if composed else [augment]
     described = []
     for aug in members:
-        if (
-            type(aug).__name__ not in _AUGMENTERS
-            or type(aug) is not _AUGMENTERS[type(aug).__name__]
-        ):
+        if type(aug) is not _AUGMENTERS.get(type(aug).__name__):
             warnings.warn(
                 f"`{name}` ({augment!r}) is not made of built-in augmenters and is not saved; "
                 "the loaded model has no augmentation there (embedding uses none)",
@@ -120,9 +112,8 @@ def _describe_encoder(encoder) -> dict[str, Any]:
 
 
 def _conv_class(name: Any) -> Optional[type]:
-    """The convolution class ``torch_geometric.nn.<name>`` if that is one (a subclass of
-    ``MessagePassing``, as :class:`GCNEncoder` builds them), else ``None``: not a
-    ``Sequential``, a ``DataParallel``, a model or a function of that namespace."""
+    """The convolution class ``torch_geometric.nn.<name>`` (a ``MessagePassing``
+    subclass) if that is one, else ``None``."""
     import torch_geometric.nn as pyg_nn
     from torch_geometric.nn.conv import MessagePassing
 
@@ -141,9 +132,7 @@ def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
     try:
         kwargs = json.loads(json.dumps(encoder.conv_kwargs))
     except (TypeError, ValueError):
-        raise ValueError(
-            f"save_model needs `conv_kwargs` of plain JSON values (got {encoder.conv_kwargs!r})"
-        ) from None
+        kwargs = None
     if kwargs != encoder.conv_kwargs:
         raise ValueError(
             f"save_model needs `conv_kwargs` of plain JSON values (got {encoder.conv_kwargs!r})"
@@ -152,16 +141,9 @@ def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
 
 
 def model_config(model: GRACEModel) -> dict[str, Any]:
-    """The plain-value description of ``model`` that :func:`save_model` stores. A model or
-    encoder wrapped by ``torch.compile`` is described by the module it wraps.
-
-    Raises:
-        ValueError: for a model this format cannot describe (not a :class:`GRACEModel`, an
-            encoder other than :class:`~pyg_progcl.GCNEncoder` / :class:`~pyg_progcl.MLPEncoder`,
-            a convolution outside ``torch_geometric.nn``, non-JSON ``conv_kwargs``, an
-            activation not given by name, a ``projector`` other than the default head or
-            none).
-    """
+    """The plain-value description of ``model`` that :func:`save_model` stores (of the
+    module a ``torch.compile`` wrapper wraps); a ``ValueError`` for a model it cannot
+    describe (see :func:`save_model`)."""
     model = uncompiled(model)
     if type(model) is not GRACEModel:
         raise ValueError(
@@ -220,14 +202,11 @@ def save_model(
     """Writes ``model`` (its configuration and weights) to one file, atomically.
 
     The file is ``torch.save`` of ``{"format": "pyg_progcl.model", "version": 1,
-    "config": model_config(model), "state_dict": {name: CPU tensor}, "metadata": metadata,
-    "checksum": ...}`` (the SHA-256 of the rest: a changed byte is refused on loading),
-    readable with ``torch.load(path, weights_only=True)``; :func:`load_model` rebuilds
-    the model. Augmenters are saved if they are built-in ones (:class:`~pyg_progcl.EdgeDrop`,
-    :class:`~pyg_progcl.FeatureMask`, the adaptive ones, a :class:`~pyg_progcl.augment.ComposeAugmenters` of
-    them), else left out with a warning. A model or encoder wrapped by ``torch.compile``
-    is saved as the module it wraps (the file holds no compiled code; compile the loaded
-    model again if you want it compiled).
+    "config": ..., "state_dict": {name: CPU tensor}, "metadata": metadata, "checksum":
+    ...}`` (the SHA-256 of the rest), readable with ``torch.load(path,
+    weights_only=True)``. Built-in augmenters (or a
+    :class:`~pyg_progcl.augment.ComposeAugmenters` of them) are saved, others left out
+    with a warning. A ``torch.compile`` wrapper is saved as the module it wraps.
 
     Args:
         model: A :class:`GRACEModel` with a :class:`~pyg_progcl.GCNEncoder` (any
@@ -241,8 +220,8 @@ def save_model(
         ``path``.
 
     Raises:
-        ValueError: for a model :func:`model_config` cannot describe, weights that are
-            not finite, metadata that is not plain JSON, or a path that cannot be written.
+        ValueError: for a model this format cannot describe, weights that are not
+            finite, metadata that is not plain JSON, or a path that cannot be written.
     """
     target = check_writable(path, "model file")
     config = model_config(model)
@@ -251,13 +230,16 @@ def save_model(
             metadata = json.loads(json.dumps(metadata))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"`metadata` must hold plain JSON values ({exc})") from None
-    state = _plain_state_dict(uncompiled(model))
-    for key, value in state.items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise ValueError(
-                f"weight {key!r} holds NaN or infinite values (the training diverged?): "
-                f"{str(target)!r} was not written, as no such model can embed"
-            )
+    state = {  # (an ``OptimizedModule`` keeps its module's tensors under ``_orig_mod.``)
+        key.replace("._orig_mod.", "."): value.detach().cpu().clone()
+        for key, value in uncompiled(model).state_dict().items()
+    }
+    bad = _nonfinite_weight(state)
+    if bad is not None:
+        raise ValueError(
+            f"weight {bad!r} holds NaN or infinite values (the training diverged?): "
+            f"{str(target)!r} was not written, as no such model can embed"
+        )
     payload = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -269,23 +251,17 @@ def save_model(
     return atomic_write(target, lambda tmp: torch_save(payload, tmp))
 
 
-def _plain_state_dict(model: GRACEModel) -> dict[str, torch.Tensor]:
-    """``model``'s tensors on the CPU, named as in a model without ``torch.compile``
-    wrappers (an ``OptimizedModule`` keeps its module's tensors under ``_orig_mod.``)."""
-    return {
-        key.replace("._orig_mod.", "."): value.detach().cpu().clone()
-        for key, value in model.state_dict().items()
-    }
+def _nonfinite_weight(state: dict[str, torch.Tensor]) -> Optional[str]:
+    """The name of the first floating-point tensor of ``state`` with a NaN or infinity."""
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return key
+    return None
 
 
 def read_model_file(path: PathLike) -> dict[str, Any]:
-    """The checked contents of a model file written by :func:`save_model` (CPU tensors):
-    its format, version and entries, its checksum, and finite weights.
-
-    Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: naming the file and the problem.
-    """
+    """The checked contents of a model file (CPU tensors): its format, version and
+    entries, its checksum, and finite weights; a ``ValueError`` names the problem."""
     path = check_input_file(path, "model file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -329,19 +305,18 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             f"model file {str(path)!r} is corrupted or was edited: its content does not "
             "match its checksum"
         )
-    for key, value in payload["state_dict"].items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise ValueError(
-                f"model file {str(path)!r}: weight {key!r} holds NaN or infinite values (the "
-                "training diverged?); such a model cannot embed"
-            )
+    bad = _nonfinite_weight(payload["state_dict"])
+    if bad is not None:
+        raise ValueError(
+            f"model file {str(path)!r}: weight {bad!r} holds NaN or infinite values (the "
+            "training diverged?); such a model cannot embed"
+        )
     return payload
 
 
 def _check_weight_type(path: Path, key: str, value: Any) -> None:
-    """Checks that state_dict entry ``key`` is a dense tensor of real numbers: floating
-    point (a weight) or integer (a counter some modules keep); whether it is the type the
-    model holds there is checked against the model (:func:`_check_fits`)."""
+    """Checks that state_dict entry ``key`` is a dense tensor of real numbers (floating
+    point, or integer: a counter some modules keep)."""
     if not isinstance(value, torch.Tensor):
         raise ValueError(
             f"model file {str(path)!r}: state_dict entry {key!r} is a "
@@ -363,8 +338,8 @@ def _check_weight_type(path: Path, key: str, value: Any) -> None:
 
 
 def _count_values(value: Any, limit: int) -> int:
-    """The number of values in ``value`` (itself, and every entry of its dicts and lists,
-    nested), counted up to just over ``limit``."""
+    """The number of values in ``value`` and its nested entries, counted up to just over
+    ``limit``."""
     count, stack = 0, [value]
     while stack and count <= limit:
         item = stack.pop()
@@ -378,8 +353,7 @@ def _count_values(value: Any, limit: int) -> int:
 
 def _check_layer_count(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
     """Checks the configuration's ``num_layers`` against the encoder layers whose weights
-    ``state_dict`` holds, before anything is built (``num_layers = 10**7`` would build ten
-    million activations first)."""
+    ``state_dict`` holds, before anything is built."""
     encoder = config.get("encoder")
     layers = encoder.get("num_layers") if isinstance(encoder, dict) else None
     held = {int(m.group(1)) for m in map(_ENCODER_LAYER.match, state_dict) if m is not None}
@@ -396,10 +370,9 @@ class _TooManyTensorsError(Exception):
 
 @contextlib.contextmanager
 def _tensors_at_most(limit: int) -> Iterator[None]:
-    """Within the block, building modules in this thread raises :class:`_TooManyTensorsError`
-    once more than ``limit`` parameters and buffers have been registered (other threads
-    are not counted): a configuration that implies far more weights than a file holds
-    (a convolution's ``K = 10**7``) stops at once instead of building them all."""
+    """Within the block, building modules in this thread raises
+    :class:`_TooManyTensorsError` once more than ``limit`` parameters and buffers have
+    been registered (a forged ``K = 10**7`` stops at once)."""
     from torch.nn.modules import module as nn_module
 
     thread, count = threading.get_ident(), [0]
@@ -423,16 +396,9 @@ def _tensors_at_most(limit: int) -> Iterator[None]:
 
 def _check_fits(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
     """Checks that the model ``config`` describes has tensors of exactly the names and
-    shapes of ``state_dict``, on the ``meta`` device (no memory allocated: a configuration
-    of huge widths is refused before it is built for real; every convolution of
-    ``torch_geometric.nn`` builds there exactly when it builds on the CPU). Its layer
-    count is compared first, and the build stops once it has made more tensors than
-    twice the file's, so that a configuration of millions of layers or weights is
-    refused in milliseconds.
-
-    Raises:
-        ValueError: naming the first mismatch; whatever building the model raises.
-    """
+    shapes of ``state_dict``, built on the ``meta`` device (no memory allocated), its
+    layer count first and stopped beyond twice the file's tensors; a ``ValueError``
+    names the first mismatch."""
     _check_layer_count(config, state_dict)
     limit = 2 * len(state_dict) + 64  # (some modules register a tensor twice, or unsaved)
     try:
@@ -477,10 +443,9 @@ def load_model(
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: if it is not a pyg_progcl model file (another file, corrupt,
-            truncated or edited (its checksum), a newer format, no checksum, NaN or
-            infinite weights, a configuration pyg_progcl does not build, weights that do
-            not fit the configuration).
+        ValueError: if it is not a sound pyg_progcl model file (another file, corrupt or
+            edited, a newer format, non-finite weights, weights that do not fit its
+            configuration).
     """
     payload = read_model_file(path)
     try:

@@ -31,14 +31,10 @@ class SubgraphAugmenter:
     r"""Applies one view's augmenters to sampled subgraphs with the *full* graph's
     probabilities.
 
-    GCA's adaptive augmenters (Zhu et al., "Graph Contrastive Learning with Adaptive
-    Augmentation", WWW 2021) derive drop probabilities from centralities of the whole
-    graph; on a subgraph they are looked up, not refitted: an edge's drop probability
-    depends only on its target node, so a per-node table serves every batch, and the
-    feature-column probabilities are global. Uniform augmenters (and any other callable)
-    are applied to the subgraph as they are. Adaptive augmenters not prepared yet are
-    prepared here, on the full graph (``prepare``); prepared ones must have been prepared
-    on a graph of its number of nodes.
+    GCA's adaptive augmenters (Zhu et al., WWW 2021) derive drop probabilities from the
+    whole graph's centralities; on a subgraph they are looked up per target node (edges)
+    or taken as they are (feature columns). Other augmenters are applied to the subgraph
+    as they are. Adaptive augmenters not prepared yet are prepared on the full graph.
 
     Args:
         augment: A model's ``augment1`` / ``augment2`` (an augmenter, a

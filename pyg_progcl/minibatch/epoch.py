@@ -31,10 +31,7 @@ def _graph_of(loader, data: Optional[Data]) -> Data:
 class SeedViews(torch.nn.Module):
     """The projected views ``(h1, h2)`` of a batch's seed nodes: both augmented views of
     the batch's subgraph encoded, the seed rows projected. A module, so that
-    :class:`~torch.nn.parallel.DistributedDataParallel` can wrap one training step's
-    forward (:mod:`pyg_progcl.distributed`).
-
-    The full graph is checked once, here; the batches, subgraphs of it, are not.
+    ``DistributedDataParallel`` can wrap it. The full graph is checked once, here.
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel`.
@@ -48,8 +45,7 @@ class SeedViews(torch.nn.Module):
         self.augmenters = [SubgraphAugmenter(a, graph) for a in (model.augment1, model.augment2)]
 
     def forward(self, batch: Data) -> tuple[Tensor, Tensor]:
-        """The projected views of ``batch``'s seed nodes (its first rows), with the
-        batch's ``edge_weight`` (the sampled edges' weights), if any."""
+        """The projected views of ``batch``'s seed nodes (its first rows)."""
         seeds = seed_count(batch)
         n_id, weight = batch.get("n_id"), batch.get("edge_weight")
         views = []
@@ -63,8 +59,7 @@ class SeedViews(torch.nn.Module):
 
 
 def _train_step(views, loss_fn, optimizer, device, batch: Data, fit: bool) -> float:
-    """One optimiser step on a batch's seed views (refitting ``loss_fn`` first if ``fit``);
-    returns the loss."""
+    """One optimiser step on a batch's seed views (after a refit if ``fit``); its loss."""
     optimizer.zero_grad()
     h1, h2 = views(batch.to(device))
     if fit and callable(getattr(loss_fn, "fit", None)):
@@ -90,18 +85,11 @@ def minibatch_epoch(
     r"""One epoch of contrastive training on sampled subgraphs.
 
     For every batch (the subgraph around ``batch.batch_size`` seed nodes): two augmented
-    views of the subgraph are encoded by ``model`` (a :class:`~pyg_progcl.GRACEModel`),
-    with the batch's ``edge_weight`` if it has one (:func:`neighbor_loader` carries a
-    graph's weights into its batches; edge drop keeps the surviving edges' weights), the
+    views of the subgraph are encoded (with the batch's ``edge_weight``, if any), the
     seed rows projected, and ``loss_fn(h1, h2)`` taken over the seeds, whose negatives
-    are the other seeds of the batch; then one optimiser step. With ``fit``,
-    ProGCL's mixture (Xia et al., ICML 2022) is refitted once, on the first batch's
-    detached projections before its loss, so the rest of the epoch weights negatives
-    with a mixture of the current embeddings, as the full-graph trainer refits once per
-    epoch after its warm-up.
-
-    Batches with fewer than two seeds, or fewer seeds than ``loss_fn.num_negatives + 1``,
-    are skipped (a last, small batch); use ``drop_last`` to avoid them.
+    are the other seeds; then one optimiser step. With ``fit``, ProGCL's mixture is
+    refitted once, on the first batch's detached projections. Batches with fewer than
+    two seeds, or fewer than ``loss_fn.num_negatives + 1``, are skipped.
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel` (``model(x, edge_index, edge_weight)``
@@ -112,12 +100,10 @@ def minibatch_epoch(
         device: Where batches go; default: the model's device.
         fit: Refit ``loss_fn``'s mixture at the start of this epoch (after warm-up).
         data: The full graph (default: ``loader.data``), for adaptive augmenters.
-        views: The module computing a batch's ``(h1, h2)`` (default:
-            :class:`SeedViews` of ``model``); e.g. a ``DistributedDataParallel`` wrapping
-            one, built once, for multi-process training.
-        progress: Called as ``progress(done, total)`` with ``done = 0`` before the first
-            batch and after every batch (skipped ones included), ``total`` the loader's
-            length (``None`` for a loader without one); e.g. to drive a progress bar.
+        views: The module computing a batch's ``(h1, h2)`` (default: :class:`SeedViews`
+            of ``model``), e.g. a ``DistributedDataParallel`` wrapping one.
+        progress: ``progress(done, total)``, ``done = 0`` before the first batch, then
+            after every batch; ``total`` the loader's length (or ``None``).
 
     Returns:
         The epoch's mean loss over its seeds.

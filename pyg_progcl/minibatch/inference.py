@@ -1,9 +1,5 @@
 """Embeddings of every node computed in batches: exact layer by layer, or sampled
-(docs/algorithms.md §9).
-
-Not PyG's ``BasicGNN.inference``: it needs a ``NeighborLoader`` (pyg-lib or torch-sparse)
-and a ``BasicGNN`` model, whose last layer GRACE's encoders activate.
-"""
+(docs/algorithms.md §9)."""
 
 from __future__ import annotations
 
@@ -49,9 +45,8 @@ def _reach(encoder) -> Optional[int]:
 def _layer_graph(
     conv, edge_index: Tensor, num_nodes: int, dtype, edge_weight: Optional[Tensor] = None
 ) -> tuple[Tensor, Optional[Tensor]]:
-    """The edges and weights one layer aggregates over: GCN's symmetric normalisation of
-    the graph's weights (unit weights without them) with the full graph's degrees
-    (self-loops included), as GCNConv computes it; the raw edges and weights otherwise."""
+    """The edges and weights one layer aggregates over: GCN's normalisation with the full
+    graph's degrees, as GCNConv computes it; the raw edges and weights otherwise."""
     from torch_geometric.nn import GCNConv
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
@@ -71,8 +66,7 @@ def _apply_layer(
     conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor], keyword: Optional[str]
 ) -> Tensor:
     """``conv`` on a batch's edges: GCN with the full graph's normalisation weights, other
-    convolutions with the edges' weights as their argument ``keyword`` (as
-    :class:`~pyg_progcl.GCNEncoder` passes them)."""
+    convolutions with the edges' weights as their argument ``keyword``."""
     from torch_geometric.nn import GCNConv
 
     if isinstance(conv, GCNConv) and conv.normalize:
@@ -89,9 +83,8 @@ def _apply_layer(
 def _layer_on_targets(
     conv, x: Tensor, graph: InEdges, targets: Tensor, local: Tensor, device, keyword
 ):
-    """One layer's (pre-activation) output at ``targets``, from their in-neighbours' rows of
-    ``x`` (and their edges' weights, passed as ``keyword``). ``local`` is an all ``-1``
-    scratch array of node slots, left so."""
+    """One layer's (pre-activation) output at ``targets`` from their in-neighbours' rows of
+    ``x``; ``local`` is an all ``-1`` scratch array of node slots, left so."""
     pos, slot = graph.sample(targets, -1)
     source = graph.source[pos]
     local[targets] = torch.arange(targets.numel())
@@ -113,9 +106,8 @@ def _linear_first(conv) -> bool:
 
 
 def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Tensor:
-    """``lin(x)`` for every row of ``x``, ``batch_size`` rows at a time (as CSR matrices
-    if ``sparse`` and they are sparse enough and on the CPU, as the encoder's first layer
-    does: :func:`~pyg_progcl.encoders.sparse_features`)."""
+    """``lin(x)`` for every row of ``x``, ``batch_size`` rows at a time (through
+    :func:`~pyg_progcl.encoders.sparse_features` if ``sparse``, as the first layer does)."""
     out = None
     for start in range(0, x.size(0), batch_size):
         rows = x[start : start + batch_size].to(device)
@@ -127,9 +119,7 @@ def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Te
 
 
 #: The default ``message_chunk`` of :func:`embed_minibatch`: values of a batch's messages
-#: (edges x width) gathered at a time. A layer's batch holds about ``batch_size x mean
-#: degree`` edges, whose messages all at once outweigh the whole graph's forward (several
-#: GB for 65,536 targets of a graph of 2.7 M edges).
+#: (edges x width) gathered at a time (all at once they outweigh a full-graph forward).
 MESSAGE_CHUNK = 1 << 22
 
 
@@ -137,9 +127,7 @@ def _aggregate_on_targets(
     conv, xw: Tensor, graph: InEdges, targets: Tensor, device, chunk: int
 ) -> Tensor:
     """A linear-first layer's output at ``targets``: the (weighted) sum of their
-    in-neighbours' transformed rows ``xw``, plus the bias. The messages are gathered and
-    summed ``chunk`` values at a time, so that memory stays that of the output, not of
-    every in-edge's row."""
+    in-neighbours' transformed rows ``xw``, ``chunk`` values at a time, plus the bias."""
     pos, slot = graph.sample(targets, -1)
     h = torch.zeros(targets.numel(), xw.size(1), dtype=xw.dtype, device=device)
     step = max(1, chunk // max(1, xw.size(1)))
@@ -174,12 +162,10 @@ def _layerwise(
     progress=None,
     message_chunk: int = MESSAGE_CHUNK,
 ) -> Tensor:
-    """Exact encoder output, one layer at a time over target-node batches: a layer's
-    output at a node needs only its in-neighbours' inputs and edge weights (and, for GCN,
-    weighted degrees). Each layer computes the ``part``'s nodes and ``gather`` assembles
-    all of them. GCN layers transform every node's row once (``x @ W``) and sum the
-    transformed rows per batch. ``progress(done, total)`` counts the batches of all
-    layers."""
+    """Exact encoder output, one layer at a time over target-node batches (a layer's
+    output at a node needs only its in-neighbours' inputs): each layer computes the
+    ``part``'s nodes and ``gather`` assembles all of them; GCN layers transform every
+    row once (``x @ W``) and sum the transformed rows per batch."""
     n = x.size(0)
     own = node_part(n, part)
     per_layer = -(-(own.stop - own.start) // batch_size)
@@ -218,8 +204,7 @@ def _layerwise(
 def _embed_sampled(
     model, data: Data, num_neighbors, batch_size: int, device, part, gather, progress=None
 ) -> Tensor:
-    """Each batch's seed rows of ``model``'s output on the subgraph sampled around them,
-    for the ``part``'s nodes, assembled by ``gather``."""
+    """Each batch's seed rows of ``model``'s output on the subgraph sampled around them."""
     own = node_part(data.num_nodes, part)
     nodes = torch.arange(own.start, own.stop)
     loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False, input_nodes=nodes)
@@ -266,17 +251,12 @@ def embed_minibatch(
 ) -> Tensor:
     r"""Encoder embeddings ``f(G)`` of every node, computed in batches of nodes.
 
-    With ``num_neighbors=None`` the result is exact (equal to ``model(data.x,
-    data.edge_index, data.edge_weight)`` up to float round-off; a graph's ``edge_weight``
-    is applied exactly as the full-graph forward applies it): for
-    :class:`~pyg_progcl.GCNEncoder` with GCN, SAGE, GAT, GATv2, GIN or GraphConv layers
-    and for :class:`~pyg_progcl.MLPEncoder` it runs layer by layer over batches of target nodes and their in-neighbours (GCN's
-    normalisation uses the full graph's degrees), one pass per layer; other encoders are
-    run on full ``L + 1``-hop neighbourhoods (``-1`` per hop; the extra hop gives the
-    outermost nodes their true degrees), with ``L`` the hops the layers reach (a layer's
-    ``K`` for multi-hop convolutions such as TAGConv, else 1). With an explicit
-    ``num_neighbors`` the embeddings come from sampled neighbourhoods (approximate,
-    cheaper), seeds' rows of each batch.
+    With ``num_neighbors=None`` the result is exact (``model(data.x, data.edge_index,
+    data.edge_weight)`` up to round-off): layer by layer over batches of target nodes
+    for :class:`~pyg_progcl.GCNEncoder` with GCN, SAGE, GAT, GATv2, GIN or GraphConv
+    layers and for :class:`~pyg_progcl.MLPEncoder`; other encoders run on full
+    ``L + 1``-hop neighbourhoods, ``L`` the hops their layers reach. With
+    ``num_neighbors`` the embeddings come from sampled neighbourhoods (approximate).
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel` (or an encoder ``(x, edge_index) -> z``).
@@ -285,16 +265,14 @@ def embed_minibatch(
         num_neighbors: Sampled neighbours per hop; ``None``: exact inference.
         device: Where batches are encoded (default: the model's device); the result is on
             ``data.x``'s device.
-        part: ``(p, P)``: compute only part ``p`` of ``P`` of the nodes
-            (:func:`~pyg_progcl.minibatch.inference.node_part`), the work of one of ``P`` processes.
+        part: ``(p, P)``: compute only part ``p`` of ``P`` of the nodes (contiguous), the
+            work of one of ``P`` processes.
         gather: With several parts: assembles every part's rows (in part order) from this
-            part's (an all-gather over the processes); called once per layer.
-        progress: Called as ``progress(done, total)``: ``done = 0`` before the first batch,
-            then after every batch; ``total`` counts the batches of every layer (exact
-            inference) or of the one sampled pass; e.g. to drive a progress bar.
-        message_chunk: Exact inference of GCN layers sums a batch's messages (in-edges x
-            width values) this many values at a time: the memory of one chunk against
-            the number of sums. (default: ``MESSAGE_CHUNK``, 2**22)
+            part's (an all-gather); called once per layer.
+        progress: ``progress(done, total)``, ``done = 0`` before the first batch, then
+            after every batch (of every layer).
+        message_chunk: Exact GCN layers sum a batch's messages this many values at a
+            time. (default: 2**22)
 
     Returns:
         ``[num_nodes, hidden_channels]`` embeddings.

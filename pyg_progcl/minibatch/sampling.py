@@ -33,12 +33,7 @@ def pyg_can_sample() -> bool:
 
 def default_backend() -> str:
     """The sampler ``neighbor_loader(backend="auto")`` takes: ``"pyg"`` where pyg-lib is
-    installed (PyG's fast sampler), else ``"torch"``.
-
-    With torch-sparse alone ``NeighborLoader`` samples more slowly than the plain-torch
-    sampler (an Amazon-Photo epoch: 1.0-1.2 s against 0.46-0.49 s), so it is used only when
-    asked for with ``backend="pyg"``.
-    """
+    installed, else ``"torch"`` (faster than ``NeighborLoader`` on torch-sparse alone)."""
     import torch_geometric.typing as pyg_typing
 
     return "pyg" if pyg_typing.WITH_PYG_LIB else "torch"
@@ -46,7 +41,7 @@ def default_backend() -> str:
 
 def check_input_nodes(input_nodes, num_nodes: int) -> Tensor:
     """Seed candidates as distinct ``long`` node ids in ``[0, num_nodes)``, from ids or a
-    boolean mask of length ``num_nodes`` (a repeated seed would be one node scored twice)."""
+    boolean mask of length ``num_nodes``."""
     if not isinstance(input_nodes, Tensor):
         raise ValueError(
             f"`input_nodes` must be a tensor of node ids or a boolean mask (got "
@@ -119,13 +114,10 @@ class NeighborSubgraphLoader:
 
     Each batch is the subgraph sampled around ``batch_size`` seed nodes: hop ``l`` draws
     up to ``num_neighbors[l]`` in-neighbours (without replacement; ``-1``: all) of the
-    nodes first reached at hop ``l - 1``, as ``NeighborLoader`` does (Hamilton et al.,
-    2017). The batch holds ``x`` (and ``y``) of the sampled nodes, seeds first, the
-    sampled edges relabelled (``source -> target``) with their ``edge_weight`` if the graph
-    has one, ``n_id`` and ``e_id`` (global node and edge ids), ``input_id`` (the seeds'
-    positions in ``input_nodes``) and ``batch_size`` (the number of seeds), as
-    ``NeighborLoader``'s batches do. Used where pyg-lib is not
-    installed; see :func:`neighbor_loader`.
+    nodes first reached at hop ``l - 1`` (Hamilton et al., 2017). A batch holds what
+    ``NeighborLoader``'s do: ``x`` (and ``y``) of the sampled nodes, seeds first, the
+    relabelled edges (with their ``edge_weight``), ``n_id``, ``e_id``, ``input_id`` and
+    ``batch_size``.
 
     Args:
         data: The graph (``x``, ``edge_index``, optionally ``y`` and ``edge_weight``).
@@ -198,8 +190,8 @@ class NeighborSubgraphLoader:
 
     def _sample_hops(self, seeds: Tensor, n_id: list[Tensor]):
         """Samples hop after hop from ``seeds``, appending each hop's new nodes to ``n_id``
-        and numbering them in ``self._local``; returns the sampled edges' local sources,
-        local targets and positions in the sorted edge list, one tensor per hop."""
+        (numbered in ``self._local``); returns the sampled edges' local sources, local
+        targets and positions in the sorted edges, one tensor per hop."""
         local, edges = self._local, self._edges
         frontier, count = seeds, seeds.numel()
         src, dst, e_pos = [], [], []
@@ -236,10 +228,9 @@ def neighbor_loader(
         batch_size: Seed nodes per batch.
         shuffle: Random seed order every epoch.
         input_nodes: Seed candidates; default all nodes.
-        backend: ``"auto"`` (:func:`default_backend`: ``"pyg"`` with pyg-lib, else
-            ``"torch"``), ``"pyg"`` (``NeighborLoader``, also on torch-sparse's slower
-            sampler; fails at the first batch without pyg-lib / torch-sparse) or
-            ``"torch"`` (:class:`NeighborSubgraphLoader`).
+        backend: ``"auto"`` (:func:`default_backend`), ``"pyg"`` (``NeighborLoader``,
+            which needs pyg-lib or torch-sparse) or ``"torch"``
+            (:class:`NeighborSubgraphLoader`).
         **kwargs: Passed to ``NeighborLoader`` (e.g. ``num_workers``); ``drop_last`` is
             also understood by the fallback.
     """
@@ -277,14 +268,10 @@ def epoch_seeds(
     world_size: int = 1,
 ) -> Tensor:
     """This rank's seed nodes of one epoch, in batch order: a permutation drawn from
-    ``(seed, epoch)`` alone (the same on every rank), cut into global batches of
-    ``world_size · batch_size`` seeds, of which rank ``r`` takes the ``r``-th slice.
-
-    Every rank thus gets as many batches, of equal sizes, and no seed twice. The last
-    global batch, if smaller, is split evenly too; the fewer than ``world_size`` seeds it
-    cannot split are left out of that epoch. With one rank this is a plain shuffle.
-    Load the result with ``neighbor_loader(data, ..., batch_size, shuffle=False,
-    input_nodes=...)``.
+    ``(seed, epoch)`` alone, cut into global batches of ``world_size · batch_size``
+    seeds, of which rank ``r`` takes the ``r``-th slice (a last, smaller batch is split
+    evenly; the fewer than ``world_size`` seeds left over skip the epoch). Load the result
+    with ``neighbor_loader(data, ..., batch_size, shuffle=False, input_nodes=...)``.
     """
     num_nodes, batch_size = check_int("num_nodes", num_nodes), check_int("batch_size", batch_size)
     rank, world_size = check_int("rank", rank, 0), check_int("world_size", world_size)

@@ -142,17 +142,14 @@ def test_later_kinds_of_degeneration_are_counted_not_warned(monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_diagnose_command_warns_at_most_once_in_one_line(tmp_path, monkeypatch, capsys):
+def test_the_diagnose_command_warns_at_most_once_in_one_line(tmp_path, capsys):
     # Initial models' similarities are all near 1: every cold fit (one per encoder)
     # degenerates; --quiet shows nothing at all.
     from helpers import run_main
 
-    from pyg_progcl.diagnostics import core
-
     argv = ["diagnose", "--out", str(tmp_path), "--no-plot", "--epochs", "3"]
     argv += ["--num-pairs", "5000", "--num-anchors", "256", "--probe-epochs", "20"]
     for quiet in (False, True):
-        monkeypatch.setattr(core, "_WARNED_KINDS", set())  # as in a fresh process
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             status, out, err = run_main(capsys, *argv, *(["--quiet"] if quiet else []))
@@ -164,18 +161,20 @@ def test_the_diagnose_command_warns_at_most_once_in_one_line(tmp_path, monkeypat
             assert len(warned) == 1 and "is degenerate" in warned[0], err
 
 
-def test_diagnostics_cold_fits_warn_once_per_kind_and_not_for_slow_em(monkeypatch):
-    from pyg_progcl.diagnostics import core, fit_mixture
+def test_diagnostics_cold_fits_warn_by_the_filters_and_not_for_slow_em():
+    from pyg_progcl.diagnostics import fit_mixture
 
-    monkeypatch.setattr(core, "_WARNED_KINDS", set())
     collapsed = 0.999 + 1e-4 * torch.rand(5_000, generator=torch.Generator().manual_seed(0))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fits = [fit_mixture(collapsed) for _ in range(3)]
-        slow = fit_mixture(2 * sample_mixture(5_000, [(2, 8), (9, 3)], [0.8, 0.2]) - 1, 20)
-    (warning,) = [w for w in caught if w.category is MixtureDegeneracyWarning]
-    assert warning.filename == __file__ and all(f.problems_ for f in fits)
-    assert slow.problems_ == ["EM did not converge within 20 iterations"]
+    slow_sample = 2 * sample_mixture(5_000, [(2, 8), (9, 3)], [0.8, 0.2]) - 1
+    for action, expected in (("always", 3), ("default", 1)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(action)  # "default": once per calling line, as in a script
+            fits = [fit_mixture(collapsed) for _ in range(3)]
+            slow = fit_mixture(slow_sample, 20)
+        warned = [w for w in caught if w.category is MixtureDegeneracyWarning]
+        assert len(warned) == expected and all(w.filename == __file__ for w in warned)
+        assert "spike at cosine 1" in str(warned[0].message) and all(f.problems_ for f in fits)
+        assert slow.problems_ == ["EM did not converge within 20 iterations"]
 
 
 # ----------------------------------------------------------------------------- own graphs
