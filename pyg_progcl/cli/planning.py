@@ -15,6 +15,7 @@ import torch
 from torch_geometric.data import Data
 
 from pyg_progcl.io import graph_for_model
+from pyg_progcl.losses.base import free_memory
 
 from .build import build_loss
 from .presets import TrainConfig
@@ -249,21 +250,6 @@ def full_graph_bytes(data: Data, config: TrainConfig, num_negatives: int = NUM_N
     activations = 2 * n * sum(widths) * 3 * 4
     loss = 2 * n * num_negatives * 4 * 4
     return int(3 * features + 4 * 16 * data.num_edges + activations + loss)
-
-
-def free_memory(device: torch.device) -> Optional[int]:
-    """Bytes free on ``device`` (the CPU: the kernel's ``MemAvailable``), or ``None``
-    where it cannot be told."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def path_note(

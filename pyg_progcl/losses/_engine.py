@@ -146,7 +146,7 @@ class NegativeBlock:
         excluded (see :attr:`inter`)."""
         return self._logits("intra", self.anchors, self.peers)
 
-    def split(self) -> list[NegativeBlock]:
+    def _split(self) -> list[NegativeBlock]:
         """A block of both views (``view=None``) as one block per view."""
         p = self.pair
         return [
@@ -160,9 +160,9 @@ class NegativeBlock:
             own[name] = _exclude(shifted_logits(a, o, self.tau), self.excluded)
         return own[name]
 
-    def detached_logits(self) -> Tensor:
+    def _detached_logits(self) -> Tensor:
         """The shifted inter-view logits without gradient or exclusion, made once (on the
-        dense path the first view's, for both blocks) and kept for :meth:`take_logits`."""
+        dense path the first view's, for both blocks) and kept for :meth:`_take_logits`."""
         own = self.pair.own if self.dense else self._own
         if "detached" not in own:
             a, o = (self.pair.u, self.pair.v) if self.dense else (self.anchors, self.others)
@@ -170,11 +170,11 @@ class NegativeBlock:
                 own["detached"] = shifted_logits(a, o, self.tau)
         return own["detached"]
 
-    def take_logits(self) -> Optional[Tensor]:
-        """:meth:`detached_logits` if made, handed over to be overwritten."""
+    def _take_logits(self) -> Optional[Tensor]:
+        """:meth:`_detached_logits` if made, handed over to be overwritten."""
         return (self.pair.own if self.dense else self._own).pop("detached", None)
 
-    def exp_fits(self, scale: float = 1.0) -> bool:
+    def _exp_fits(self, scale: float = 1.0) -> bool:
         """Whether ``exp(scale · logit)`` of every negative is a normal float."""
         return scale * 2.0 / self.tau <= EXP_SPAN and self.anchors.dtype != torch.float16
 
@@ -193,7 +193,7 @@ class NegativeBlock:
         scales = (float(scale),) if isinstance(scale, (int, float)) else tuple(scale)
         if not all(0 < s < float("inf") for s in scales):  # (-inf at the excluded entries)
             raise ValueError(f"`scale` must be positive and finite (got {scale})")
-        if not self.exp_fits(max(scales)):
+        if not self._exp_fits(max(scales)):
             out = torch.stack([self._log_sum_exp(s, log_weight) for s in scales])
         elif log_weight is None:
             out = torch.log(self._inter_sums(scales) + self._intra_sums(scales))
@@ -354,7 +354,7 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> lis
     diag = torch.arange(n, device=u.device)
     pos, pair = positive_logits(u, v, tau), DensePair(u, v, tau, diag)
     if not batched:
-        return NegativeBlock(pos, u, v, u, diag, n - 1, tau, 0, pair=pair).split()
+        return NegativeBlock(pos, u, v, u, diag, n - 1, tau, 0, pair=pair)._split()
     views = torch.stack([u, v])
     return [NegativeBlock(pos, views, views.flip(0), views, diag, n - 1, tau, None, pair=pair)]
 

@@ -55,11 +55,11 @@ def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
     ``w = b / mean b``. The largest weight of a row is at least 1, so its sum needs no
     shift against underflow."""
     lb, log_mean = hardness.log_weights(block)
-    if not block.exp_fits():
+    if not block._exp_fits():
         return block.log_sum_exp_both(1.0, lb) - log_mean
     # (one copy along memory: the dense second view's weights are a transpose)
     lw = torch.sub(lb, log_mean.unsqueeze(1), out=lb.new_empty(lb.shape))
-    inter = block._inter_sums((1.0,), lw, logits=block.take_logits())
+    inter = block._inter_sums((1.0,), lw, logits=block._take_logits())
     return torch.log(inter[0] + block._intra_sums((1.0,), lw)[0])
 
 
@@ -86,8 +86,8 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
         _, b, perm = hardness.selection[block.view]
     else:
         index, b, perm = select_hardest(hardness.log_b(block), k)
-    if block.exp_fits():
-        logits = None if block.dense else block.take_logits()
+    if block._exp_fits():
+        logits = None if block.dense else block._take_logits()
         inter, logit = block._inter_sums((1.0,), gather=index, logits=logits)
         log_grace = torch.log(inter[0] + block._intra_sums((1.0,))[0])
     else:

@@ -189,7 +189,7 @@ class ProGCLLoss(ContrastiveLoss):
         if not self.fitted:  # GRACE's until the first fit
             return block.log_sum_exp_both()
         if block.view is None:  # (the dense path's views: one hardness, a block each)
-            return torch.stack([self.negative_term(b) for b in block.split()])
+            return torch.stack([self.negative_term(b) for b in block._split()])
         if block.dense:  # (one hardness for both views of the dense path)
             if block.pair.progcl is None:
                 block.pair.progcl = Hardness(self.mixture, self.schedule)

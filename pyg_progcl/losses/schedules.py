@@ -93,7 +93,7 @@ class FitSchedule(torch.nn.Module):
         """The detached shifted inter-view logits ``b`` is computed from, of the block's
         pairs from the anchors of ``view`` (0 on the dense path, whose second view's pairs
         are the transpose): here the current ones, the block's own."""
-        return block.detached_logits()
+        return block._detached_logits()
 
     def check_nodes(self, h: Tensor) -> None:
         """Checks views of ``h``'s nodes can be weighted (a frozen schedule needs its own)."""
