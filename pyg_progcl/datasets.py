@@ -34,14 +34,8 @@ def synthetic_graph(
     many of GRACE's negatives are false negatives, as ProGCL assumes.
 
     Args:
-        num_nodes: Number of nodes ``N``.
-        num_classes: Number of classes.
-        num_features: Number of binary feature columns.
-        avg_degree: Expected average degree.
-        homophily: Fraction of intra-class edges.
-        topic_size: Feature columns per class topic.
-        topic_prob: Probability that a node has a given column of its topic.
-        noise_prob: Probability that a node has any given column.
+        num_nodes, num_classes, num_features: ``N``, the classes and the feature columns.
+        avg_degree, homophily, topic_size, topic_prob, noise_prob: As above.
         seed: Random seed (the graph depends on nothing else).
 
     Returns:
@@ -52,8 +46,8 @@ def synthetic_graph(
     num_features = check_int("num_features", num_features)
     topic_size = check_int("topic_size", topic_size)
     check_nonnegative("avg_degree", avg_degree)
-    for key, value in [("homophily", homophily), ("topic_prob", topic_prob)]:
-        check_probability(key, value)
+    check_probability("homophily", homophily)
+    check_probability("topic_prob", topic_prob)
     check_probability("noise_prob", noise_prob)
     if topic_size > num_features:
         raise ValueError(f"`topic_size` ({topic_size}) exceeds `num_features` ({num_features})")
@@ -90,10 +84,8 @@ def _block_model_edges(
     y: Tensor, num_classes: int, num_edges: int, homophily: float, gen: torch.Generator
 ) -> Tensor:
     """``num_edges`` random edges, each within the source's class with probability
-    ``homophily``, then without self-loops, symmetrised and coalesced.
-
-    The edges are drawn directly (``O(E)``); PyG's ``stochastic_blockmodel_graph`` tries
-    every pair (``O(N^2)`` memory) and draws from the global RNG, not from ``gen``.
+    ``homophily``, then without self-loops, symmetrised and coalesced (``O(E)``, from
+    ``gen``: PyG's ``stochastic_blockmodel_graph`` takes ``O(N^2)`` and the global RNG).
     """
     num_nodes = y.numel()
     members = [torch.nonzero(y == c).view(-1) for c in range(num_classes)]

@@ -53,14 +53,8 @@ def random_split(
     RNG), ``train = perm[:floor(r_train N)]`` (at least one node), ``val`` the next
     ``floor(r_val N)``, ``test`` the rest.
 
-    Args:
-        num_nodes: Number of nodes.
-        train_ratio: Fraction of nodes for training.
-        val_ratio: Fraction of nodes for validation (may be 0).
-        seed: Seed of the permutation.
-
     Returns:
-        ``(train_idx, val_idx, test_idx)`` index tensors.
+        ``(train_idx, val_idx, test_idx)`` index tensors (``val_ratio`` may be 0).
     """
     num_nodes = check_int("num_nodes", num_nodes, minimum=3)
     check_positive("train_ratio", train_ratio)
@@ -77,26 +71,16 @@ def public_splits(data: Data) -> list[tuple[Tensor, Tensor, Tensor]]:
     """The public splits of ``data``'s masks, ``[N]`` (one) or ``[N, S]`` (``S`` splits)."""
     if "train_mask" not in data or "test_mask" not in data:
         raise ValueError("split='public' needs `train_mask` and `test_mask` on the data")
+    masks = [data.get(key) for key in ("train_mask", "val_mask", "test_mask")]
 
-    def columns(mask: Optional[Tensor], count: int) -> list[Optional[Tensor]]:
+    def nodes(mask: Optional[Tensor], i: int) -> Tensor:
         if mask is None:
-            return [None] * count
+            return torch.empty(0, dtype=torch.long)
         mask = mask.bool()
-        if mask.dim() == 1:
-            return [mask] * count
-        return [mask[:, i] for i in range(mask.size(1))]
+        return (mask if mask.dim() == 1 else mask[:, i]).nonzero().view(-1)
 
-    train = data.train_mask
-    count = 1 if train.dim() == 1 else train.size(1)
-    splits = []
-    val_mask = data.val_mask if "val_mask" in data else None
-    for tr, va, te in zip(
-        columns(train, count), columns(val_mask, count), columns(data.test_mask, count)
-    ):
-        empty = torch.empty(0, dtype=torch.long)
-        val = empty if va is None else va.nonzero().view(-1)
-        splits.append((tr.nonzero().view(-1), val, te.nonzero().view(-1)))
-    return splits
+    count = 1 if masks[0].dim() == 1 else masks[0].size(1)
+    return [tuple(nodes(mask, i) for mask in masks) for i in range(count)]
 
 
 def _ogb_accuracy(name: str):
@@ -135,14 +119,10 @@ def logistic_regression_probe(
     validation nodes, after the last). Its initial weights come from ``seed`` alone.
 
     Args:
-        z: Frozen embeddings ``[N, d]``.
-        y: Labels ``[N]``.
+        z, y: Frozen embeddings ``[N, d]`` and labels ``[N]``.
         train_idx, val_idx, test_idx: Node indices of the split.
         epochs: Training epochs (3000 in the papers).
-        lr: Adam learning rate.
-        weight_decay: Adam weight decay.
-        eval_every: Validation interval in epochs.
-        seed: Seed of the initial weights.
+        lr, weight_decay: Adam's.
         ogb_name: Score with ``ogb.nodeproppred.Evaluator(ogb_name)``.
 
     Returns:
@@ -158,8 +138,14 @@ def logistic_regression_probe(
     num_classes = int(y.max()) + 1
     accuracy = _ogb_accuracy(ogb_name) if ogb_name else _plain_accuracy
 
-    weight, bias = _probe_parameters(num_classes, z, seed)
-    optimizer = torch.optim.Adam([weight, bias], lr=lr, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(int(seed))
+    bound = 1.0 / math.sqrt(z.size(1))  # nn.Linear's default initialisation
+    weight, bias = (
+        torch.empty(shape).uniform_(-bound, bound, generator=gen).to(z.device, z.dtype)
+        for shape in ((num_classes, z.size(1)), (num_classes,))
+    )
+    params = [weight.requires_grad_(), bias.requires_grad_()]
+    optimizer = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
 
     z_train, y_train = z[train_idx], y[train_idx]
     best = {"accuracy": float("nan"), "val_accuracy": -1.0, "best_epoch": 0}
@@ -181,17 +167,6 @@ def logistic_regression_probe(
     return best
 
 
-def _probe_parameters(num_classes: int, z: Tensor, seed: int) -> tuple[Tensor, Tensor]:
-    """The probe's initial ``(weight, bias)``, ``nn.Linear``'s ``U(-1/sqrt(d), 1/sqrt(d))``."""
-    gen = torch.Generator().manual_seed(int(seed))
-    bound = 1.0 / math.sqrt(z.size(1))  # nn.Linear's default initialisation
-    weight = torch.empty(num_classes, z.size(1)).uniform_(-bound, bound, generator=gen)
-    bias = torch.empty(num_classes).uniform_(-bound, bound, generator=gen)
-    weight = weight.to(z.device, z.dtype).requires_grad_()
-    bias = bias.to(z.device, z.dtype).requires_grad_()
-    return weight, bias
-
-
 def gca_protocol(
     z: Tensor,
     y: Tensor,
@@ -208,15 +183,11 @@ def gca_protocol(
     """GCA / ProGCL evaluation: Adam logistic-regression probe, best-validation test accuracy.
 
     Args:
-        z: Frozen embeddings ``[N, d]`` (not normalised).
-        y: Labels ``[N]``.
+        z, y: Frozen embeddings ``[N, d]`` (not normalised) and labels ``[N]``.
         splits: Given splits (e.g. :func:`public_splits`); the accuracy is
             their mean. Default: one :func:`random_split` (10 / 10 / 80).
-        train_ratio, val_ratio: Fractions of the random split.
         seed: Seed of the random split and of the probe's initial weights.
-        epochs, lr, eval_every: Probe training (see
-            :func:`logistic_regression_probe`).
-        ogb_name: Score with the official OGB evaluator.
+        epochs, lr, eval_every, ogb_name: See :func:`logistic_regression_probe`.
 
     Returns:
         ``{"accuracy", "val_accuracy", "accuracies"}`` (``accuracies``: one per split).
@@ -255,12 +226,9 @@ def grace_protocol(
     ``GridSearchCV``; the mean test accuracy of the most probable classes.
 
     Args:
-        z: Embeddings ``[N, d]``.
-        y: Labels ``[N]``.
+        z, y: Embeddings ``[N, d]`` and labels ``[N]``.
         splits: Given splits (the validation part is not used) instead of random ones.
-        train_ratio: Training fraction of the random splits (0.1 in GRACE).
         seed: Seed of the random splits.
-        repeats: Random splits evaluated (3 in GRACE).
         c_grid: Values of ``C`` to search.
         folds: Cross-validation folds (fewer when there are fewer training nodes).
 
@@ -329,7 +297,6 @@ def evaluate(
         data: The graph (``y``, and the masks for ``split="public"``).
         protocol: ``"gca"`` (10/10/80, Adam probe) or ``"grace"`` (10/90, CV).
         split: ``"random"`` or ``"public"`` (the dataset's masks).
-        seed: Seed of the split and the probe.
         probe_epochs: Epochs of the GCA protocol's probe.
         ogb_name: OGB dataset name, to score with the official evaluator (needs ``ogb``).
 
