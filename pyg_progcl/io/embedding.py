@@ -18,7 +18,7 @@ from .._graphs import stored_values
 from ..encoders import parameter_dtype
 from ._common import PathLike
 from .files import atomic_write, check_writable, torch_save
-from .graphs import graph_for_model
+from .graphs import check_width, graph_for_model
 
 __all__ = ["embed", "save_embeddings"]
 
@@ -66,13 +66,8 @@ def embed(
     """
     if not isinstance(data, Data) or not isinstance(data.get("x"), Tensor):
         raise ValueError("`data` must be a torch_geometric Data with node features `x`")
-    encoder = getattr(model, "encoder", model)
-    width = getattr(encoder, "in_channels", None)
-    if isinstance(width, int) and width > 0 and (data.x.dim() != 2 or data.x.size(1) != width):
-        raise ValueError(
-            f"the graph's features have width {data.x.size(-1)}, the model expects "
-            f"{width} (its in_channels): embed graphs with the features it was trained on"
-        )
+    width = getattr(getattr(model, "encoder", model), "in_channels", None)
+    check_width(data.x.shape, width if isinstance(width, int) and width > 0 else None)
     data = graph_for_model(model, data)  # (its edge weights, where the model takes them)
     data = _in_model_dtype(model, data)
     if device is None:

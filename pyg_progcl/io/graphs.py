@@ -64,7 +64,7 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
         )
     fields = _read_npz(path, num_features) if suffix == ".npz" else _read_pt(path)
     try:
-        _check_width(
+        check_width(
             fields["x"].shape if isinstance(fields.get("x"), Tensor) else None, num_features
         )
         return _graph(fields)
@@ -72,7 +72,7 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
         raise ValueError(f"graph file {str(path)!r}: {exc}") from None
 
 
-def _check_width(shape, num_features: Optional[int]) -> None:
+def check_width(shape, num_features: Optional[int]) -> None:
     """Checks that features of ``shape`` (``None``: unknown) have ``num_features``
     columns, where a width is asked for (no nodes: refused later as an empty graph)."""
     if num_features is None or shape is None or (len(shape) == 2 and shape[0] == 0):
@@ -122,7 +122,7 @@ def _read_npz(path: Path, num_features: Optional[int] = None) -> dict[str, Any]:
                 )
                 if key == "x":
                     try:
-                        _check_width(shape, num_features)
+                        check_width(shape, num_features)
                     except ValueError as exc:
                         raise _NpzError(f"{label}: {exc}") from None
             fields = {}
