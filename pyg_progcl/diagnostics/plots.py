@@ -183,9 +183,6 @@ def plot_similarity_histogram(
         diagnosis: A :class:`~.core.Diagnosis` or a :class:`~.core.NegativeSample`.
         path: Write a PNG here (folders are created); ``None``: only return the figure.
         mixture: Mixture to overlay (default: the diagnosis' own, or a cold fit).
-        title: Axes title.
-        bins: Histogram bins.
-        dpi: Resolution of the PNG.
 
     Returns:
         The :class:`matplotlib.figure.Figure`.
@@ -277,8 +274,6 @@ def plot_tracking(
             :class:`~.tracker.DiagnosticsTracker`'s ``history``), or ``{run: history}``
             to overlay several runs (one line style each).
         path: Write a PNG here; ``None``: only return the figure.
-        title: The figure's title.
-        dpi: Resolution of the PNG.
 
     Returns:
         The :class:`matplotlib.figure.Figure`.

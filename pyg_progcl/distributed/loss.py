@@ -27,17 +27,12 @@ class DistributedLoss(torch.nn.Module):
     rank's anchors are its own ``b`` seeds, and their negatives all ``W·b`` seeds of the
     global batch in both views, exactly as in one process holding the global batch.
 
-    Each rank runs the wrapped loss's own computation on the gathered views ``u``, ``v``:
-    ``loss.check_inputs(u, v)``, ``loss.compute_loss(u, v, anchors=rows)`` with ``rows``
-    its own ``b`` rows, then ``loss.reduce``; a loss of one's own runs here as it does
-    alone. An override of ``compute_loss`` without ``anchors`` is called on all ``W·b``
-    rows and its losses cut to the rank's (``W`` times the work). A loss that overrides
-    ``forward`` is refused.
-
-    Convention (DistributedDataParallel averages gradients over the ranks): the mean over
-    the ranks of the returned values is the single-process loss of the global batch, and
-    the averaged parameter gradients are the single-process ones (``reduction='sum'``
-    returns ``W`` times this rank's share; ``'none'`` this rank's ``[2, b]`` losses).
+    Each rank runs the wrapped loss's ``check_inputs``, ``compute_loss(u, v,
+    anchors=rows)`` (without ``anchors``: on all ``W·b`` rows, cut to the rank's) and
+    ``reduce`` on the gathered views; an override of ``forward`` is refused. As DDP
+    averages gradients, the mean over the ranks of the returned values is the
+    single-process loss of the global batch (``reduction='sum'`` returns ``W`` times this
+    rank's share; ``'none'`` its ``[2, b]`` losses); docs/distributed.md.
 
     Args:
         loss: The loss (not ``ProGCLLoss`` with the frozen schedule).

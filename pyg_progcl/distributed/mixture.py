@@ -20,20 +20,11 @@ def fit_mixture(
     """EM on this rank's ``samples`` (values in ``[0, 1]``) with the sufficient statistics
     summed over the ranks (one small all-reduce per iteration).
 
-    Every rank ends with the same parameters, those of ``mixture.fit`` on the
-    concatenation of all ranks' samples (up to the order of floating-point sums), and
-    stops at the same iteration: the convergence test reads the summed log-likelihood.
-    The ranks' mixtures must start alike (they do when every rank built and fitted its
-    loss alike). Invalid samples on any rank raise the same ``ValueError`` on every rank.
-
-    Args:
-        mixture: The :class:`~pyg_progcl.BetaMixture` to fit (warm-started).
-        samples: This rank's 1-D sample (ranks may hold different numbers of values).
-        max_iter: Iteration budget (default: the mixture's own).
-        group: The process group (default: the default group).
-
-    Returns:
-        ``mixture``.
+    Every rank ends with the parameters of ``mixture.fit`` on all ranks' samples at once
+    (up to the order of floating-point sums), at the same iteration, given mixtures that
+    start alike; invalid samples on any rank raise the same ``ValueError`` on every rank.
+    ``samples``: this rank's 1-D sample (ranks may hold different numbers of values);
+    ``max_iter`` defaults to the mixture's own. Returns ``mixture`` (warm-started).
     """
     world(group)
     valid = isinstance(samples, Tensor) and samples.dim() == 1 and samples.numel() >= 2

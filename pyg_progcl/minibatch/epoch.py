@@ -96,7 +96,6 @@ def minibatch_epoch(
             encodes, ``model.project`` projects, ``augment1`` / ``augment2`` augment).
         loss_fn: Any loss of :mod:`pyg_progcl.losses` (or a callable ``(h1, h2)``).
         loader: Yields batches as ``NeighborLoader`` does (:func:`neighbor_loader`).
-        optimizer: Steps after every batch.
         device: Where batches go; default: the model's device.
         fit: Refit ``loss_fn``'s mixture at the start of this epoch (after warm-up).
         data: The full graph (default: ``loader.data``), for adaptive augmenters.

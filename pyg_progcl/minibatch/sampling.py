@@ -121,9 +121,7 @@ class NeighborSubgraphLoader:
 
     Args:
         data: The graph (``x``, ``edge_index``, optionally ``y`` and ``edge_weight``).
-        num_neighbors: Neighbours sampled per hop, e.g. ``[10, 10]``.
-        batch_size: Seed nodes per batch.
-        input_nodes: Seed candidates (index or boolean mask); default: all nodes.
+        num_neighbors, batch_size, input_nodes: As :func:`neighbor_loader`'s.
         shuffle: Draw the seeds in a random order each epoch (torch's global RNG).
         drop_last: Skip the last, smaller batch.
     """
@@ -226,8 +224,7 @@ def neighbor_loader(
         data: The graph (kept where it is; batches are moved by the training loop).
         num_neighbors: Neighbours per hop (``-1``: all), e.g. ``[10, 10]``.
         batch_size: Seed nodes per batch.
-        shuffle: Random seed order every epoch.
-        input_nodes: Seed candidates; default all nodes.
+        input_nodes: Seed candidates (ids or a boolean mask); default all nodes.
         backend: ``"auto"`` (:func:`default_backend`), ``"pyg"`` (``NeighborLoader``,
             which needs pyg-lib or torch-sparse) or ``"torch"``
             (:class:`NeighborSubgraphLoader`).
