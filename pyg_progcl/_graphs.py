@@ -1,7 +1,5 @@
-"""The check of a graph where a user's graph enters (:func:`check_graph`): its tensors
-reach native code that does not check indices. Nothing is remembered between calls; a graph
-derived from a checked one (augmented views, sampled batches) is passed on with
-``check=False``. Imported where a graph is checked, not with the package."""
+"""The check of a graph where a user's graph enters (:func:`check_graph`); a graph derived
+from a checked one (augmented views, sampled batches) is passed on with ``check=False``."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from .._checks import accepts_check, check_input_width, check_int
 from ..encoders import GCNEncoder, MLPEncoder, sparse_features
@@ -19,8 +21,6 @@ __all__ = ["embed_minibatch"]
 
 def _layerwise_supported(encoder) -> bool:
     """Whether :func:`_layerwise` computes this encoder exactly (known layers, one hop)."""
-    from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
-
     if isinstance(encoder, MLPEncoder):
         return True
     if not isinstance(encoder, GCNEncoder):
@@ -32,24 +32,11 @@ def _layerwise_supported(encoder) -> bool:
     )
 
 
-def _reach(encoder) -> Optional[int]:
-    """Hops an encoder's output depends on: each layer's ``K`` for multi-hop convolutions
-    (TAGConv, SGConv, ...), else 1 per layer; ``None`` if the encoder does not say."""
-    layers = getattr(encoder, "layers", None) or getattr(encoder, "convs", None)
-    if layers is not None:
-        return sum(int(getattr(conv, "K", 1)) for conv in layers)
-    num_layers = getattr(encoder, "num_layers", None)
-    return None if num_layers is None else int(num_layers)
-
-
 def _layer_graph(
     conv, edge_index: Tensor, num_nodes: int, dtype, edge_weight: Optional[Tensor] = None
 ) -> tuple[Tensor, Optional[Tensor]]:
     """The edges and weights one layer aggregates over: GCN's normalisation with the full
     graph's degrees, as GCNConv computes it; the raw edges and weights otherwise."""
-    from torch_geometric.nn import GCNConv
-    from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
     if isinstance(conv, GCNConv) and conv.normalize:
         # Explicit unit weights: without them PyG gives added self-loops weight 1 even with
         # ``improved=True`` (2), unlike GCNConv's own sparse path.
@@ -67,8 +54,6 @@ def _apply_layer(
 ) -> Tensor:
     """``conv`` on a batch's edges: GCN with the full graph's normalisation weights, other
     convolutions with the edges' weights as their argument ``keyword``."""
-    from torch_geometric.nn import GCNConv
-
     if isinstance(conv, GCNConv) and conv.normalize:
         conv.normalize = False  # the weights already hold the full graph's normalisation
         try:
@@ -96,13 +81,6 @@ def _layer_on_targets(
     local[nodes] = -1
     h = _apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei, weight, keyword)
     return h[: targets.numel()]
-
-
-def _linear_first(conv) -> bool:
-    """Whether ``conv`` is ``x @ W``, then a sum over in-edges, then a bias (GCNConv)."""
-    from torch_geometric.nn import GCNConv
-
-    return isinstance(conv, GCNConv) and conv.aggr == "add"
 
 
 def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Tensor:
@@ -180,7 +158,8 @@ def _layerwise(
         if not isinstance(encoder, MLPEncoder):
             layer_edges, layer_weight = _layer_graph(conv, edge_index.cpu(), n, x.dtype, weight)
             graph = InEdges(layer_edges, n, layer_weight)
-        if graph is not None and _linear_first(conv):  # x @ W once per layer, not per batch
+        if graph is not None and isinstance(conv, GCNConv) and conv.aggr == "add":
+            # x @ W, then a sum over in-edges, then a bias: x @ W once per layer
             sparse = i == 0 and getattr(encoder, "sparse_features", False)
             xw = _transform_rows(conv.lin, x, batch_size, device, sparse)
         for start in range(own.start, own.stop, batch_size):
@@ -229,11 +208,14 @@ def _embed_sampled(
 
 
 def _full_neighbourhoods(encoder) -> list[int]:
-    """``[-1] * (L + 1)``: every neighbour over the hops the encoder reaches, plus one."""
-    hops = _reach(encoder)
-    if hops is None:
+    """``[-1] * (L + 1)``: every neighbour over the ``L`` hops the encoder reaches (each
+    layer's ``K`` for multi-hop convolutions such as TAGConv, else 1 per layer), plus one."""
+    layers = getattr(encoder, "layers", None) or getattr(encoder, "convs", None)
+    if layers is not None:
+        return [-1] * (sum(int(getattr(conv, "K", 1)) for conv in layers) + 1)
+    if getattr(encoder, "num_layers", None) is None:
         raise ValueError("pass `num_neighbors` for an encoder without `layers` or `num_layers`")
-    return [-1] * (hops + 1)
+    return [-1] * (int(encoder.num_layers) + 1)
 
 
 @torch.no_grad()
