@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Optional, Union
 
 import torch
@@ -204,6 +205,11 @@ def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> B
     return mixture
 
 
+def true_negative_posterior(mixture: BetaMixture, cos: Tensor) -> Tensor:
+    """``p(true negative | s')`` of cosines ``cos`` under ``mixture``."""
+    return mixture.true_negative_posterior((cos.double() + 1) / 2)
+
+
 def separation_auc(scores: Tensor, is_true_negative: Tensor) -> float:
     """ROC-AUC of ``scores`` (higher = more likely a true negative); 0.5 is chance, ``nan``
     when only one kind is present."""
@@ -251,7 +257,7 @@ def topk_false_negative_share(
     anchors = _subset(n, num_anchors, "num_anchors", gen).to(u.device)
     cands = _subset(n, num_candidates, "num_candidates", gen).to(u.device)
     k = min(top_k, cands.numel() - 1)
-    hardness = None if mixture is None else mixture.log_hardness  # (ranks where b underflows)
+    hardness = None if mixture is None else partial(log_hardness, mixture)
     block = max(1, block_elements // cands.numel())
     hits = {"fn_share_topk": 0.0, "fn_share_topk_hardness": 0.0}
     for start in range(0, anchors.numel(), block):
@@ -261,11 +267,17 @@ def topk_false_negative_share(
         same = labels[rows].unsqueeze(1) == labels[cands].unsqueeze(0)
         hits["fn_share_topk"] += _hits(cos, self_pair, same, k)
         if hardness is not None:
-            hits["fn_share_topk_hardness"] += _hits(hardness((cos + 1) / 2), self_pair, same, k)
+            hits["fn_share_topk_hardness"] += _hits(hardness(cos), self_pair, same, k)
     out = {key: val / (anchors.numel() * k) for key, val in hits.items()}
     if mixture is None:
         del out["fn_share_topk_hardness"]
     return out
+
+
+def log_hardness(mixture: BetaMixture, cos: Tensor) -> Tensor:
+    r"""ProGCL's hardness of cosines in log space (which keeps the ranking where :math:`b`
+    underflows)."""
+    return mixture.log_hardness((cos + 1.0) / 2.0)
 
 
 def _hits(score: Tensor, self_pair: Tensor, same: Tensor, k: int) -> float:
@@ -307,7 +319,7 @@ def sample_summary(sample: NegativeSample, mixture: BetaMixture) -> dict:
     """Mean cosines, ``auc_similarity`` (pairs ranked by ``-θ``), ``auc_posterior`` (by
     ``p(TN | s')``) and ``flagged_*`` (the rule ``p(TN | s') < 0.5`` ⇒ false negative)."""
     tn = ~sample.same_label
-    post = mixture.true_negative_posterior((sample.cos.double() + 1) / 2)
+    post = true_negative_posterior(mixture, sample.cos)
     fn = sample.same_label
     return {
         "sample_fn_rate": float(fn.double().mean()),
@@ -417,7 +429,7 @@ def loss_summary(
     mass :math:`e^{\theta/\tau}`, and ``loss_fn_mass``, their share weighted by the hardness
     :math:`b = s' p(\mathrm{TN} \mid s')` (of ``weight_cos``, a frozen schedule's cosines)."""
     weight_cos = sample.cos if weight_cos is None else weight_cos
-    post = mixture.true_negative_posterior((weight_cos.double() + 1) / 2)
+    post = true_negative_posterior(mixture, weight_cos)
     fn = sample.same_label
     mass = torch.exp((sample.cos.double() - 1.0) / tau)
     weighted = mass * mixture.hardness_((weight_cos.double() + 1.0) / 2.0)
