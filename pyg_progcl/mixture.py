@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_int, check_nonnegative, check_positive, check_probability
+from ._checks import check_int, check_nonnegative, check_optional, check_positive, check_probability
 from ._compat import is_compiling
 
 __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
@@ -145,9 +145,7 @@ class BetaMixture(torch.nn.Module):
             raise ValueError(f"`eps` must be in (0, 0.5) (got {eps})")
         self.min_variance = check_positive("min_variance", min_variance)
         self.min_weight = check_positive("min_weight", min_weight)
-        self.min_beta_high = (
-            None if min_beta_high is None else check_positive("min_beta_high", min_beta_high)
-        )
+        self.min_beta_high = check_optional(check_positive, "min_beta_high", min_beta_high)
         self.register_buffer("alpha", torch.empty(2))
         self.register_buffer("beta", torch.empty(2))
         self.register_buffer("weight", torch.empty(2))

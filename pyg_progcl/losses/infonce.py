@@ -20,7 +20,6 @@ class InfoNCELoss(ContrastiveLoss):
     Args: see :class:`ContrastiveLoss`.
     """
 
-    #: See :class:`ContrastiveLoss` (both views in one block: docs/design.md).
     peak_matrices = 6
 
     @batched_views
