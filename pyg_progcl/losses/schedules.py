@@ -4,7 +4,7 @@ similarities the weights come from (docs/algorithms.md §5.4)."""
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -226,11 +226,7 @@ def _check_frozen_views(u, v) -> None:
 
 
 DEFAULT_SCHEDULE = "floored"
-SCHEDULES: dict[str, Callable[..., FitSchedule]] = {
-    "online": OnlineFit,
-    "floored": FlooredFit,
-    "frozen": FrozenFit,
-}
+SCHEDULES = {s.name: s for s in (OnlineFit, FlooredFit, FrozenFit)}
 
 
 def as_schedule(schedule: Union[str, FitSchedule], floor: Optional[float] = None) -> FitSchedule:
