@@ -344,23 +344,16 @@ def anchor_losses(block: NegativeBlock, term: NegativeTermFn) -> Tensor:
     return F.logsigmoid(block.pos - term(block)).neg()
 
 
-def contrastive_losses(
-    u: Tensor,
-    v: Tensor,
-    tau: float,
-    term: NegativeTermFn,
-    how: Plan,
-    anchors: slice,
-    num_negatives: Optional[int] = None,
-    reduced: bool = False,
-) -> Tensor:
-    """``[2, M]`` losses ``ℓ(u_i)``, ``ℓ(v_i)`` of the unit views for the rows ``anchors``,
-    as ``how`` says; ``reduced``: they will be reduced by their mean or sum."""
+def contrastive_losses(loss, h1: Tensor, h2: Tensor, anchors: slice, reduced=False) -> Tensor:
+    """``[2, M]`` losses ``ℓ(u_i)``, ``ℓ(v_i)`` of a ``ContrastiveLoss`` for the rows
+    ``anchors``, on its :meth:`plan`'s path; ``reduced``: for a mean or sum."""
+    how, term, tau = loss.plan(h1, anchors), loss.negative_term, loss.tau
+    u, v = normalize_views(h1, h2)
     if how.path == "dense":
         blocks = dense_blocks(u, v, tau, getattr(term, "batched_views", False))
         losses = [anchor_losses(b, term) for b in blocks]
         return losses[0] if len(losses) == 1 else torch.stack(losses)
-    args = (tau, how, anchors, num_negatives)
+    args = (tau, how, anchors, loss.num_negatives)
     if reduced and torch.is_grad_enabled() and (u.requires_grad or v.requires_grad):
         return _ReducedBlocks.apply(u, v, term, args)
     out: list[list[Tensor]] = [[], []]

@@ -18,7 +18,7 @@ from .._checks import (
     check_within,
 )
 from .._compat import is_compiling
-from ._engine import NegativeBlock, Plan, contrastive_losses, full_precision, normalize_views
+from ._engine import NegativeBlock, Plan, contrastive_losses, full_precision
 
 __all__ = ["ContrastiveLoss"]
 
@@ -39,19 +39,15 @@ class ContrastiveLoss(torch.nn.Module):
         \ell(u_i) = -\log \frac{e^{\theta(u_i, v_i)/\tau}}{e^{\theta(u_i, v_i)/\tau} + Ng_i},
 
     over the anchors of both projected views ``u = h1``, ``v = h2`` (``θ`` the cosine
-    similarity). A subclass supplies :meth:`negative_term` (a
-    :class:`~pyg_progcl.losses.NegativeBlock` of anchors to their ``log Ng_i``), or
-    overrides :meth:`compute_loss` (docs/own_loss.md).
+    similarity). A subclass supplies :meth:`negative_term` or :meth:`compute_loss`
+    (docs/own_loss.md).
 
     Args:
         tau: Temperature :math:`\tau` in ``[1e-20, 1e20]`` (``TAU_RANGE``).
-        block_size: Anchors per row block (exact, ``O(B·N)`` memory). ``None``: all
-            anchors at once where the loss's ``N×N`` matrices fit ``memory_budget``, else
-            blocks as large as it allows (:meth:`plan`); ``>= N``: all at once.
-        num_negatives: ``k`` sampled negatives per anchor and view instead of all
-            ``N-1``; ``None`` uses all of them.
-        reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'``: the ``[2, N]``
-            losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1).
+        block_size: Anchors per row block (exact, ``O(B·N)`` memory); ``None``: as
+            :meth:`plan` says.
+        num_negatives: ``k`` sampled negatives per anchor and view instead of all.
+        reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'`` (``[2, N]``).
         memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
             ``MEMORY_FRACTION`` of the device's free memory at each call.
     """
@@ -83,35 +79,20 @@ class ContrastiveLoss(torch.nn.Module):
         raise NotImplementedError
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
-        """The loss of two projected views ``h1``, ``h2`` of shape ``[N, d]``, reduced, in
-        float32 (float64 for float64 views) under autocast too. A subclass overrides
-        :meth:`compute_loss`, not this method."""
+        """The reduced loss of two projected views ``h1``, ``h2`` ``[N, d]``, in float32 (or
+        float64) under autocast too; a subclass overrides :meth:`compute_loss` instead."""
         self.check_inputs(h1, h2)
         with full_precision(h1):
             if type(self).compute_loss is not ContrastiveLoss.compute_loss:  # (its own)
                 return self.reduce(self.compute_loss(h1, h2))
-            return self.reduce(self._losses(h1, h2, None, reduced=self.reduction != "none"))
+            rows, reduced = slice(0, h1.size(0)), self.reduction != "none"
+            return self.reduce(contrastive_losses(self, h1, h2, rows, reduced))
 
     def compute_loss(self, h1: Tensor, h2: Tensor, anchors: Optional[slice] = None) -> Tensor:
-        """Per-anchor losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of checked views;
-        :meth:`forward` and :class:`~pyg_progcl.distributed.DistributedLoss` call it.
-
-        Args:
-            h1, h2: The projected views ``[N, d]``.
-            anchors: The rows whose losses are returned (a ``slice`` of step 1), each
-                against all ``N`` nodes (default: all; ``DistributedLoss``: a rank's).
-
-        Returns:
-            ``[2, M]`` losses of the ``M`` anchors (``[2, N]`` by default).
-        """
-        return self._losses(h1, h2, anchors)
-
-    def _losses(self, h1: Tensor, h2: Tensor, anchors: Optional[slice], reduced=False):
-        rows = anchor_rows(anchors, h1.size(0))
-        how = self.plan(h1, rows)
-        u, v = normalize_views(h1, h2)
-        term, k = self.negative_term, self.num_negatives
-        return contrastive_losses(u, v, self.tau, term, how, rows, k, reduced)
+        """``[2, M]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of checked views
+        ``[N, d]`` for the rows ``anchors`` (a ``slice`` of step 1; default: all), each
+        against all ``N`` nodes; :meth:`forward` and ``DistributedLoss`` call it."""
+        return contrastive_losses(self, h1, h2, anchor_rows(anchors, h1.size(0)))
 
     def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
         """The path and block size for views like ``h``: ``'dense'`` when

@@ -43,9 +43,8 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
     /(1-\tau^+),\ M e^{-1/\tau}\big)` with :math:`M = 2(N-1)` negatives per anchor.
 
     Args:
-        tau: Temperature.
         tau_plus: Class prior :math:`\tau^+ \in [0, 1)`; ``0`` gives GRACE exactly.
-        block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
+        tau, block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
     peak_matrices = 6
@@ -67,17 +66,15 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
     r"""Hard-negative debiased contrastive loss (HCL).
 
     From `Contrastive Learning with Hard Negative Samples` (Robinson et al., ICLR 2021,
-    https://arxiv.org/abs/2010.04592; docs/algorithms.md §4):
-    DCL with ``neg`` replaced by
-    :math:`\sum_k w_{ik} e^{\theta_{ik}/\tau} / \mathrm{mean}_k w_{ik}`,
+    https://arxiv.org/abs/2010.04592; docs/algorithms.md §4): DCL with ``neg`` replaced
+    by :math:`\sum_k w_{ik} e^{\theta_{ik}/\tau} / \mathrm{mean}_k w_{ik}`,
     :math:`w_{ik} = e^{\beta\theta_{ik}/\tau}`.
 
     Args:
-        tau: Temperature.
-        tau_plus: Class prior :math:`\tau^+ \in [0, 1)`.
-        beta: Concentration :math:`\beta \ge 0` on hard negatives; ``0`` gives DCL exactly.
-            At most ``1e30·tau - 1`` (``HCL_MAX_SCALE``).
-        block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
+        beta: Concentration :math:`\beta \ge 0` on hard negatives (``0``: DCL), at most
+            ``1e30·tau - 1``.
+        tau, tau_plus, block_size, num_negatives, reduction: see
+            :class:`DebiasedInfoNCELoss`.
     """
 
     peak_matrices = 7

@@ -39,9 +39,8 @@ class ProGCLLoss(ContrastiveLoss):
       :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
       over the ``num_mix`` negatives of largest :math:`b` and a random pairing :math:`\pi`.
 
-    Until it is :attr:`fitted` the loss equals :class:`InfoNCELoss` exactly. The training
-    loop owns the warm-up and calls :meth:`fit` every epoch after it; the ``schedule``
-    decides what a call changes (:mod:`~pyg_progcl.losses.schedules`).
+    Until it is :attr:`fitted` the loss equals :class:`InfoNCELoss`; the training loop
+    calls :meth:`fit` every epoch after its warm-up.
 
     .. code-block:: python
 
@@ -53,18 +52,16 @@ class ProGCLLoss(ContrastiveLoss):
             loss = loss_fn(h1, h2)
 
     Args:
-        tau: Temperature.
         mode: ``'weight'`` or ``'mix'``.
-        num_samples: Inter-view negative similarities sampled per fit, at most ``10**8``
-            (a fit peaks at about 120 bytes per sample).
+        num_samples: Negative similarities sampled per fit, at most ``10**8``.
         num_mix: Negatives mixed per anchor (capped at the negatives available).
         fit_iters: EM iterations per fit (the paper's ``I = 10``), warm-started.
         mix_eps: The :math:`\epsilon` of the mixing formula, in ``[1e-30, 1]``.
-        mixture: The :class:`~pyg_progcl.BetaMixture` (default: the reference
-            initialisation); one passed in already fitted weights from the first step.
+        mixture: The :class:`~pyg_progcl.BetaMixture`; one passed in already fitted
+            weights from the first step.
         schedule: ``'floored'``, ``'online'``, ``'frozen'`` or a
             :class:`~pyg_progcl.losses.schedules.FitSchedule`.
-        block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
+        tau, block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
     """
 
     peak_matrices = 8

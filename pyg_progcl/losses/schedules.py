@@ -19,11 +19,8 @@ __all__ = ["FitSchedule", "FlooredFit", "FrozenFit", "OnlineFit"]
 
 class FitSchedule(torch.nn.Module):
     r"""Base of the schedules: what a call of :meth:`.ProGCLLoss.fit` does, and from which
-    similarities the hardness ``b`` is computed (here: the current ones, at every step).
-
-    The buffer ``degenerated`` records whether a refit degenerated
-    (:meth:`~pyg_progcl.BetaMixture.degeneracy`; docs/algorithms.md §5.4). The schedule
-    warns once (:class:`~pyg_progcl.MixtureDegeneracyWarning`) if it has no floor then.
+    similarities the hardness ``b`` is computed (here: the current ones). The buffer
+    ``degenerated`` records whether a refit degenerated (docs/algorithms.md §5.4).
 
     Args:
         floor: Lower bound of the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b``
@@ -142,9 +139,8 @@ class FlooredFit(OnlineFit):
 
 class FrozenFit(FitSchedule):
     """The reference code's schedule: the first :meth:`.ProGCLLoss.fit` fits the mixture
-    (unless it was passed in fitted) and freezes the two normalised views it was given
-    (buffers ``frozen_u``, ``frozen_v``); ``b`` comes from *their* similarities at every
-    later step, so the loss needs the same ``N`` nodes in the same order at every step.
+    (unless fitted) and freezes the normalised views (buffers ``frozen_u``, ``frozen_v``);
+    ``b`` comes from *their* similarities at every later step (the same ``N`` nodes).
 
     Args:
         shared_weights: Weight the anchors of both views by the first direction's matrix,
@@ -190,39 +186,34 @@ class FrozenFit(FitSchedule):
         self.frozen_u = self.frozen_v = None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # (the frozen views' shape, or absence, comes from the state)
+        # (the frozen views' shape, or absence, comes from the state: both or neither,
+        # finite [N, d] of one shape)
         views = {name: state_dict.get(prefix + name) for name in ("frozen_u", "frozen_v")}
-        _check_frozen_views(*views.values())
-        for name, saved in views.items():
-            setattr(self, name, None if saved is None else torch.empty_like(saved))
+        u, v = views.values()
+        if not all(isinstance(t, Tensor) for t in (u, v)) and (u is not None or v is not None):
+            missing = "frozen_u" if not isinstance(u, Tensor) else "frozen_v"
+            raise ValueError(
+                f"the frozen schedule's state lacks its view {missing!r} (a fitted state holds "
+                "frozen_u and frozen_v)"
+            )
+        if u is not None and (u.dim() != 2 or u.shape != v.shape):
+            raise ValueError(
+                f"the frozen schedule's views must be two [N, d] tensors of one shape (got "
+                f"frozen_u {list(u.shape)}, frozen_v {list(v.shape)})"
+            )
+        for name, t in views.items():
+            if t is not None and (not t.is_floating_point() or not bool(torch.isfinite(t).all())):
+                raise ValueError(
+                    f"the frozen schedule's view {name!r} must hold finite floating-point "
+                    f"values (got {t.dtype}"
+                    f"{'' if not t.is_floating_point() else ' with NaN or infinity'})"
+                )
+            setattr(self, name, None if t is None else torch.empty_like(t))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         parts = ["shared_weights=True"] if self.shared_weights else []
         return ", ".join(parts + ([super().extra_repr()] if self.floor else []))
-
-
-def _check_frozen_views(u, v) -> None:
-    """Checks a frozen state's views: both or neither, finite ``[N, d]`` of one shape."""
-    if u is None and v is None:
-        return
-    if not (isinstance(u, Tensor) and isinstance(v, Tensor)):
-        missing = "frozen_u" if not isinstance(u, Tensor) else "frozen_v"
-        raise ValueError(
-            f"the frozen schedule's state lacks its view {missing!r} (a fitted state holds "
-            "frozen_u and frozen_v)"
-        )
-    if u.dim() != 2 or u.shape != v.shape:
-        raise ValueError(
-            f"the frozen schedule's views must be two [N, d] tensors of one shape (got "
-            f"frozen_u {list(u.shape)}, frozen_v {list(v.shape)})"
-        )
-    for name, t in (("frozen_u", u), ("frozen_v", v)):
-        if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
-            raise ValueError(
-                f"the frozen schedule's view {name!r} must hold finite floating-point values "
-                f"(got {t.dtype}{'' if not t.is_floating_point() else ' with NaN or infinity'})"
-            )
 
 
 DEFAULT_SCHEDULE = "floored"
