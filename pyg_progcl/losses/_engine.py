@@ -5,6 +5,7 @@ or ``sampled`` path (docs/design.md)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional, Union
@@ -48,15 +49,13 @@ class _Normalize(torch.autograd.Function):
 
 
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
-    """Unit rows of both views in float32 or float64 (half inputs are upcast), exact for
-    every finite row (scaled by its largest magnitude first); a zero row stays 0."""
+    """Unit rows of both views in float32 or float64, exact for every finite row."""
     full = [h if h.dtype in (torch.float32, torch.float64) else h.float() for h in (h1, h2)]
     return _Normalize.apply(full[0]), _Normalize.apply(full[1])
 
 
 def shifted_logits(a: Tensor, b: Tensor, tau: float) -> Tensor:
-    """``(a bᵀ - 1)/τ`` of unit rows (batched for ``[2, N, d]``) in one product: logits
-    shifted by their bound ``1/τ``, so that no exponential overflows."""
+    """``(a bᵀ - 1)/τ`` of unit rows: logits shifted by their bound, so ``exp`` never overflows."""
     product = torch.addmm if a.dim() == 2 else torch.baddbmm
     return product(a.new_full((), -1.0 / tau), a, b.mT, alpha=1.0 / tau)
 
@@ -116,8 +115,7 @@ class NegativeBlock:
 
     @property
     def inter(self) -> Tensor:
-        """``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``, ``-inf`` where
-        excluded; one product at the first use."""
+        """``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``, ``-inf`` if excluded."""
         if not self.dense:
             return self._logits("inter", self.anchors, self.others)
         x = self._logits("inter", self.pair.u, self.pair.v, self.pair.own)
@@ -143,8 +141,7 @@ class NegativeBlock:
         return own[name]
 
     def _detached_logits(self) -> Tensor:
-        """The inter-view logits without gradient or exclusion (dense: the first view's),
-        made once and kept for :meth:`_take_logits`."""
+        """The inter-view logits without gradient or exclusion, made once (dense: view 0's)."""
         own = self.pair.own if self.dense else self._own
         if "detached" not in own:
             a, o = (self.pair.u, self.pair.v) if self.dense else (self.anchors, self.others)
@@ -191,8 +188,7 @@ class NegativeBlock:
         return torch.logaddexp(inter.logsumexp(dim=-1), intra.logsumexp(dim=-1))
 
     def _inter_sums(self, scales, log_weight: Optional[Tensor] = None, gather=None, logits=None):
-        """``[S, B]`` inter-view sums (and with ``gather`` the logits at those columns), from
-        the block's detached ``logits`` if given (overwritten)."""
+        """``[S, B]`` inter-view sums (and the logits at ``gather``), from ``logits`` if given."""
         if self.dense and log_weight is None:
             sums, gathered = self.pair.inter_sums(self.view, scales, gather)
         else:
@@ -209,9 +205,7 @@ class NegativeBlock:
 
 
 class DensePair:
-    """What the dense path's two blocks share: the views, the inter-view matrix's detached
-    logits, its unweighted sums (rows for the first view, columns for the second) and
-    ProGCL's per-call values."""
+    """What the dense path's two blocks share: the views, the inter-view matrix and its sums."""
 
     def __init__(self, u: Tensor, v: Tensor, tau: float, excluded: Tensor):
         self.u, self.v, self.tau, self.excluded = u, v, tau, excluded
@@ -219,8 +213,7 @@ class DensePair:
         self.progcl: Optional[object] = None
 
     def inter_sums(self, view, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
-        """``(sums [S, N], gathered)`` of ``view``'s anchors (``None``: both, ``[S, 2, N]``)
-        from one matrix per key; ``gather``: both views' ``[N, K]`` selected columns."""
+        """``(sums [S, N], gathered)`` of ``view``'s anchors (``None``: both) from one matrix."""
         key = (scales, gather is not None)
         if key not in self.own:
             gathers, logits = (), None
@@ -250,8 +243,7 @@ class _Sums:
 
 
 class _ExpGram(torch.autograd.Function):
-    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o``, with a backward
-    by hand (docs/design.md): one scale keeps only the exponentials, several the logits."""
+    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o`` (docs/design.md)."""
 
     @staticmethod
     def forward(ctx, a: Tensor, o: Optional[Tensor], log_w: Optional[Tensor], logits, spec: _Sums):
@@ -307,15 +299,13 @@ def positive_logits(a: Tensor, o: Tensor, tau: float) -> Tensor:
 
 
 def batched_views(term: NegativeTermFn) -> NegativeTermFn:
-    """Marks a negative term that takes the dense path's two views as one block
-    (``view=None``); a term without the mark gets one block per view."""
+    """Marks a negative term that takes the dense path's two views as one block."""
     term.batched_views = True
     return term
 
 
 def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> list[NegativeBlock]:
-    """Both views' blocks of all ``N`` anchors, sharing their inter-view matrix (one block
-    of both views when ``batched``)."""
+    """Both views' blocks of all ``N`` anchors (one block of both views when ``batched``)."""
     n = u.size(0)
     diag = torch.arange(n, device=u.device)
     pos, pair = positive_logits(u, v, tau), DensePair(u, v, tau, diag)
@@ -326,9 +316,8 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> lis
 
 
 def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, cols=None):
-    """The anchors ``rows`` of view ``a`` against all nodes, or against ``k + 1`` shared
-    sampled nodes ``cols``: then each anchor drops one column (itself if sampled, else the
-    last), keeping ``k`` uniform negatives among the other ``N - 1``."""
+    """The anchors ``rows`` of view ``a`` against all nodes, or against ``k + 1`` sampled
+    nodes ``cols`` less one each (itself if sampled, else the last)."""
     anchors = torch.arange(rows.start, rows.stop, device=a.device)
     pos = positive_logits(a[rows], o[rows], tau)
     if cols is None:
@@ -354,11 +343,14 @@ def contrastive_losses(loss, h1: Tensor, h2: Tensor, anchors: slice, reduced=Fal
         losses = [anchor_losses(b, term) for b in blocks]
         return losses[0] if len(losses) == 1 else torch.stack(losses)
     args = (tau, how, anchors, loss.num_negatives)
-    if reduced and torch.is_grad_enabled() and (u.requires_grad or v.requires_grad):
+    grad = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad)
+    if reduced and grad:
         return _ReducedBlocks.apply(u, v, term, args)
+    # (per-anchor losses: each block recomputed in backward, its RNG state restored)
+    run = functools.partial(checkpoint, _row_losses, use_reentrant=False) if grad else _row_losses
     out: list[list[Tensor]] = [[], []]
     for view, inputs in _blocks(u, v, *args):
-        out[view].append(_block_losses(inputs, term))
+        out[view].append(run(term, *inputs))
     return torch.stack([torch.cat(losses) for losses in out])
 
 
@@ -375,8 +367,7 @@ def _blocks(u, v, tau: float, how: Plan, anchors: slice, num_negatives=None):
 
 
 class _ReducedBlocks(torch.autograd.Function):
-    """``[2, N]`` losses of the row (or sampled) blocks, each block's gradient taken as it
-    is computed (docs/design.md): the gradient of their sum, for a mean or sum."""
+    """``[2, N]`` losses of the row blocks, each block's gradient taken as it is computed."""
 
     @staticmethod
     def forward(ctx, u: Tensor, v: Tensor, term: NegativeTermFn, args: tuple) -> Tensor:
@@ -397,13 +388,6 @@ class _ReducedBlocks(torch.autograd.Function):
     def backward(ctx, g: Tensor):
         grads, g = iter(ctx.saved_tensors), g[0, 0]  # (equal for every anchor)
         return *(next(grads) * g if wanted else None for wanted in ctx.wanted), None, None
-
-
-def _block_losses(inputs: tuple, term: NegativeTermFn) -> Tensor:
-    """The losses of ``row_block(*inputs)``, recomputed in backward (RNG state restored)."""
-    if torch.is_grad_enabled() and (inputs[0].requires_grad or inputs[1].requires_grad):
-        return checkpoint(_row_losses, term, *inputs, use_reentrant=False)
-    return _row_losses(term, *inputs)
 
 
 def _row_losses(term: NegativeTermFn, *inputs) -> Tensor:

@@ -15,8 +15,7 @@ MIX_EPS = 1e-8
 
 
 class Hardness:
-    """The hardness ``b = s'·p(TN | s')`` of a fitted ``mixture`` in log space, on the
-    blocks of one loss call; the ``schedule`` gives the similarities and the floor."""
+    """The hardness ``b = s'·p(TN | s')`` in log space, on the blocks of one loss call."""
 
     def __init__(self, mixture: BetaMixture, schedule):
         self.mixture, self.schedule = mixture, schedule
@@ -25,8 +24,7 @@ class Hardness:
         self.selection: Optional[list] = None  # (ProGCL-mix's, dense path: both views')
 
     def log_b(self, block: NegativeBlock) -> Tensor:
-        """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded (dense: one
-        matrix for both views)."""
+        """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded."""
         shared = self.schedule.shared_weights
         if block.dense and self._dense is not None:
             return self._dense.T if block.view == 1 and not shared else self._dense
@@ -47,8 +45,7 @@ class Hardness:
 
 
 def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
-    """ProGCL-weight's ``log Ng = log Σ_k w_k (e^{inter_k} + e^{intra_k})``,
-    ``w = b / mean b`` (a row's largest weight is at least 1: no shift needed)."""
+    """ProGCL-weight's ``log Ng = log Σ_k w_k (e^{inter_k} + e^{intra_k})``, ``w = b / mean b``."""
     lb, log_mean = hardness.log_weights(block)
     if not block._exp_fits():
         return block.log_sum_exp_both(1.0, lb) - log_mean
@@ -62,8 +59,7 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     r"""ProGCL-mix's ``log Ng``: GRACE's negatives plus
     :math:`\sum_a e^{\theta_{mix}(a)/\tau}`,
     :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
-    over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``
-    (dense: both views' selected at the first view)."""
+    over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``."""
     k = min(num_mix, block.count)
     if block.dense:
         if hardness.selection is None:
@@ -99,8 +95,7 @@ def mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float)
 
 
 def select_hardest(log_b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The ``k`` hardest negatives of each row (column indices, ascending), their ``b``,
-    and a random pairing ``π`` of their positions."""
+    """The ``k`` hardest negatives of each row, their ``b``, and a random pairing ``π``."""
     with torch.no_grad():
         idx = largest(log_b, k)
         return idx, log_b.gather(1, idx).exp_(), torch.randperm(k, device=idx.device)

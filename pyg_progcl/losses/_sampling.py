@@ -18,8 +18,7 @@ def sample_negative_pairs(
     generator: torch.Generator | None = None,
     anchors: slice | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Uniform pairs ``(i, k)`` with ``k ≠ i`` (off-diagonal), without an ``N×N`` matrix;
-    ``i`` among ``anchors`` (default: all nodes)."""
+    """Uniform pairs ``(i, k)``, ``k ≠ i``, ``i`` among ``anchors`` (default: all nodes)."""
     lo, hi, _ = (anchors or slice(0, num_nodes)).indices(num_nodes)
     i = torch.randint(hi - lo, (num_samples,), generator=generator) + lo
     k = torch.randint(num_nodes - 1, (num_samples,), generator=generator)
@@ -48,10 +47,8 @@ def sample_negative_similarities(
             i, k = sample_negative_pairs(n, num_samples, u.device, generator, slice(lo, hi))
             return _pair_similarities(u, v, i, k).clamp_(-1.0, 1.0)
         picked = torch.randperm(hi - lo, generator=generator)[:rows] + lo
-        picked = picked.to(u.device, non_blocking=True)
-        nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS].to(
-            u.device, non_blocking=True
-        )
+        nodes = torch.randperm(n, generator=generator)[:SAMPLE_COLUMNS]
+        picked, nodes = (t.to(u.device, non_blocking=True) for t in (picked, nodes))
         theta = (u[picked] @ v[nodes].T).view(-1)
         # (the first M negatives: a stable sort of the positives last, no host read)
         positive = (picked.unsqueeze(1) == nodes.unsqueeze(0)).view(-1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Optional
@@ -95,10 +96,9 @@ class ContrastiveLoss(torch.nn.Module):
         return contrastive_losses(self, h1, h2, anchor_rows(anchors, h1.size(0)))
 
     def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
-        """The path and block size for views like ``h``: ``'dense'`` when
+        """The path and block size for views like ``h``: ``'dense'`` where
         :attr:`peak_matrices` ``N×N`` matrices fit the budget (or ``block_size >= N``), else
-        ``'rows'`` as large as it allows, or ``'sampled'`` with ``num_negatives``. The
-        budget is unbounded under ``torch.compile`` unless given (docs/design.md)."""
+        ``'rows'`` as large as it allows, or ``'sampled'`` (docs/design.md)."""
         n, k, block_size = h.size(0), self.num_negatives, self.block_size
         rows = anchor_rows(anchors, n)
         m = rows.stop - rows.start
@@ -122,8 +122,7 @@ class ContrastiveLoss(torch.nn.Module):
         return losses.sum() if self.reduction == "sum" else losses
 
     def check_inputs(self, h1: Tensor, h2: Tensor) -> None:
-        """Checks the views and what the loss's options need of them; :meth:`forward` calls
-        it first."""
+        """Checks the views and what the loss's options need; :meth:`forward` calls it first."""
         check_views(h1, h2)
         if self.num_negatives is not None and self.num_negatives >= h1.size(0):
             raise ValueError(
@@ -146,18 +145,14 @@ class ContrastiveLoss(torch.nn.Module):
 
 
 def free_memory(device: torch.device) -> int:
-    """Bytes free on ``device``: ``mem_get_info`` where its backend has one, else the host's
-    ``MemAvailable``."""
+    """Bytes free on ``device`` (``mem_get_info``, else the host's ``MemAvailable``)."""
     backend = getattr(torch, device.type, None)
     if device.type != "cpu" and hasattr(backend, "mem_get_info"):
         return int(backend.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 

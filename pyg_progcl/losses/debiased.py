@@ -35,10 +35,8 @@ def debiased_log_negatives(
 
 
 class DebiasedInfoNCELoss(ContrastiveLoss):
-    r"""Debiased contrastive loss (DCL).
-
-    From `Debiased Contrastive Learning` (Chuang et al., NeurIPS 2020,
-    https://arxiv.org/abs/2007.00224; docs/algorithms.md §3):
+    r"""Debiased contrastive loss (DCL), from `Debiased Contrastive Learning` (Chuang et al.,
+    NeurIPS 2020, https://arxiv.org/abs/2007.00224; docs/algorithms.md §3):
     :math:`Ng_i = \max\big((\sum_k e^{\theta_{ik}/\tau} - \tau^+ M e^{\theta_{ii}/\tau})
     /(1-\tau^+),\ M e^{-1/\tau}\big)` with :math:`M = 2(N-1)` negatives per anchor.
 
@@ -63,11 +61,10 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
 
 
 class HardInfoNCELoss(DebiasedInfoNCELoss):
-    r"""Hard-negative debiased contrastive loss (HCL).
-
-    From `Contrastive Learning with Hard Negative Samples` (Robinson et al., ICLR 2021,
-    https://arxiv.org/abs/2010.04592; docs/algorithms.md §4): DCL with ``neg`` replaced
-    by :math:`\sum_k w_{ik} e^{\theta_{ik}/\tau} / \mathrm{mean}_k w_{ik}`,
+    r"""Hard-negative debiased contrastive loss (HCL), from `Contrastive Learning with Hard
+    Negative Samples` (Robinson et al., ICLR 2021, https://arxiv.org/abs/2010.04592;
+    docs/algorithms.md §4): DCL with ``neg`` replaced by
+    :math:`\sum_k w_{ik} e^{\theta_{ik}/\tau} / \mathrm{mean}_k w_{ik}`,
     :math:`w_{ik} = e^{\beta\theta_{ik}/\tau}`.
 
     Args:

@@ -23,10 +23,8 @@ MAX_NUM_SAMPLES = 10**8
 
 
 class ProGCLLoss(ContrastiveLoss):
-    r"""ProGCL-weight and ProGCL-mix on GRACE's InfoNCE.
-
-    From `ProGCL: Rethinking Hard Negative Mining in Graph Contrastive Learning`
-    (Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027). A two-component
+    r"""ProGCL-weight and ProGCL-mix, from `ProGCL: Rethinking Hard Negative Mining in Graph
+    Contrastive Learning` (Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027). A two-component
     :class:`~pyg_progcl.BetaMixture` of the inter-view negative similarities
     :math:`s' = (\theta+1)/2` gives each negative its hardness
     :math:`b_{ik} = p(\mathrm{true\ neg.} \mid s'_{ik})\, s'_{ik}` (no gradient through
@@ -140,8 +138,7 @@ class ProGCLLoss(ContrastiveLoss):
 
     @torch.no_grad()
     def refit(self, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator] = None):
-        """Runs ``fit_iters`` EM iterations on ``num_samples`` inter-view negative
-        similarities of ``h1``, ``h2``, whatever the schedule. Returns ``self``."""
+        """Fits the mixture on sampled similarities of ``h1``, ``h2``. Returns ``self``."""
         theta = sample_negative_similarities(h1, h2, self.num_samples, generator)
         self.mixture.fit((theta + 1) / 2, max_iter=self.fit_iters)
         return self

@@ -1,5 +1,4 @@
-"""ProGCL's fit schedules: when :meth:`.ProGCLLoss.fit` refits the mixture, and which
-similarities the weights come from (docs/algorithms.md §5.4)."""
+"""ProGCL's fit schedules: when the mixture is refit, and from which similarities."""
 
 from __future__ import annotations
 
@@ -78,8 +77,7 @@ class FitSchedule(torch.nn.Module):
         return loss.mixture.fitted
 
     def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
-        """The detached shifted inter-view logits ``b`` is computed from, of the anchors of
-        ``view`` (0 on the dense path): here the block's own."""
+        """The detached inter-view logits of ``view``'s anchors that ``b`` comes from."""
         return block._detached_logits()
 
     def check_nodes(self, h: Tensor) -> None:
@@ -104,9 +102,7 @@ class FitSchedule(torch.nn.Module):
 
 
 class OnlineFit(FitSchedule):
-    r"""``'online'``, the paper's schedule: every :meth:`.ProGCLLoss.fit` refits the
-    mixture, warm-started; ``b`` comes from the current similarities (``floor``: see
-    :class:`FitSchedule`)."""
+    r"""``'online'``, the paper's: every :meth:`.ProGCLLoss.fit` refits, warm-started."""
 
     name = "online"
 
