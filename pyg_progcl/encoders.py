@@ -38,12 +38,9 @@ def _csr_adjacency_t(
 
 def parameter_dtype(module: torch.nn.Module) -> Optional[torch.dtype]:
     """The type of ``module``'s first initialised floating-point parameter, or ``None``."""
-    for parameter in module.parameters():
-        if parameter.is_floating_point() and not isinstance(
-            parameter, torch.nn.parameter.UninitializedParameter
-        ):
-            return parameter.dtype
-    return None
+    lazy = torch.nn.parameter.UninitializedParameter
+    kept = (p for p in module.parameters() if p.is_floating_point() and not isinstance(p, lazy))
+    return next((p.dtype for p in kept), None)
 
 
 def as_parameter_dtype(t: Optional[Tensor], module: torch.nn.Module) -> Optional[Tensor]:
@@ -246,21 +243,10 @@ class GCNEncoder(_StackEncoder):
         *,
         check: bool = True,
     ) -> Tensor:
-        r"""Returns node embeddings ``[num_nodes, hidden_channels]``.
-
-        Args:
-            x: Node features ``[num_nodes, in_channels]``, dense or sparse, cast to the
-                layers' parameter type.
-            edge_index: ``[2, num_edges]`` (int64 or int32), or a sparse adjacency.
-            edge_weight: ``[num_edges]``, for convolutions that take ``edge_weight`` (or
-                ``edge_attr``).
-            check: Check the graph first; :obj:`False` only for a graph derived from a
-                checked one.
-
-        Raises:
-            ValueError: If the graph is malformed (indices outside ``[0, num_nodes)``,
-                non-finite features or weights, another feature width).
-        """
+        r"""Returns node embeddings ``[num_nodes, hidden_channels]`` of features ``x``
+        (dense or sparse), edges ``[2, num_edges]`` or a sparse adjacency, and
+        ``edge_weight``; ``check=False`` skips the graph's check (only for a graph derived
+        from a checked one), which raises a ``ValueError`` for a malformed graph."""
         check_input_width(x, self)
         # (cast first: float64 values beyond float32's range become inf, which are refused)
         x, edge_weight = as_parameter_dtype(x, self), as_parameter_dtype(edge_weight, self)

@@ -76,10 +76,9 @@ class BetaMixture(torch.nn.Module):
     warm-starts from the current parameters.
 
     Args:
-        alpha_init: Initial :math:`\alpha` of the two components (reference: ``(1, 2)``).
-        beta_init: Initial :math:`\beta` (reference: ``(2, 1)``).
-        weight_init: Initial weight of the second (high-similarity) component
-            (reference :math:`w = 0.05`); the first gets ``1 - weight_init``.
+        alpha_init, beta_init: Initial :math:`\alpha`, :math:`\beta` of the two components
+            (the reference code's).
+        weight_init: Initial weight of the second (high-similarity) component.
         max_iter: Default EM iteration budget of :meth:`fit`.
         tol: EM stops when the mean log-likelihood changes by less than this.
         eps: Values are clamped to ``[eps, 1 - eps]`` (densities are infinite at the ends).
@@ -148,7 +147,7 @@ class BetaMixture(torch.nn.Module):
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run since construction or the last reset."""
         # (read on the host once per change of the buffer's storage or version)
-        if is_compiling():  # (data pointers do not trace: the host copy, guarded on)
+        if is_compiling():  # (data pointers do not trace)
             return self._fitted
         key = (self.num_fits.data_ptr(), self.num_fits._version)
         if key != self._fitted_key:
@@ -183,8 +182,7 @@ class BetaMixture(torch.nn.Module):
 
     def log_odds_coefficients(self) -> tuple[float, float, float]:
         r"""``(a, b, c)`` with :math:`D(x) = a \log x + b \log(1-x) + c` (see below)."""
-        a, b, c = self._signed_coefficients(1.0).tolist()
-        return a, b, c
+        return tuple(self._signed_coefficients(1.0).tolist())
 
     def log_odds_false_negative(self, x: Tensor, sign: float = 1.0) -> Tensor:
         r"""Elementwise :math:`D(x) = \log \frac{\lambda_F \mathrm{Beta}_F(x)}{\lambda_T \mathrm{Beta}_T(x)}`
@@ -215,17 +213,15 @@ class BetaMixture(torch.nn.Module):
 
     def hardness_(self, s: Tensor, floor: float = 0.0) -> Tensor:
         r"""ProGCL's hardness :math:`b = s \, p(\mathrm{true\ neg.} \mid s)` of similarities
-        :math:`s = (\theta + 1)/2`, in place: ``s`` is clamped to ``[eps, 1 - eps]`` and
-        overwritten (docs/algorithms.md §5.1). With ``floor > 0`` the posterior is taken
-        as :math:`\max(p, \mathrm{floor})`."""
+        :math:`s = (\theta + 1)/2`, in place (docs/algorithms.md §5.1); the posterior is
+        floored at ``floor``."""
         s.clamp_(self.eps, 1.0 - self.eps)
         posterior = self._log_odds(s, -1.0).sigmoid_()
         return s.mul_(posterior.clamp_(min=floor) if floor > 0 else posterior)
 
     def log_hardness(self, s: Tensor, floor: float | Tensor = 0.0) -> Tensor:
-        r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)`, exact where :math:`b`
-        underflows (a new tensor; ``s`` clamped to ``[eps, 1 - eps]``; ``floor`` as in
-        :meth:`hardness_`, or a 0-dim tensor of it)."""
+        r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)` as a new tensor,
+        exact where :math:`b` underflows (``floor`` as in :meth:`hardness_`, or a tensor)."""
         dtype = s.dtype if s.dtype in (torch.float32, torch.float64) else torch.float32
         s = s.to(dtype).clamp(self.eps, 1.0 - self.eps)
         a, b, c = self._signed_coefficients(-1.0).to(s.device, dtype)
@@ -248,10 +244,8 @@ class BetaMixture(torch.nn.Module):
     ) -> BetaMixture:
         """Runs EM on values in ``[0, 1]``, warm-started from the current parameters.
 
-        Stops when the mean log-likelihood changes by less than ``tol`` (read on the host
-        after iterations 3 and 6, every 10th and the last), or after ``max_iter``
-        iterations. Then records what :meth:`degeneracy` finds in ``problems_`` and
-        :attr:`degenerate_fits`.
+        Stops when the mean log-likelihood changes by less than ``tol``, or after
+        ``max_iter`` iterations; records what :meth:`degeneracy` finds in ``problems_``.
 
         Args:
             x: 1-D tensor of values in ``[0, 1]`` (e.g. ``(cos + 1) / 2``).

@@ -83,8 +83,7 @@ class GRACEModel(torch.nn.Module):
     r"""The GRACE / GCA model (Zhu et al., "Deep Graph Contrastive Representation
     Learning", 2020, https://arxiv.org/abs/2006.04131): two augmented views encoded and
     projected, ``h_k = g(f(t_k(G)))`` with ``g(z) = W_2 ELU(W_1 z + b_1) + b_2`` (or any
-    ``projector``), for a contrastive loss ``loss(h1, h2)`` (docs/algorithms.md §1);
-    downstream tasks use the encoder output ``f(G)``.
+    ``projector``), for ``loss(h1, h2)`` (docs/algorithms.md §1).
 
     .. code-block:: python
 
@@ -174,15 +173,8 @@ class GRACEModel(torch.nn.Module):
         check: bool = True,
     ) -> Tensor:
         r"""Returns the encoder embeddings ``f(G)`` ``[num_nodes, hidden_channels]`` of the
-        un-augmented graph (or of a ``Data`` in place of ``x``).
-
-        Args:
-            check: Check the graph first; :obj:`False` only for a graph derived from a
-                checked one, such as its sampled batches.
-
-        Raises:
-            ValueError: If the graph is malformed.
-        """
+        un-augmented graph (or of a ``Data`` in place of ``x``); ``check=False`` skips the
+        graph's check (only for a graph derived from a checked one)."""
         x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight, check)
         return self._encode(self.input_features(x), edge_index, edge_weight)
 

@@ -39,18 +39,10 @@ class _Adaptive(Augmenter):
         *,
         centrality: Optional[Tensor] = None,
     ) -> Augmenter:
-        r"""Computes a graph's node centralities and drop probabilities, kept as a buffer
-        (not in the ``state_dict``); a graph with another number of nodes is then refused.
-        Returns ``self``.
-
-        Args:
-            x: Node features ``[N, F]`` (:obj:`None` for :class:`AdaptiveEdgeDrop`), or a
-                ``Data``.
-            edge_index: The edges ``[2, E]``.
-            num_nodes: ``N`` (default: ``x``'s rows, else from ``edge_index``).
-            centrality: The graph's ``[N]`` centralities of this augmenter's kind
-                (:func:`node_centrality`), if already computed.
-        """
+        r"""Computes the drop probabilities of a graph (``x`` may be a ``Data``, and is
+        ignored by :class:`AdaptiveEdgeDrop`), kept as a buffer (not in the ``state_dict``);
+        a graph with another number of nodes is then refused. ``centrality``: the graph's
+        ``[N]`` centralities of this kind, if already computed. Returns ``self``."""
         x, edge_index, num_nodes = _prepare_arguments(self, x, edge_index, num_nodes)
         if not self._can_prepare(x):
             raise ValueError(f"{type(self).__name__} needs node features `x`")

@@ -30,11 +30,10 @@ def mask_feature_csr(
     training: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Masks features with probability ``p``: PyG's
-    :func:`torch_geometric.utils.mask_feature` (a dense ``x`` is handed to it), extended to
-    sparse CSR ``x``. With ``mode='col'`` (GRACE, Zhu et al., 2020,
+    :func:`torch_geometric.utils.mask_feature`, extended to CSR ``x`` (``mode='col'`` and
+    ``fill_value=0`` only). With ``mode='col'`` (GRACE, Zhu et al., 2020,
     https://arxiv.org/abs/2006.04131) one draw per column is shared by all nodes:
-    ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``. A CSR ``x`` takes ``mode='col'``
-    and ``fill_value=0`` only, and loses its masked columns' entries in ``O(nnz)``.
+    ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``.
 
     Args:
         x: Node features ``[num_nodes, num_features]``, dense or CSR.

@@ -38,14 +38,9 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
     Call it on tensors, ``aug(x, edge_index, edge_weight=None) -> (x, edge_index,
     edge_weight)``, or on a :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a
-    new object, edge-level attributes filtered with the edges). It is a no-op in eval
-    mode and with ``p = 0``.
-
-    A new augmenter sets ``self.p`` and overrides hooks; the base class does the rest:
-
-    * :meth:`augment_features` returns the new node features;
-    * :meth:`edge_keep_mask` returns a boolean mask of the edges to keep;
-    * :meth:`prepare` computes graph-dependent state from the un-augmented graph, once.
+    new object). It is a no-op in eval mode and with ``p = 0``. A new augmenter sets
+    ``self.p`` and overrides the hooks :meth:`augment_features`, :meth:`edge_keep_mask`
+    and :meth:`prepare`:
 
     .. code-block:: python
 

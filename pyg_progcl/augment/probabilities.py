@@ -52,19 +52,15 @@ def edge_drop_probabilities(
     p: float,
     threshold: float = DEFAULT_THRESHOLD,
 ) -> Tensor:
-    r"""GCA's per-edge drop probabilities (Zhu et al., 2021):
-    ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``.
-
-    All-equal scores give a uniform ``min(p, threshold)``.
+    r"""GCA's per-edge drop probabilities ``[num_edges]`` (Zhu et al., 2021):
+    ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``
+    (all-equal scores: a uniform ``min(p, threshold)``).
 
     Args:
         edge_index: ``[2, num_edges]``.
         centrality: ``[num_nodes]``, e.g. from :func:`node_centrality`.
         p: Mean drop probability in ``[0, 1]``.
         threshold: Cap in ``(0, 1]``.
-
-    Returns:
-        A float tensor ``[num_edges]`` on ``edge_index``'s device.
     """
     from .._graphs import check_graph  # (node ids in range)
 
@@ -90,7 +86,7 @@ def feature_drop_probabilities(
     threshold: float = DEFAULT_THRESHOLD,
     dense: Optional[bool] = None,
 ) -> Tensor:
-    r"""GCA's per-column drop probabilities (Zhu et al., 2021):
+    r"""GCA's per-column drop probabilities ``[num_features]`` (Zhu et al., 2021):
     ``p_j = min((w_max - w_j) / (w_max - w_mean) * p, threshold)``, ``w_j = log(sum_i [x_ij != 0] c_i)``.
 
     Args:
@@ -100,9 +96,6 @@ def feature_drop_probabilities(
         threshold: Cap in ``(0, 1]``.
         dense: Use ``|x_ij|`` for the indicator (as GCA for WikiCS); :obj:`None`: where
             :func:`is_dense`.
-
-    Returns:
-        A float tensor ``[num_features]`` on ``x``'s device.
     """
     p = check_probability("p", p)
     threshold = check_threshold(threshold)
