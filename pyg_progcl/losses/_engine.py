@@ -77,7 +77,7 @@ class Plan(NamedTuple):
 @dataclass
 class NegativeBlock:
     """A block of ``B`` anchors of one view with ``C`` candidate negatives per view, its
-    logits shifted by ``-1/τ`` (:func:`shifted_logits`). A loss of one's own reads the
+    logits shifted by ``-1/τ`` (so ``exp`` never overflows). A loss of one's own reads the
     attributes below and :meth:`log_sum_exp_both` (docs/own_loss.md).
 
     Attributes:
