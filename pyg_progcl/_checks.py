@@ -40,6 +40,14 @@ def check_positive(name: str, value: float, strict: bool = True) -> float:
     return value
 
 
+def check_within(name: str, value: float, low: float, high: float, why: str) -> float:
+    """Checks ``value`` is a number > 0 in ``[low, high]``; ``why`` ends the message."""
+    value = check_positive(name, value)
+    if not low <= value <= high:
+        raise ValueError(f"`{name}` must lie in [{low:g}, {high:g}] (got {value:g}): {why}")
+    return value
+
+
 def check_nonnegative(name: str, value: float) -> float:
     """Checks ``value`` is a finite number >= 0."""
     return check_positive(name, value, strict=False)
@@ -51,6 +59,11 @@ def check_int(name: str, value, minimum: int = 1) -> int:
     if not number.is_integer() or number < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum} (got {value!r})")
     return int(value)
+
+
+def check_optional(check, name: str, value, *args):
+    """``check(name, value, *args)``, or ``None`` where ``value`` is ``None``."""
+    return None if value is None else check(name, value, *args)
 
 
 def check_bool(name: str, value) -> bool:

@@ -1,7 +1,4 @@
-"""Node encoders: GRACE's message-passing stack (Zhu et al., 2020,
-https://arxiv.org/abs/2006.04131), ``H^(l+1) = act(conv_l(H^(l), A))`` with widths ``in ->
-2*hidden -> ... -> hidden``, and an MLP of the same widths, the ProGCL paper's control
-(Xia et al., 2022, https://arxiv.org/abs/2110.02027); docs/algorithms.md §1."""
+"""Node encoders: GRACE's message-passing stack and an MLP of the same widths."""
 
 from __future__ import annotations
 
@@ -40,14 +37,10 @@ def _csr_adjacency_t(
 
 
 def parameter_dtype(module: torch.nn.Module) -> Optional[torch.dtype]:
-    """The floating-point type of ``module``'s first floating-point parameter (``None``
-    without one, e.g. a lazy module not yet initialised)."""
-    for parameter in module.parameters():
-        if parameter.is_floating_point() and not isinstance(
-            parameter, torch.nn.parameter.UninitializedParameter
-        ):
-            return parameter.dtype
-    return None
+    """The type of ``module``'s first initialised floating-point parameter, or ``None``."""
+    lazy = torch.nn.parameter.UninitializedParameter
+    kept = (p for p in module.parameters() if p.is_floating_point() and not isinstance(p, lazy))
+    return next((p.dtype for p in kept), None)
 
 
 def as_parameter_dtype(t: Optional[Tensor], module: torch.nn.Module) -> Optional[Tensor]:
@@ -64,9 +57,8 @@ def as_parameter_dtype(t: Optional[Tensor], module: torch.nn.Module) -> Optional
 
 
 def _edge_list_only(x: Tensor) -> bool:
-    """Whether the encoders keep the edge list and dense features: under autocast (torch's
-    CPU sparse products have no half-precision kernels) and ``torch.compile`` (which does
-    not trace the CSR construction)."""
+    """Whether the encoders keep the edge list and dense features (under autocast and
+    ``torch.compile``)."""
     return is_compiling() or autocast_enabled(x.device.type)
 
 
@@ -74,8 +66,7 @@ def _edge_list_only(x: Tensor) -> bool:
 SPARSE_CONVS = (GCNConv, SAGEConv, GINConv, GraphConv)
 #: Convolutions whose first operation on ``x`` is a linear map, which takes a sparse ``x``.
 LINEAR_FIRST_CONVS = (GCNConv,)
-#: Dense CPU feature matrices with at most this share of non-zeros enter the first layer as
-#: sparse CSR matrices (bag-of-words features: Cora 1.3 %, CiteSeer 0.9 %, Coauthor 0.9 %).
+#: The largest share of non-zeros of CPU features that enter the first layer as CSR.
 SPARSE_FEATURE_DENSITY = 0.1
 
 
@@ -96,8 +87,7 @@ def _to_csr(x: Tensor) -> Tensor:
         return x.to_sparse_csr()
 
 
-#: Slope of the reference code's ``'rrelu'``: ``F.rrelu`` defaults to
-#: ``training=False`` and then is a leaky ReLU of slope ``(lower + upper) / 2``.
+#: Slope of the reference code's ``'rrelu'`` (``F.rrelu`` with ``training=False``).
 RRELU_EVAL_SLOPE = (1.0 / 8.0 + 1.0 / 3.0) / 2.0
 
 #: The activation names an encoder (and a preset) accepts.
@@ -132,14 +122,9 @@ def activation_name(activation: Activation) -> str:
 
 
 def make_activation(activation: Activation) -> torch.nn.Module:
-    """Builds one fresh activation module (one per layer: learnable ones are not shared).
-
-    Args:
-        activation (str, torch.nn.Module, type or callable): One of :data:`ACTIVATIONS`
-            (``'rrelu'``: a fixed leaky ReLU of slope :data:`RRELU_EVAL_SLOPE`, as the
-            reference code runs it; other names by PyG's ``activation_resolver``), a module
-            (deep-copied), a module class, or a callable ``Tensor -> Tensor``.
-    """
+    """Builds one fresh activation module (one per layer) from one of :data:`ACTIVATIONS`
+    (``'rrelu'``: a leaky ReLU of slope :data:`RRELU_EVAL_SLOPE`), a module (deep-copied),
+    a module class, or a callable ``Tensor -> Tensor``."""
     if isinstance(activation, str):
         check_choice("activation", activation, ACTIVATIONS)
         if activation == "rrelu":
@@ -203,34 +188,27 @@ class _StackEncoder(torch.nn.Module):
 def _edge_weight_keyword(conv: type) -> Optional[str]:
     """Name of the argument through which ``conv.forward`` takes scalar edge weights."""
     parameters = inspect.signature(conv.forward).parameters
-    for name in ("edge_weight", "edge_attr"):
-        if name in parameters:
-            return name
-    return None
+    return next((n for n in ("edge_weight", "edge_attr") if n in parameters), None)
 
 
 class GCNEncoder(_StackEncoder):
     r"""GRACE / GCA's message-passing encoder (Zhu et al., 2020,
     https://arxiv.org/abs/2006.04131): ``H^(l+1) = act(conv_l(H^(l), A))``, widths ``in ->
-    2*hidden -> ... -> hidden``, the activation after every layer (docs/algorithms.md §1).
-    Unlike PyG's ``BasicGNN``, the last layer is activated and each layer has its own
-    activation module.
+    2*hidden -> ... -> hidden``, the activation after every layer, the last included
+    (docs/algorithms.md §1).
 
     Args:
-        in_channels (int): Size of each input node feature.
-        hidden_channels (int): Size of the output embedding.
-        num_layers (int, optional): Number of layers. (default: :obj:`2`)
-        conv (type, optional): Any PyG convolution class, built as ``conv(in, out,
-            **conv_kwargs)`` (multi-head ones with ``concat=False``). (default: :class:`GCNConv`)
-        activation (str, torch.nn.Module or callable, optional): See
-            :func:`make_activation`. (default: :obj:`'relu'`)
-        conv_kwargs (dict, optional): Extra keyword arguments of every ``conv``.
-        sparse (bool, optional): Propagate over a CSR adjacency built at every forward
-            instead of one message per edge, for :data:`SPARSE_CONVS` (faster on a CPU);
-            graphs with self-loops or repeated edges keep the edge list. (default: :obj:`None`)
-        sparse_features (bool, optional): Hand mostly-zero CPU features to a
-            :data:`LINEAR_FIRST_CONVS` first layer as CSR (:func:`sparse_features`).
-            (default: :obj:`False`)
+        in_channels: Size of each input node feature.
+        hidden_channels: Size of the output embedding.
+        num_layers: Number of layers.
+        conv: Any PyG convolution class, built as ``conv(in, out, **conv_kwargs)``
+            (multi-head ones with ``concat=False``).
+        activation: See :func:`make_activation`.
+        conv_kwargs: Extra keyword arguments of every ``conv``.
+        sparse: Propagate over a CSR adjacency for :data:`SPARSE_CONVS` (faster on a CPU);
+            graphs with self-loops or repeated edges keep the edge list.
+        sparse_features: Hand mostly-zero CPU features to a :data:`LINEAR_FIRST_CONVS`
+            first layer as CSR (:func:`sparse_features`).
     """
 
     def __init__(
@@ -265,25 +243,12 @@ class GCNEncoder(_StackEncoder):
         *,
         check: bool = True,
     ) -> Tensor:
-        r"""Returns node embeddings ``[num_nodes, hidden_channels]``.
-
-        Args:
-            x (torch.Tensor): Node features ``[num_nodes, in_channels]``, dense or sparse,
-                cast to the layers' parameter type (``as_parameter_dtype``).
-            edge_index (torch.Tensor): ``[2, num_edges]`` (int64 or int32), or a sparse
-                adjacency (torch.sparse or ``torch_sparse.SparseTensor``).
-            edge_weight (torch.Tensor, optional): ``[num_edges]``, for convolutions that
-                take ``edge_weight`` (or ``edge_attr``).
-            check (bool, optional): Check the graph first; :obj:`False` only for a graph
-                derived from a checked one (an index out of range would read and write
-                outside the layers' buffers). (default: :obj:`True`)
-
-        Raises:
-            ValueError: If the graph is malformed (indices outside ``[0, num_nodes)``,
-                non-finite features or weights, another feature width).
-        """
+        r"""Returns node embeddings ``[num_nodes, hidden_channels]`` of features ``x``
+        (dense or sparse), edges ``[2, num_edges]`` or a sparse adjacency, and
+        ``edge_weight``; ``check=False`` skips the graph's check (only for a graph derived
+        from a checked one), which raises a ``ValueError`` for a malformed graph."""
         check_input_width(x, self)
-        # Cast first: float64 values beyond float32's range become inf, which the check refuses.
+        # (cast first: float64 values beyond float32's range become inf, which are refused)
         x, edge_weight = as_parameter_dtype(x, self), as_parameter_dtype(edge_weight, self)
         if check:
             from ._graphs import check_graph  # (loaded with the first graph checked)
@@ -327,12 +292,8 @@ class GCNEncoder(_StackEncoder):
 class MLPEncoder(_StackEncoder):
     r"""An MLP with the widths of :class:`GCNEncoder`, ``H^(l+1) = act(H^(l) W_l + b_l)``:
     the ProGCL paper's control without message passing (Xia et al., 2022,
-    https://arxiv.org/abs/2110.02027).
-
-    It takes :class:`GCNEncoder`'s arguments, so swapping them is a one-word change:
-    ``conv``, ``conv_kwargs``, ``sparse``, ``edge_index`` and ``edge_weight`` are ignored
-    (a ``UserWarning`` says so for edge weights); ``activation`` and ``sparse_features``
-    are as in :class:`GCNEncoder`.
+    https://arxiv.org/abs/2110.02027). It takes :class:`GCNEncoder`'s arguments and
+    ignores ``conv``, ``conv_kwargs``, ``sparse`` and the graph (warning for edge weights).
     """
 
     def __init__(
@@ -361,7 +322,7 @@ class MLPEncoder(_StackEncoder):
         r"""Returns node embeddings ``[num_nodes, hidden_channels]`` (the graph is ignored;
         ``x`` and ``check`` as in :meth:`GCNEncoder.forward`)."""
         check_input_width(x, self)
-        x = as_parameter_dtype(x, self)  # (before the check, as in GCNEncoder.forward)
+        x = as_parameter_dtype(x, self)
         if check:
             from ._graphs import check_node_features
 

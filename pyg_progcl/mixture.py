@@ -13,31 +13,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_int, check_nonnegative, check_positive, check_probability
+from ._checks import check_int, check_nonnegative, check_optional, check_positive, check_probability
 from ._compat import is_compiling
 
 __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
 
 
-#: EM iterations between two host reads of its convergence, besides those after
-#: ``EARLY_CHECKS`` iterations (a warm-started refit has mostly converged by then) and
-#: after the last.
+#: EM iterations between two host reads of its convergence (besides ``EARLY_CHECKS``).
 CHECK_EVERY = 10
 EARLY_CHECKS = (3, 6)
 
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
-    r"""Log-density of Beta distributions, evaluated in log space.
-
-    :math:`\log \mathrm{Beta}(x;\alpha,\beta) = (\alpha-1)\log x + (\beta-1)\log(1-x) - \log B(\alpha,\beta)`
-
-    Args:
-        x: Values in (0, 1), shape ``[n]``.
-        alpha, beta: Parameters, shape ``[c]``.
-
-    Returns:
-        ``[n, c]`` log-densities.
-    """
+    r"""``[n, c]`` log-densities of Beta distributions (``[c]`` parameters) at ``x`` in
+    ``(0, 1)``:
+    :math:`(\alpha-1)\log x + (\beta-1)\log(1-x) - \log B(\alpha,\beta)`."""
     x = x.unsqueeze(-1)
     log_norm = torch.lgamma(alpha) + torch.lgamma(beta) - torch.lgamma(alpha + beta)
     return (alpha - 1) * torch.log(x) + (beta - 1) * torch.log1p(-x) - log_norm
@@ -45,9 +35,7 @@ def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
 
 @contextlib.contextmanager
 def first_warning_only(category: type[Warning]) -> Iterator[None]:
-    """Within the block, shows the first warning of ``category`` (as the filters say)
-    and drops later ones; other warnings are shown as usual. For a command that reports
-    the same problem through several objects (e.g. ``diagnose``'s fits and runs)."""
+    """Within the block, shows the first warning of ``category`` and drops later ones."""
     with warnings.catch_warnings():
         show, shown = warnings.showwarning, []
 
@@ -64,13 +52,10 @@ def first_warning_only(category: type[Warning]) -> Iterator[None]:
 
 class MixtureDegeneracyWarning(UserWarning):
     """A fitted :class:`BetaMixture` no longer describes two groups of negative
-    similarities (see :meth:`BetaMixture.degeneracy`) where that puts a result at risk:
-    issued by ProGCL's fit schedules without a floor
-    (:class:`~pyg_progcl.losses.schedules.FitSchedule`) and by the diagnostics' cold fits;
-    one line, pointing at the caller's line."""
+    similarities (:meth:`BetaMixture.degeneracy`) where that puts a result at risk."""
 
 
-#: What each kind of :attr:`BetaMixture.degenerate_fits` means, in a few words.
+#: What each kind of :attr:`BetaMixture.degenerate_fits` means.
 DEGENERACY_KINDS = {
     "spike": "a false-negative spike at cosine 1",
     "not-unimodal": "a component that is not unimodal",
@@ -87,33 +72,25 @@ class BetaMixture(torch.nn.Module):
     (Xia et al., ICML 2022): :math:`p(s) = \sum_c \lambda_c \mathrm{Beta}(s; \alpha_c, \beta_c)`.
     The component with the smaller mean :math:`\alpha/(\alpha+\beta)` models true negatives.
 
-    ``alpha``, ``beta`` and ``weight`` are buffers of length 2 (saved in the ``state_dict``
-    and moved by ``.to()``). Every :meth:`fit` warm-starts from the current parameters.
+    ``alpha``, ``beta`` and ``weight`` are buffers of length 2. Every :meth:`fit`
+    warm-starts from the current parameters.
 
     Args:
-        alpha_init: Initial :math:`\alpha` of the two components (reference: ``(1, 2)``).
-        beta_init: Initial :math:`\beta` (reference: ``(2, 1)``).
-        weight_init: Initial weight of the second (high-similarity) component
-            (reference :math:`w = 0.05`); the first gets ``1 - weight_init``.
+        alpha_init, beta_init: Initial :math:`\alpha`, :math:`\beta` of the two components
+            (the reference code's).
+        weight_init: Initial weight of the second (high-similarity) component.
         max_iter: Default EM iteration budget of :meth:`fit`.
         tol: EM stops when the mean log-likelihood changes by less than this.
         eps: Values are clamped to ``[eps, 1 - eps]`` (densities are infinite at the ends).
         min_variance: Floor of a component's variance (all-equal values stay finite).
         min_weight: Floor of a component's weight (a vanishing component stays usable).
-        min_beta_high: Lower bound of :math:`\beta` of the high-similarity component.
-            The reference code resets it to 1.01 whenever it drops below 1; that traps EM
-            from the default start on ``0.8 Beta(2, 8) + 0.2 Beta(9, 3)`` (the high
-            component stalls at Beta(0.67, 1.01)), so it is off (``None``) by default.
+        min_beta_high: Lower bound of :math:`\beta` of the high-similarity component
+            (the reference code's 1.01; off by default: docs/algorithms.md §5.4).
 
     Attributes:
-        problems_: What the last :meth:`fit`'s check found (:meth:`degeneracy`, and EM
-            that did not converge within its own budget); empty for a healthy fit.
-        degenerate_fits: How many fits since construction had a problem of each kind,
-            ``{kind: count}`` with kinds ``'spike'`` (a false-negative spike at cosine
-            1), ``'not-unimodal'``, ``'merged'``, ``'swapped'`` and ``'not-converged'``
-            (:data:`DEGENERACY_KINDS`). A fit records them and does not warn; ProGCL's fit
-            schedule warns where a degenerate fit puts the loss at risk
-            (:mod:`pyg_progcl.losses.schedules`).
+        problems_: What the last :meth:`fit`'s check found; empty for a healthy fit.
+        degenerate_fits: How many fits since construction had a problem of each kind
+            (:data:`DEGENERACY_KINDS`), ``{kind: count}``; a fit records them, no warning.
     """
 
     def __init__(
@@ -145,18 +122,16 @@ class BetaMixture(torch.nn.Module):
             raise ValueError(f"`eps` must be in (0, 0.5) (got {eps})")
         self.min_variance = check_positive("min_variance", min_variance)
         self.min_weight = check_positive("min_weight", min_weight)
-        self.min_beta_high = (
-            None if min_beta_high is None else check_positive("min_beta_high", min_beta_high)
-        )
+        self.min_beta_high = check_optional(check_positive, "min_beta_high", min_beta_high)
         self.register_buffer("alpha", torch.empty(2))
         self.register_buffer("beta", torch.empty(2))
         self.register_buffer("weight", torch.empty(2))
         self.register_buffer("num_fits", torch.zeros((), dtype=torch.long))
-        # (EM's constant matrices, moved with the module: a fit copies nothing to the device)
+        # (EM's constant matrices, moved with the module)
         self.register_buffer("_em_constants", torch.tensor(_CONSTANTS), persistent=False)
         self.n_iter_ = 0
-        self.problems_: list[str] = []  # what the last fit's check found
-        self.degenerate_fits: dict[str, int] = {}  # kind -> fits since construction
+        self.problems_: list[str] = []
+        self.degenerate_fits: dict[str, int] = {}
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -171,9 +146,8 @@ class BetaMixture(torch.nn.Module):
     @property
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run since construction or the last reset."""
-        # Read on the host once per change of the buffer (its storage or version), not at
-        # every loss step: in-place writes and loaded states are seen.
-        if is_compiling():  # (data pointers do not trace: the host copy, guarded on)
+        # (read on the host once per change of the buffer's storage or version)
+        if is_compiling():  # (data pointers do not trace)
             return self._fitted
         key = (self.num_fits.data_ptr(), self.num_fits._version)
         if key != self._fitted_key:
@@ -208,36 +182,28 @@ class BetaMixture(torch.nn.Module):
 
     def log_odds_coefficients(self) -> tuple[float, float, float]:
         r"""``(a, b, c)`` with :math:`D(x) = a \log x + b \log(1-x) + c` (see below)."""
-        a, b, c = self._signed_coefficients(1.0).tolist()
-        return a, b, c
+        return tuple(self._signed_coefficients(1.0).tolist())
 
     def log_odds_false_negative(self, x: Tensor, sign: float = 1.0) -> Tensor:
         r"""Elementwise :math:`D(x) = \log \frac{\lambda_F \mathrm{Beta}_F(x)}{\lambda_T \mathrm{Beta}_T(x)}`
-        (times ``sign``), at ``x`` clamped to ``[eps, 1 - eps]``.
-
-        Works on a tensor of any shape; :math:`p(\mathrm{true\ neg.} \mid x) = \sigma(-D)`.
-        Written as one affine function of :math:`\log x` and :math:`\log(1-x)`
-        (:meth:`log_odds_coefficients`), so a ``[B, N]`` block costs a few elementwise
-        passes; ``sign=-1`` gives :math:`-D` in the same passes.
-        """
+        (times ``sign``), at ``x`` clamped to ``[eps, 1 - eps]``, an affine function of
+        :math:`\log x` and :math:`\log(1-x)`;
+        :math:`p(\mathrm{true\ neg.} \mid x) = \sigma(-D)`."""
         return self._log_odds(self._clamp(x), sign)
 
     def _signed_coefficients(self, sign: float) -> Tensor:
-        """``sign · (a, b, c)`` of :meth:`log_odds_coefficients` as a float64 tensor on the
-        mixture's device (no host synchronisation)."""
+        """``sign · (a, b, c)`` of :meth:`log_odds_coefficients`, float64, on the device."""
         coef = self._log_coefficients()
         flip = 1 - 2 * torch.argmin(self.means)  # +1: component 0 is the true negatives'
         return (coef[:, 1] - coef[:, 0]) * (sign * flip)
 
     def _log_odds(self, x: Tensor, sign: float) -> Tensor:
-        """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``, in ``x``'s dtype; the
-        coefficients stay on ``x``'s device. Half-precision ``x`` is computed in float32 and
-        rounded once at the end."""
+        """``sign · D(x)`` of ``x`` already in ``[eps, 1 - eps]``, in ``x``'s dtype (half
+        precision computed in float32)."""
         dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
         a, b, c = self._signed_coefficients(sign).to(x.device, dtype)
         work = x.to(dtype)
-        # log(1 - x), not log1p(-x) (slower on the CPU): 1 - x is exact for x >= 1/2; below,
-        # its rounding adds at most |b|·2^-24 to D, float32's own order.
+        # (log(1 - x), not log1p(-x): faster, and exact to float32's order)
         d = torch.addcmul(c, torch.log(work), a)
         return d.addcmul_(torch.log(1.0 - work), b).to(x.dtype)
 
@@ -247,17 +213,15 @@ class BetaMixture(torch.nn.Module):
 
     def hardness_(self, s: Tensor, floor: float = 0.0) -> Tensor:
         r"""ProGCL's hardness :math:`b = s \, p(\mathrm{true\ neg.} \mid s)` of similarities
-        :math:`s = (\theta + 1)/2`, in place: ``s`` is clamped to ``[eps, 1 - eps]`` and
-        overwritten (docs/algorithms.md §5.1). With ``floor > 0`` the posterior is taken
-        as :math:`\max(p, \mathrm{floor})`."""
+        :math:`s = (\theta + 1)/2`, in place (docs/algorithms.md §5.1); the posterior is
+        floored at ``floor``."""
         s.clamp_(self.eps, 1.0 - self.eps)
         posterior = self._log_odds(s, -1.0).sigmoid_()
         return s.mul_(posterior.clamp_(min=floor) if floor > 0 else posterior)
 
     def log_hardness(self, s: Tensor, floor: float | Tensor = 0.0) -> Tensor:
-        r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)`, exact where :math:`b`
-        underflows (a new tensor; ``s`` clamped to ``[eps, 1 - eps]``; ``floor`` as in
-        :meth:`hardness_`, or a 0-dim tensor of it)."""
+        r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)` as a new tensor,
+        exact where :math:`b` underflows (``floor`` as in :meth:`hardness_`, or a tensor)."""
         dtype = s.dtype if s.dtype in (torch.float32, torch.float64) else torch.float32
         s = s.to(dtype).clamp(self.eps, 1.0 - self.eps)
         a, b, c = self._signed_coefficients(-1.0).to(s.device, dtype)
@@ -280,28 +244,20 @@ class BetaMixture(torch.nn.Module):
     ) -> BetaMixture:
         """Runs EM on values in ``[0, 1]``, warm-started from the current parameters.
 
-        Stops when the mean log-likelihood changes by less than ``tol`` between two
-        iterations (moment-matching EM need not increase it monotonically), as read on the
-        host after iterations 3 and 6, every 10th and the last, or after ``max_iter``
-        iterations (default: the constructor's ``max_iter``). Then checks the
-        fit (:meth:`degeneracy`) and records what it found in ``problems_`` and
-        :attr:`degenerate_fits` (no warning).
+        Stops when the mean log-likelihood changes by less than ``tol``, or after
+        ``max_iter`` iterations; records what :meth:`degeneracy` finds in ``problems_``.
 
         Args:
             x: 1-D tensor of values in ``[0, 1]`` (e.g. ``(cos + 1) / 2``).
-            max_iter: Iteration budget of this call (ProGCL refits online with 10
-                warm-started iterations; only a fit with the constructor's budget is
-                expected to converge, and records ``'not-converged'`` if it does not).
+            max_iter: Iteration budget of this call (default: the constructor's; only
+                that budget records ``'not-converged'``).
             reduce: Sums the sufficient statistics over several samples (e.g. an
-                all-reduce over ranks, as :class:`~pyg_progcl.distributed.DistributedLoss`
-                fits); the fit then equals one on the union of the samples.
+                all-reduce over ranks); the fit then equals one on their union.
         """
         x = self._check_values(x).double()
         budget = self.max_iter if max_iter is None else check_int("max_iter", max_iter, 1)
         x_range = torch.aminmax(x)  # (read with the result: the fit's one read at its end)
         em = _EM(self, self._clamp(x), reduce)
-        # The host reads whether EM converged only after a few iterations (``checks``),
-        # comparing the log-likelihood with the iteration before's.
         checks = {c for c in (*EARLY_CHECKS, *range(CHECK_EVERY, budget, CHECK_EVERY))}
         checks = {c for c in checks if c < budget} | {budget}
         change, previous = None, None
@@ -350,17 +306,14 @@ class BetaMixture(torch.nn.Module):
 
     def degeneracy(self, swapped_from: int | None = None) -> list[str]:
         """What is wrong with the fitted mixture as a model of true and false negatives
-        (empty if nothing): a component whose density is infinite at an end of ``[0, 1]``
-        (``α < 1`` or ``β < 1``; for the false-negative component, ``β < 1`` is a spike at
-        cosine 1), components that merged (a component's weight at the floor, or equal
-        means), or (``swapped_from``: the true-negative index before a fit) components
-        that swapped roles (docs/algorithms.md §5.1)."""
+        (empty if nothing): a component not unimodal (a false-negative ``β < 1`` is a spike
+        at cosine 1), components that merged, or (``swapped_from``: the true-negative
+        index before a fit) that swapped roles (docs/algorithms.md §5.1)."""
         return [text for _, text in self._findings(swapped_from)]
 
     def _findings(self, swapped_from: int | None = None, params=None) -> list[tuple[str, str]]:
-        """:meth:`degeneracy`'s problems as ``(kind, text)`` pairs (kinds: see
-        :attr:`degenerate_fits`), of the parameters ``params`` (alpha, beta and weight as
-        six numbers already read; default: the buffers)."""
+        """:meth:`degeneracy`'s ``(kind, text)`` pairs of ``params`` (six numbers: alpha,
+        beta, weight; default: the buffers)."""
         if params is None:
             params = torch.cat([self.alpha, self.beta, self.weight]).tolist()
         a, b, w = params[0:2], params[2:4], params[4:6]
@@ -386,8 +339,7 @@ class BetaMixture(torch.nn.Module):
         return found
 
     def _record_problems(self, swapped_from: int | None, converged: bool, params=None) -> None:
-        """Records the fit's problems: ``problems_`` and a count per kind in
-        :attr:`degenerate_fits`."""
+        """Records the fit's problems in ``problems_`` and :attr:`degenerate_fits`."""
         found = self._findings(swapped_from, params)
         if not converged:
             found.append(
@@ -399,7 +351,7 @@ class BetaMixture(torch.nn.Module):
 
     def _log_coefficients(self) -> Tensor:
         """``[3, 2]`` coefficients of ``(log x, log(1-x), 1)`` in each joint log-density."""
-        a, b, w = self._params().double().unbind(0)
+        a, b, w = torch.stack([self.alpha, self.beta, self.weight]).double().unbind(0)
         log_norm = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
         return torch.stack([a - 1, b - 1, torch.log(w) - log_norm])
 
@@ -409,7 +361,6 @@ class BetaMixture(torch.nn.Module):
         return f"alpha [{a0:.3g}, {a1:.3g}], beta [{b0:.3g}, {b1:.3g}], weight [{w0:.3g}, {w1:.3g}]"
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # A state's parameters are checked before they are loaded (one host read).
         names = ("alpha", "beta", "weight")
         given = [state_dict.get(prefix + name) for name in names]
         if all(isinstance(t, Tensor) and t.shape == (2,) for t in given):
@@ -436,14 +387,6 @@ class BetaMixture(torch.nn.Module):
             raise ValueError("`x` is a meta tensor, which holds no values: fit real similarities")
         return x  # (its range is read with the fit's result: fit)
 
-    def _params(self) -> Tensor:
-        """``[3, 2]``: alpha, beta and weight, in the buffers' dtype."""
-        return torch.stack([self.alpha, self.beta, self.weight])
-
-    def _set(self, params: Tensor) -> None:
-        for buffer, values in zip((self.alpha, self.beta, self.weight), params):
-            buffer.copy_(values)
-
     def extra_repr(self) -> str:
         a, b, w = (t.tolist() for t in (self.alpha, self.beta, self.weight))
         fmt = ", ".join
@@ -461,23 +404,18 @@ class BetaMixture(torch.nn.Module):
 
 class _EM:
     """One fit's EM iterations on values ``x`` in ``[eps, 1 - eps]``, in float64 on their
-    device, without a host read: an iteration is 18 operations on ``[2, n]`` and
-    ``[2, 3]`` tensors. Its state is ``p`` (``[2, 3]``: α, β and α + β of each component)
-    and ``w`` (``[2, 1]``: the weights up to a common factor, which the responsibilities
-    do not see); ``reduce`` sums the statistics over samples (ranks)."""
+    device, without a host read (docs/design.md). State: ``p`` (``[2, 3]``: α, β, α + β)
+    and ``w`` (``[2, 1]``: the weights up to a common factor)."""
 
     def __init__(self, mixture: BetaMixture, x: Tensor, reduce: Callable | None):
         self.mixture, self.reduce = mixture, reduce or (lambda stats: stats)
         const = mixture._em_constants.to(x.device, x.dtype)
         self.to_pair, self.to_var, self.lgamma_sign, self.to_p = const.split([3, 1, 1, 3], 1)
         self.minus_one = self.lgamma_sign[:1]
-        # A component's joint log-density is α log x + β log(1-x) + log λ - ln B(α, β), less
-        # log x + log(1-x), which both share (the responsibilities and the change of the
-        # log-likelihood do not see it): one product with the rows (log x, log(1-x), 0).
+        # (joint log-densities less the shared log x + log(1-x): one product with these rows)
         self.logs = F.pad(torch.stack([torch.log(x), torch.log1p(x.neg())]), (0, 0, 0, 1))
         self.moments = torch.stack([torch.ones_like(x), x, x * x], dim=1)  # (1, x, x²)
-        # (a sample summed over ranks: its size is a device value, and the change of the
-        # log-likelihood is divided by it on the device)
+        # (summed over ranks: a device value)
         self.n = x.numel() if reduce is None else reduce(x.new_full((1,), x.numel()))
         self.limit = mixture.tol * self.n if reduce is None else mixture.tol
         self.start = torch.stack([mixture.alpha, mixture.beta, mixture.weight], 1).double()
@@ -494,10 +432,9 @@ class _EM:
         return self.reduce(joint.logsumexp(dim=0).sum(0, keepdim=True)) if track else None
 
     def moments_step(self, stats: Tensor) -> None:
-        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``: with
-        ``m`` and ``v`` the mean and variance, ``α + β = m (1 - m) / v - 1``. The variance
-        is floored at ``min_variance`` and capped below ``m (1 - m)`` (a Beta needs
-        ``0 < v < m (1 - m)``); a component whose mass vanished keeps its α and β."""
+        """Weighted method of moments from ``stats[c] = (Σ r_c, Σ r_c x, Σ r_c x²)``:
+        ``α + β = m (1 - m) / v - 1``, ``v`` within ``[min_variance, m (1 - m))``; a
+        component whose mass vanished keeps its α and β."""
         m = self.mixture
         mass = stats[:, :1]
         moments = stats / mass  # (1, m, E x²)

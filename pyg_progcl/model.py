@@ -23,8 +23,7 @@ __all__ = ["GRACEModel"]
 
 AugmentSpec = Union[None, Augmenter, Sequence[Augmenter], Callable]
 
-#: The ``projector`` argument that asks for GRACE's projection head,
-#: ``g(z) = W_2 ELU(W_1 z + b_1) + b_2`` (``Linear(hidden, proj) -> ELU -> Linear(proj, hidden)``).
+#: The ``projector`` argument that asks for GRACE's projection head.
 DEFAULT_PROJECTOR = "default"
 
 
@@ -84,8 +83,7 @@ class GRACEModel(torch.nn.Module):
     r"""The GRACE / GCA model (Zhu et al., "Deep Graph Contrastive Representation
     Learning", 2020, https://arxiv.org/abs/2006.04131): two augmented views encoded and
     projected, ``h_k = g(f(t_k(G)))`` with ``g(z) = W_2 ELU(W_1 z + b_1) + b_2`` (or any
-    ``projector``), for a contrastive loss ``loss(h1, h2)`` (docs/algorithms.md §1);
-    downstream tasks use the encoder output ``f(G)``.
+    ``projector``), for ``loss(h1, h2)`` (docs/algorithms.md §1).
 
     .. code-block:: python
 
@@ -96,23 +94,18 @@ class GRACEModel(torch.nn.Module):
         z = model(data.x, data.edge_index)   # embeddings for a linear probe
 
     Args:
-        encoder (torch.nn.Module): Maps ``(x, edge_index, edge_weight)`` to
-            ``[num_nodes, hidden_channels]``, e.g. :class:`~pyg_progcl.GCNEncoder`.
-        hidden_channels (int): The encoder's output width (checked where it states one).
-        proj_channels (int, optional): Hidden size of the default projection head
-            (required with it, not allowed with another ``projector``).
-        augment1 (Augmenter, list or callable, optional): The first view's augmentation:
-            an augmenter, a list of them, or a callable of ``(x, edge_index,
-            edge_weight)`` returning those; :obj:`None` is the identity.
-        augment2 (Augmenter, list or callable, optional): The second view's.
-        recompute_views (bool, optional): Recompute each view in backward
-            (``torch.utils.checkpoint``) instead of keeping its activations.
-            (default: :obj:`False`)
-        projector (torch.nn.Module or str, optional): The projection head ``g``: any
-            module, :obj:`None` for none, or :obj:`"default"` for GRACE's.
-            (default: :obj:`"default"`)
-
-    Adaptive augmenters not prepared yet are prepared by the first :meth:`views`.
+        encoder: Maps ``(x, edge_index, edge_weight)`` to ``[num_nodes, hidden_channels]``,
+            e.g. :class:`~pyg_progcl.GCNEncoder`.
+        hidden_channels: The encoder's output width (checked where it states one).
+        proj_channels: Hidden size of the default projection head (required with it, not
+            allowed with another ``projector``).
+        augment1: The first view's augmentation: an augmenter, a list of them, or a
+            callable of ``(x, edge_index, edge_weight)`` returning those; :obj:`None` is
+            the identity.
+        augment2: The second view's.
+        recompute_views: Recompute each view in backward (``torch.utils.checkpoint``).
+        projector: The projection head ``g``: any module, :obj:`None` for none, or
+            :obj:`"default"` for GRACE's.
     """
 
     def __init__(
@@ -180,15 +173,8 @@ class GRACEModel(torch.nn.Module):
         check: bool = True,
     ) -> Tensor:
         r"""Returns the encoder embeddings ``f(G)`` ``[num_nodes, hidden_channels]`` of the
-        un-augmented graph (or of a ``Data`` in place of ``x``).
-
-        Args:
-            check (bool, optional): Check the graph first; :obj:`False` only for a graph
-                derived from a checked one, such as its sampled batches. (default: :obj:`True`)
-
-        Raises:
-            ValueError: If the graph is malformed.
-        """
+        un-augmented graph (or of a ``Data`` in place of ``x``); ``check=False`` skips the
+        graph's check (only for a graph derived from a checked one)."""
         x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight, check)
         return self._encode(self.input_features(x), edge_index, edge_weight)
 
@@ -203,8 +189,8 @@ class GRACEModel(torch.nn.Module):
         edge_weight: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor]:
         r"""Returns the projected views ``(h1, h2) = (g(f(t_1(G))), g(f(t_2(G))))``,
-        each ``[num_nodes, hidden_channels]``, for ``loss(h1, h2)``. The views are augmented
-        in every mode (``eval()`` affects the encoder only). Accepts a ``Data`` for ``x``.
+        each ``[num_nodes, hidden_channels]``, augmented in every mode (``eval()`` affects
+        the encoder only); prepares adaptive augmenters. Accepts a ``Data`` for ``x``.
 
         Raises:
             ValueError: If the graph is malformed, or has another number of nodes than the
@@ -223,7 +209,7 @@ class GRACEModel(torch.nn.Module):
 
     def _checked(self, x, edge_index, edge_weight, check: bool = True):
         """The graph's tensors, ``x`` and ``edge_weight`` cast to the encoder's parameter
-        type, then checked (float64 values beyond float32's become inf, refused there)."""
+        type, then checked."""
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
         check_input_width(x, self.encoder)
         x, edge_weight = (as_parameter_dtype(t, self.encoder) for t in (x, edge_weight))
@@ -235,20 +221,15 @@ class GRACEModel(torch.nn.Module):
 
     def input_features(self, x: Tensor) -> Tensor:
         """The features as the model feeds them to its augmenters and encoder: in the
-        encoder's parameter type, and CSR where the encoder takes ``sparse_features``
-        (:func:`~pyg_progcl.encoders.sparse_features`) or ``x`` is sparse, so that feature
-        masks drop entries in ``O(nnz)``. Pass ``model.input_features(x)`` to convert once."""
+        encoder's parameter type, and CSR where the encoder takes ``sparse_features`` or
+        ``x`` is sparse. Pass ``model.input_features(x)`` to convert once."""
         check_input_width(x, self.encoder)
         x = as_parameter_dtype(x, self.encoder)
-        if is_compiling():  # (the encoder keeps features dense there)
-            return x
-        if x.layout == torch.sparse_csr:
+        if is_compiling() or x.layout == torch.sparse_csr:  # (compiled: dense features)
             return x
         if x.layout != torch.strided:
             return _to_csr(x)
-        if getattr(self.encoder, "sparse_features", False):
-            return sparse_features(x)
-        return x
+        return sparse_features(x) if getattr(self.encoder, "sparse_features", False) else x
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
         if self.recompute_views and torch.is_grad_enabled():  # (the same RNG state in backward)

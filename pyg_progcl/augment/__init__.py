@@ -1,9 +1,6 @@
-"""Graph augmentations (docs/algorithms.md §2): GRACE's (Zhu et al., 2020,
-https://arxiv.org/abs/2006.04131) drop every edge and zero every feature column with
-probability ``p``; GCA's (Zhu et al., 2021, https://arxiv.org/abs/2010.14945), used by
-ProGCL, drop unimportant ones more often, by a node centrality. Every augmenter is a
-:class:`torch.nn.Module` taking ``(x, edge_index, edge_weight)`` and a PyG
-:class:`~torch_geometric.transforms.BaseTransform` taking a ``Data``."""
+"""Graph augmentations, GRACE's and GCA's (docs/algorithms.md §2): each augmenter is a
+:class:`torch.nn.Module` on ``(x, edge_index, edge_weight)`` and a PyG
+:class:`~torch_geometric.transforms.BaseTransform` on a ``Data``."""
 
 from .adaptive import AdaptiveEdgeDrop, AdaptiveFeatureMask
 from .centrality import node_centrality

@@ -1,6 +1,4 @@
-"""GCA's centrality-adaptive augmenters (Zhu et al., "Graph Contrastive Learning with
-Adaptive Augmentation", 2021, https://arxiv.org/abs/2010.14945), used by ProGCL: drop
-probabilities computed once by ``prepare`` and kept as buffers (docs/algorithms.md §2)."""
+"""GCA's centrality-adaptive augmenters, used by ProGCL (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -41,21 +39,10 @@ class _Adaptive(Augmenter):
         *,
         centrality: Optional[Tensor] = None,
     ) -> Augmenter:
-        r"""Computes a graph's node centralities and drop probabilities, kept as a buffer
-        (not in the ``state_dict``) until called again; a graph with another number of
-        nodes is then refused. The first graph augmented prepares it otherwise.
-
-        Args:
-            x (torch.Tensor or torch_geometric.data.Data): Node features ``[N, F]``
-                (:obj:`None` for :class:`AdaptiveEdgeDrop`), or a ``Data``.
-            edge_index (torch.Tensor, optional): The edges ``[2, E]``.
-            num_nodes (int, optional): ``N`` (default: ``x``'s rows, else from ``edge_index``).
-            centrality (torch.Tensor, optional): The graph's ``[N]`` centralities of this
-                augmenter's kind (:func:`node_centrality`), if already computed.
-
-        Returns:
-            ``self``.
-        """
+        r"""Computes the drop probabilities of a graph (``x`` may be a ``Data``, and is
+        ignored by :class:`AdaptiveEdgeDrop`), kept as a buffer (not in the ``state_dict``);
+        a graph with another number of nodes is then refused. ``centrality``: the graph's
+        ``[N]`` centralities of this kind, if already computed. Returns ``self``."""
         x, edge_index, num_nodes = _prepare_arguments(self, x, edge_index, num_nodes)
         if not self._can_prepare(x):
             raise ValueError(f"{type(self).__name__} needs node features `x`")
@@ -118,15 +105,13 @@ class AdaptiveEdgeDrop(_Adaptive):
     r"""GCA's centrality-adaptive edge dropping (Zhu et al., 2021, docs/algorithms.md §2):
     ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``.
 
-    An edge's probability depends on its target only: :meth:`prepare` keeps one per node,
-    the buffer ``node_drop_prob`` ``[N]`` (:func:`edge_drop_probabilities`), which serves
-    the prepared graph's edges and any subset of them.
+    An edge's probability depends on its target only: :meth:`prepare` keeps one per node
+    (the buffer ``node_drop_prob``), which serves any subset of the prepared graph's edges.
 
     Args:
-        p (float): Mean drop probability in ``[0, 1]``.
-        centrality (str, optional): ``'degree'``, ``'pagerank'`` or ``'evc'``.
-            (default: :obj:`'evc'`, as in ProGCL)
-        threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
+        p: Mean drop probability in ``[0, 1]``.
+        centrality: ``'degree'``, ``'pagerank'`` or ``'evc'`` (ProGCL's).
+        threshold: Cap in ``(0, 1]``.
     """
 
     node_drop_prob: Optional[Tensor]
@@ -155,17 +140,14 @@ class AdaptiveFeatureMask(_Adaptive):
     r"""GCA's centrality-adaptive feature masking (Zhu et al., 2021, docs/algorithms.md §2):
     ``p_j = min((w_max - w_j) / (w_max - w_mean) * p, threshold)``, ``w_j = log(sum_i [x_ij != 0] c_i)``.
 
-    :meth:`prepare` computes the column probabilities once, the buffer ``drop_prob``
-    ``[F]`` (:func:`feature_drop_probabilities`); each call masks as
-    :func:`mask_feature_weighted`.
+    :meth:`prepare` computes the column probabilities once (the buffer ``drop_prob``).
 
     Args:
-        p (float): Mean masking probability in ``[0, 1]``.
-        centrality (str, optional): ``'degree'``, ``'pagerank'`` or ``'evc'``.
-            (default: :obj:`'evc'`)
-        threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
-        dense (bool, optional): Weight by ``|x_ij|`` instead of ``[x_ij != 0]`` (dense
-            real-valued features); auto-detected when :obj:`None`. (default: :obj:`None`)
+        p: Mean masking probability in ``[0, 1]``.
+        centrality: ``'degree'``, ``'pagerank'`` or ``'evc'``.
+        threshold: Cap in ``(0, 1]``.
+        dense: Weight by ``|x_ij|`` instead of ``[x_ij != 0]`` (dense real-valued
+            features); auto-detected when :obj:`None`.
     """
 
     drop_prob: Optional[Tensor]

@@ -1,5 +1,4 @@
-"""Node centralities of GCA's adaptive augmentation (degree, PageRank, eigenvector;
-docs/algorithms.md §2), computed when an adaptive augmenter is prepared on a graph."""
+"""Node centralities of GCA's adaptive augmentation (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -26,16 +25,10 @@ def node_centrality(edge_index: Tensor, num_nodes: int, kind: str) -> Tensor:
     * ``'pagerank'``: GCA's power iteration ``c <- 0.15 c + 0.85 A^T D_out^{-1} c``
       from ``c = 1``, 10 iterations (unnormalised).
     * ``'evc'``: eigenvector centrality, :func:`networkx.eigenvector_centrality_numpy`
-      (the reference); for disconnected graphs (and < 3 nodes), which networkx refuses,
-      the same leading eigenvector of ``A^T`` from SciPy. Clamped at 0.
+      (the reference; SciPy's for graphs networkx refuses), clamped at 0.
 
-    Args:
-        edge_index (torch.Tensor): ``[2, num_edges]``.
-        num_nodes (int): Number of nodes ``N`` (isolated nodes included).
-        kind (str): ``'degree'``, ``'pagerank'`` or ``'evc'``.
-
-    Returns:
-        A float tensor ``[num_nodes]`` on ``edge_index``'s device.
+    Returns a float tensor ``[num_nodes]`` (isolated nodes included) on ``edge_index``'s
+    device.
     """
     check_choice("kind", kind, CENTRALITIES)
     check_edge_index(edge_index)

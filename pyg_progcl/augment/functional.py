@@ -1,7 +1,4 @@
-"""The augmentations as functions on tensors, with PyG's contracts (docs/algorithms.md §2):
-:func:`mask_feature_csr` is :func:`torch_geometric.utils.mask_feature` extended to CSR
-features; GCA's :func:`drop_edge_weighted` and :func:`mask_feature_weighted` return what
-:func:`~torch_geometric.utils.dropout_edge` and ``mask_feature`` return."""
+"""The augmentations as functions on tensors, with PyG's contracts (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -33,18 +30,17 @@ def mask_feature_csr(
     training: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Masks features with probability ``p``: PyG's
-    :func:`torch_geometric.utils.mask_feature` (a dense ``x`` is handed to it), extended to
-    sparse CSR ``x``. With ``mode='col'`` (GRACE, Zhu et al., 2020,
+    :func:`torch_geometric.utils.mask_feature`, extended to CSR ``x`` (``mode='col'`` and
+    ``fill_value=0`` only). With ``mode='col'`` (GRACE, Zhu et al., 2020,
     https://arxiv.org/abs/2006.04131) one draw per column is shared by all nodes:
-    ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``. A CSR ``x`` takes ``mode='col'``
-    and ``fill_value=0`` only, and loses its masked columns' entries in ``O(nnz)``.
+    ``x'_{ij} = x_{ij} m_j``, ``m_j ~ Bernoulli(1 - p)``.
 
     Args:
-        x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
-        p (float, optional): Masking probability in ``[0, 1]``. (default: :obj:`0.5`)
-        mode (str, optional): ``'col'``, ``'row'`` or ``'all'``. (default: :obj:`'col'`)
-        fill_value (float, optional): Value of the masked entries. (default: :obj:`0.`)
-        training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
+        x: Node features ``[num_nodes, num_features]``, dense or CSR.
+        p: Masking probability in ``[0, 1]``.
+        mode: ``'col'``, ``'row'`` or ``'all'``.
+        fill_value: Value of the masked entries.
+        training: If :obj:`False`, a no-op.
 
     Returns:
         ``(x, feat_mask)``: the masked features and the boolean keep mask, broadcastable
@@ -82,10 +78,9 @@ def drop_edge_weighted(
     ``drop_prob = p`` the draw of :func:`torch_geometric.utils.dropout_edge`.
 
     Args:
-        edge_index (torch.Tensor): ``[2, num_edges]``.
-        drop_prob (torch.Tensor): ``[num_edges]`` probabilities, e.g. from
-            :func:`edge_drop_probabilities`.
-        training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
+        edge_index: ``[2, num_edges]``.
+        drop_prob: ``[num_edges]`` probabilities, e.g. from :func:`edge_drop_probabilities`.
+        training: If :obj:`False`, a no-op.
 
     Returns:
         ``(edge_index, edge_mask)``: the kept edges and their boolean ``[num_edges]`` mask.
@@ -106,10 +101,10 @@ def mask_feature_weighted(
     Bernoulli(1 - p_j)``; with a constant ``drop_prob = p > 0``, ``mask_feature_csr(x, p)``.
 
     Args:
-        x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
-        drop_prob (torch.Tensor): ``[num_features]`` probabilities, e.g. from
+        x: Node features ``[num_nodes, num_features]``, dense or CSR.
+        drop_prob: ``[num_features]`` probabilities, e.g. from
             :func:`feature_drop_probabilities`.
-        training (bool, optional): If :obj:`False`, a no-op. (default: :obj:`True`)
+        training: If :obj:`False`, a no-op.
 
     Returns:
         ``(x, feat_mask)``: the masked features and the ``[1, num_features]`` keep mask.

@@ -38,16 +38,9 @@ class Augmenter(torch.nn.Module, BaseTransform):
 
     Call it on tensors, ``aug(x, edge_index, edge_weight=None) -> (x, edge_index,
     edge_weight)``, or on a :class:`~torch_geometric.data.Data`, ``aug(data) -> Data`` (a
-    new object, edge-level attributes filtered with the edges). It is a no-op in eval
-    mode and with ``p = 0``; :meth:`GRACEModel.views <pyg_progcl.GRACEModel.views>` runs
-    its augmenters in training mode.
-
-    A new augmenter sets ``self.p`` and overrides hooks; the base class does the rest:
-
-    * :meth:`augment_features` returns the new node features;
-    * :meth:`edge_keep_mask` returns a boolean mask of the edges to keep;
-    * :meth:`prepare` computes graph-dependent state from the un-augmented graph, once
-      (on the first graph augmented while :meth:`is_prepared` is :obj:`False`).
+    new object). It is a no-op in eval mode and with ``p = 0``. A new augmenter sets
+    ``self.p`` and overrides the hooks :meth:`augment_features`, :meth:`edge_keep_mask`
+    and :meth:`prepare`:
 
     .. code-block:: python
 
@@ -136,38 +129,21 @@ class Augmenter(torch.nn.Module, BaseTransform):
         return type(self).edge_keep_mask is not Augmenter.edge_keep_mask
 
     def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
-        r"""Hook: the augmented node features, a new tensor (default: ``x``). Called in
-        training mode, before :meth:`edge_keep_mask`, with the un-augmented edges.
-
-        Args:
-            x (torch.Tensor): Node features ``[N, F]`` (dense, or sparse CSR).
-            edge_index (torch.Tensor, optional): The edges ``[2, E]`` (:obj:`None` for a
-                :class:`~torch_geometric.data.Data` without edges).
-            num_nodes (int): The number of nodes ``N``.
-        """
+        r"""Hook: the augmented node features ``[N, F]`` (dense or CSR), a new tensor
+        (default: ``x``). Called in training mode, before :meth:`edge_keep_mask`, with the
+        un-augmented edges ``[2, E]`` (:obj:`None` for a ``Data`` without edges)."""
         return x
 
     def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Optional[Tensor]:
-        r"""Hook: a boolean mask ``[E]`` of the edges to keep (default: :obj:`None`, all),
-        with which edge weights and attributes are filtered. Called in training mode.
-
-        Args:
-            edge_index (torch.Tensor): The edges ``[2, E]``.
-            num_nodes (int): The number of nodes ``N``.
-        """
+        r"""Hook: a boolean mask ``[E]`` of the edges ``[2, E]`` to keep (default:
+        :obj:`None`, all), which filters edge weights and attributes too. Called in
+        training mode."""
         return None
 
     def prepare(self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int) -> Augmenter:
         r"""Hook: computes graph-dependent state from the un-augmented graph (default:
-        nothing); returns ``self``. Called by the user, or by the augmenter while
-        :meth:`is_prepared` is :obj:`False` (a subclass with state overrides both) on the
-        first graph it augments (inside a :class:`ComposeAugmenters`, on its input graph).
-
-        Args:
-            x (torch.Tensor, optional): Node features ``[N, F]``.
-            edge_index (torch.Tensor): The edges ``[2, E]``.
-            num_nodes (int): The number of nodes ``N``.
-        """
+        nothing); returns ``self``. Called by the user, or on the first graph augmented
+        while :meth:`is_prepared` is :obj:`False` (a subclass with state overrides both)."""
         return self
 
     def is_prepared(self) -> bool:
@@ -195,7 +171,7 @@ class EdgeDrop(Augmenter):
     :func:`torch_geometric.utils.dropout_edge` draws (docs/algorithms.md §2).
 
     Args:
-        p (float): Drop probability in ``[0, 1]``.
+        p: Drop probability in ``[0, 1]``.
     """
 
     def __init__(self, p: float):
@@ -213,7 +189,7 @@ class FeatureMask(Augmenter):
     ``m_j ~ Bernoulli(1 - p)``, drawn by :func:`mask_feature_csr` (PyG's, dense or CSR ``x``).
 
     Args:
-        p (float): Masking probability in ``[0, 1]``.
+        p: Masking probability in ``[0, 1]``.
     """
 
     def __init__(self, p: float):
@@ -227,12 +203,7 @@ class FeatureMask(Augmenter):
 
 class ComposeAugmenters(Augmenter):
     r"""Applies augmenters in order: ``ComposeAugmenters(a, b)(g) = b(a(g))``; members
-    are prepared on the *input* graph (an :class:`AdaptiveFeatureMask` after an
-    :class:`AdaptiveEdgeDrop` sees every edge, as in GCA).
-
-    Args:
-        *augmenters (Augmenter): The augmenters, applied left to right.
-    """
+    are prepared on the *input* graph, as in GCA."""
 
     def __init__(self, *augmenters: Augmenter):
         super().__init__()

@@ -1,6 +1,5 @@
-"""GCA's drop probabilities (Zhu et al., "Graph Contrastive Learning with Adaptive
-Augmentation", 2021, https://arxiv.org/abs/2010.14945; docs/algorithms.md §2): rare for
-important edges and feature columns, mean ``p`` until the cap ``threshold`` binds."""
+"""GCA's drop probabilities: rare for important edges and feature columns, mean ``p`` until
+the cap ``threshold`` binds (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 
@@ -53,20 +52,15 @@ def edge_drop_probabilities(
     p: float,
     threshold: float = DEFAULT_THRESHOLD,
 ) -> Tensor:
-    r"""GCA's per-edge drop probabilities (Zhu et al., 2021):
-    ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``.
-
-    Edges into central nodes are kept more often; all-equal scores give a uniform
-    ``min(p, threshold)``; zero centralities are guarded by ``log(c + 1e-8)``.
+    r"""GCA's per-edge drop probabilities ``[num_edges]`` (Zhu et al., 2021):
+    ``p_e = min((s_max - s_e) / (s_max - s_mean) * p, threshold)``, ``s_e = log c(target of e)``
+    (all-equal scores: a uniform ``min(p, threshold)``).
 
     Args:
-        edge_index (torch.Tensor): ``[2, num_edges]``.
-        centrality (torch.Tensor): ``[num_nodes]``, e.g. from :func:`node_centrality`.
-        p (float): Mean drop probability in ``[0, 1]``.
-        threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
-
-    Returns:
-        A float tensor ``[num_edges]`` on ``edge_index``'s device.
+        edge_index: ``[2, num_edges]``.
+        centrality: ``[num_nodes]``, e.g. from :func:`node_centrality`.
+        p: Mean drop probability in ``[0, 1]``.
+        threshold: Cap in ``(0, 1]``.
     """
     from .._graphs import check_graph  # (node ids in range)
 
@@ -92,22 +86,16 @@ def feature_drop_probabilities(
     threshold: float = DEFAULT_THRESHOLD,
     dense: Optional[bool] = None,
 ) -> Tensor:
-    r"""GCA's per-column drop probabilities (Zhu et al., 2021):
+    r"""GCA's per-column drop probabilities ``[num_features]`` (Zhu et al., 2021):
     ``p_j = min((w_max - w_j) / (w_max - w_mean) * p, threshold)``, ``w_j = log(sum_i [x_ij != 0] c_i)``.
 
-    For dense real-valued features ``|x_ij|`` replaces the indicator (as GCA for WikiCS;
-    ``dense=None``: where :func:`is_dense`). Columns used by central nodes are masked
-    less often; an all-zero column gets the highest probability.
-
     Args:
-        x (torch.Tensor): Node features ``[num_nodes, num_features]``, dense or CSR.
-        centrality (torch.Tensor): ``[num_nodes]``, e.g. from :func:`node_centrality`.
-        p (float): Mean masking probability in ``[0, 1]``.
-        threshold (float, optional): Cap in ``(0, 1]``. (default: :obj:`0.7`)
-        dense (bool, optional): Use ``|x_ij|``; auto-detected when :obj:`None`.
-
-    Returns:
-        A float tensor ``[num_features]`` on ``x``'s device.
+        x: Node features ``[num_nodes, num_features]``, dense or CSR.
+        centrality: ``[num_nodes]``, e.g. from :func:`node_centrality`.
+        p: Mean masking probability in ``[0, 1]``.
+        threshold: Cap in ``(0, 1]``.
+        dense: Use ``|x_ij|`` for the indicator (as GCA for WikiCS); :obj:`None`: where
+            :func:`is_dense`.
     """
     p = check_probability("p", p)
     threshold = check_threshold(threshold)
@@ -116,7 +104,7 @@ def feature_drop_probabilities(
         raise ValueError(f"`centrality` must be a tensor of shape [num_nodes] = [{x.size(0)}]")
     if dense is None:
         dense = is_dense(x)
-    # Summed in at least float32: half-precision sums overflow (float16 at 65504).
+    # (summed in at least float32: half-precision sums overflow)
     dtype = torch.promote_types(x.dtype, torch.float32) if x.is_floating_point() else torch.float32
     centrality = centrality.to(x.device, dtype)
     if x.layout == torch.sparse_csr:  # Σ_i usage_ij c_i over the stored entries

@@ -1,8 +1,5 @@
-"""Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL, with ProGCL's fit schedules,
-over one small contract (docs/own_loss.md): a :class:`ContrastiveLoss` maps a
-:class:`NegativeBlock` of anchors to their negative term ``log Ng``, or computes its
-per-anchor losses itself. Modules whose names start with ``_`` are internal.
-"""
+"""Contrastive losses: GRACE (InfoNCE), DCL, HCL and ProGCL with its fit schedules, over
+one small contract (docs/own_loss.md). Modules whose names start with ``_`` are internal."""
 
 from ._engine import NegativeBlock, Plan
 from .base import ContrastiveLoss

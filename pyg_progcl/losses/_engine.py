@@ -1,14 +1,11 @@
-"""The loss engine: every anchor's loss ``ℓ_i = log(e^{p_i} + Ng_i) - p_i`` against its
-negatives, where a loss turns a :class:`NegativeBlock` of anchors into its ``log Ng``.
-
-Three paths (docs/design.md): ``dense`` (all anchors, whole matrices), ``rows`` (blocks of
-anchors against all nodes) and ``sampled`` (``num_negatives`` per anchor and view). No step
-reads a device value on the host, and no loop runs over rows or tiles of a matrix.
-"""
+"""The loss engine: every anchor's loss ``ℓ_i = log(e^{p_i} + Ng_i) - p_i``, where a loss
+turns a :class:`NegativeBlock` of anchors into its ``log Ng``, on the ``dense``, ``rows``
+or ``sampled`` path (docs/design.md)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional, Union
@@ -25,17 +22,14 @@ EXP_SPAN = 80.0
 
 
 def full_precision(like: Tensor) -> contextlib.AbstractContextManager:
-    """Turns autocast off on ``like``'s device: the losses compute in float32 at least
-    (bfloat16 moves a logit ``θ/τ`` by up to ``5·2^-9`` at ``τ = 0.2``, float16's sums of
-    ``2N`` exponentials overflow)."""
+    """Turns autocast off on ``like``'s device: the losses compute in float32 at least."""
     if autocast_enabled(like.device.type):
         return torch.autocast(like.device.type, enabled=False)
     return contextlib.nullcontext()
 
 
 class _Normalize(torch.autograd.Function):
-    """``h / ‖h‖`` row by row, and its gradient ``(g − u (u·g)) / ‖h‖`` in one pass of a few
-    operations (autograd's ``F.normalize`` makes twice as many)."""
+    """``h / ‖h‖`` row by row, with the gradient ``(g − u (u·g)) / ‖h‖`` by hand."""
 
     @staticmethod
     def forward(ctx, h: Tensor) -> Tensor:
@@ -55,17 +49,13 @@ class _Normalize(torch.autograd.Function):
 
 
 def normalize_views(h1: Tensor, h2: Tensor) -> tuple[Tensor, Tensor]:
-    """Unit rows of both views in float32 or float64 (half inputs are upcast), exact for
-    every finite row: each row is divided by its largest magnitude before its norm is
-    taken (:class:`_Normalize`). A zero row stays 0, with ``F.normalize``'s gradient."""
+    """Unit rows of both views in float32 or float64, exact for every finite row."""
     full = [h if h.dtype in (torch.float32, torch.float64) else h.float() for h in (h1, h2)]
     return _Normalize.apply(full[0]), _Normalize.apply(full[1])
 
 
 def shifted_logits(a: Tensor, b: Tensor, tau: float) -> Tensor:
-    """``(a bᵀ - 1)/τ`` of unit rows in one matrix product (a batch of them for ``[2, N, d]``
-    views): logits shifted by their upper bound ``1/τ``, so that their exponentials never
-    overflow."""
+    """``(a bᵀ - 1)/τ`` of unit rows: logits shifted by their bound, so ``exp`` never overflows."""
     product = torch.addmm if a.dim() == 2 else torch.baddbmm
     return product(a.new_full((), -1.0 / tau), a, b.mT, alpha=1.0 / tau)
 
@@ -78,8 +68,7 @@ def _exclude(x: Tensor, excluded: Tensor) -> Tensor:
 
 
 class Plan(NamedTuple):
-    """How a loss computes: ``path`` (``'dense'``, ``'rows'`` or ``'sampled'``) and the
-    anchors per block (``N`` on the dense path)."""
+    """A loss's ``path`` (``'dense'``, ``'rows'`` or ``'sampled'``) and anchors per block."""
 
     path: str
     block_size: int
@@ -87,12 +76,9 @@ class Plan(NamedTuple):
 
 @dataclass
 class NegativeBlock:
-    """A block of ``B`` anchors of one view with ``C`` candidate negatives per view.
-
-    Logits are shifted by their upper bound ``1/τ`` (cosines are at most 1), so ``exp``
-    never overflows; every ``Ng`` formula is homogeneous in the exponentials, so the shift
-    cancels in the loss. A loss of one's own reads the attributes below and
-    :meth:`log_sum_exp_both` (docs/own_loss.md); the rest is the engine's.
+    """A block of ``B`` anchors of one view with ``C`` candidate negatives per view, its
+    logits shifted by ``-1/τ`` (so ``exp`` never overflows). A loss of one's own reads the
+    attributes below and :meth:`log_sum_exp_both` (docs/own_loss.md).
 
     Attributes:
         pos: ``[B]`` shifted positive logits ``(θ(a_i, o_i) - 1)/τ``.
@@ -103,10 +89,8 @@ class NegativeBlock:
             or a surplus sample).
         count: Negatives per view and anchor (``N - 1``, or ``k`` when sampled).
         tau: The temperature.
-        view: The anchors' view: 0 (``a = u = h1``) or 1 (``a = v = h2``); ``None`` for
-            the dense path's two views in one block (``batched_views``), whose
-            ``anchors``, ``others`` and ``peers`` are ``[2, N, d]`` (``u`` and ``v``
-            stacked) and whose sums are ``[2, N]``.
+        view: The anchors' view: 0 (``a = u = h1``) or 1 (``a = v = h2``); ``None``: both
+            views of the dense path (``batched_views``), stacked ``[2, N, d]``.
         rows: The anchors' rows (``None``: all ``N``, the dense path).
         cols: The candidate negatives' rows (``None``: all ``N``).
     """
@@ -126,15 +110,12 @@ class NegativeBlock:
 
     @property
     def dense(self) -> bool:
-        """Whether the block holds all anchors against all nodes (the dense path, whose two
-        views share their inter-view matrix: the second view's is its transpose)."""
+        """Whether the block is the dense path's (all anchors against all nodes)."""
         return self.pair is not None
 
     @property
     def inter(self) -> Tensor:
-        """``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``, ``-inf`` where
-        excluded; one product at the first use (the built-in losses need only sums of their
-        exponentials, which :meth:`log_sum_exp_both` forms without them)."""
+        """``[B, C]`` shifted inter-view logits ``(θ(a_i, o_k) - 1)/τ``, ``-inf`` if excluded."""
         if not self.dense:
             return self._logits("inter", self.anchors, self.others)
         x = self._logits("inter", self.pair.u, self.pair.v, self.pair.own)
@@ -142,8 +123,7 @@ class NegativeBlock:
 
     @property
     def intra(self) -> Tensor:
-        """``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ``, ``-inf`` where
-        excluded (see :attr:`inter`)."""
+        """``[B, C]`` shifted intra-view logits ``(θ(a_i, a_k) - 1)/τ`` (see :attr:`inter`)."""
         return self._logits("intra", self.anchors, self.peers)
 
     def _split(self) -> list[NegativeBlock]:
@@ -161,8 +141,7 @@ class NegativeBlock:
         return own[name]
 
     def _detached_logits(self) -> Tensor:
-        """The shifted inter-view logits without gradient or exclusion, made once (on the
-        dense path the first view's, for both blocks) and kept for :meth:`_take_logits`."""
+        """The inter-view logits without gradient or exclusion, made once (dense: view 0's)."""
         own = self.pair.own if self.dense else self._own
         if "detached" not in own:
             a, o = (self.pair.u, self.pair.v) if self.dense else (self.anchors, self.others)
@@ -186,9 +165,6 @@ class NegativeBlock:
         """``log Σ_k w_k [exp(scale·inter_k) + exp(scale·intra_k)]`` over all ``2·count``
         negatives, with detached weights ``w = exp(log_weight)`` (``[B, C]``; default 1). A
         tuple of scales gives ``[S, B]``, one row per scale, from the same products.
-
-        Sums of exponentials (``_ExpGram``; weights shifted by their row maximum), or a
-        max-shifted log-sum-exp where an exponential could underflow (very small ``τ``).
         """
         scales = (float(scale),) if isinstance(scale, (int, float)) else tuple(scale)
         if not all(0 < s < float("inf") for s in scales):  # (-inf at the excluded entries)
@@ -198,8 +174,7 @@ class NegativeBlock:
         elif log_weight is None:
             out = torch.log(self._inter_sums(scales) + self._intra_sums(scales))
         else:
-            # (a transposed matrix's weights, the dense second view's, become one copy along
-            # memory: each pass of the sums then runs along rows)
+            # (one copy along memory: the dense second view's weights are a transpose)
             lw = _exclude(log_weight.clone(memory_format=torch.contiguous_format), self.excluded)
             shift = lw.amax(dim=1)  # (the largest weight 1: no row's sum underflows)
             lw.sub_(shift.unsqueeze(1))
@@ -213,8 +188,7 @@ class NegativeBlock:
         return torch.logaddexp(inter.logsumexp(dim=-1), intra.logsumexp(dim=-1))
 
     def _inter_sums(self, scales, log_weight: Optional[Tensor] = None, gather=None, logits=None):
-        """``[S, B]`` inter-view sums (with ``gather``: and the logits at those columns).
-        ``logits``: the block's detached inter-view logits, if made already (overwritten)."""
+        """``[S, B]`` inter-view sums (and the logits at ``gather``), from ``logits`` if given."""
         if self.dense and log_weight is None:
             sums, gathered = self.pair.inter_sums(self.view, scales, gather)
         else:
@@ -231,22 +205,15 @@ class NegativeBlock:
 
 
 class DensePair:
-    """What the dense path's two blocks share: the views, the inter-view matrix's
-    detached logits (made once, for ProGCL's hardness), its unweighted sums (rows for the
-    first view's anchors, columns for the second's) and ProGCL-mix's selection."""
+    """What the dense path's two blocks share: the views, the inter-view matrix and its sums."""
 
     def __init__(self, u: Tensor, v: Tensor, tau: float, excluded: Tensor):
         self.u, self.v, self.tau, self.excluded = u, v, tau, excluded
-        #: What the blocks share: ``"detached"`` logits, ``"inter"``, sums by their key.
-        self.own: dict = {}
-        #: ProGCL's per-call values, set by its negative term (hardness, selection).
+        self.own: dict = {}  # ("detached" logits, "inter", sums by their key)
         self.progcl: Optional[object] = None
 
     def inter_sums(self, view, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
-        """``(sums [S, N], gathered)`` of ``view``'s anchors: the rows (first view) or the
-        columns (second view) of one matrix per key, made at its first use (``view=None``:
-        both, ``[S, 2, N]``). ``gather``: both views' ``[N, K]`` selected logits, from
-        the handed-over detached logits (ProGCL-mix's selection: one product fewer)."""
+        """``(sums [S, N], gathered)`` of ``view``'s anchors (``None``: both) from one matrix."""
         key = (scales, gather is not None)
         if key not in self.own:
             gathers, logits = (), None
@@ -259,17 +226,14 @@ class DensePair:
         rows, cols, got = self.own[key]
         if view is None:
             return torch.stack([rows, cols], dim=1), None
-        if view == 0:
-            return rows, (got[0] if got else None)
-        return cols, (got[1] if got else None)
+        return (rows, cols)[view], (got[view] if got else None)
 
 
 @dataclass(frozen=True)
 class _Sums:
-    """What :class:`_ExpGram` computes over one matrix ``x = (a oᵀ - 1)/τ`` (``-inf`` at
-    ``excluded``): row sums (and ``columns`` sums) of ``exp(s·x + log_w)`` for each scale
-    ``s``, and ``x`` at ``gather``'s ``(dim, index)`` pairs: ``[·, K]`` columns of ``x``'s
-    rows (dim 1) or of ``xᵀ``'s (dim 0), along memory (for inductor: docs/design.md)."""
+    """What :class:`_ExpGram` computes over ``x = (a oᵀ - 1)/τ`` (``-inf`` at ``excluded``):
+    row (and ``columns``) sums of ``exp(s·x + log_w)`` per scale ``s``, and ``x`` (dim 1) or
+    ``xᵀ`` (dim 0) gathered at each ``(dim, index)`` of ``gather``."""
 
     tau: float
     excluded: Tensor
@@ -279,11 +243,7 @@ class _Sums:
 
 
 class _ExpGram(torch.autograd.Function):
-    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o``, by hand for
-    memory and time (docs/design.md): one scale keeps only the exponentials, and its
-    backward is one elementwise pass and two products. Several scales keep the logits and
-    exponentiate again in backward.
-    """
+    """The sums of :class:`_Sums` over the Gram matrix of ``a`` and ``o`` (docs/design.md)."""
 
     @staticmethod
     def forward(ctx, a: Tensor, o: Optional[Tensor], log_w: Optional[Tensor], logits, spec: _Sums):
@@ -339,17 +299,13 @@ def positive_logits(a: Tensor, o: Tensor, tau: float) -> Tensor:
 
 
 def batched_views(term: NegativeTermFn) -> NegativeTermFn:
-    """Marks a negative term that takes the dense path's two views as one block
-    (``view=None``: ``[2, N]`` sums, the two intra-view matrices in one batched product),
-    so that its elementwise passes run once for both views. A term without the mark (a
-    loss of one's own) gets one block per view."""
+    """Marks a negative term that takes the dense path's two views as one block."""
     term.batched_views = True
     return term
 
 
 def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> list[NegativeBlock]:
-    """Both views' blocks of all ``N`` anchors, sharing their inter-view matrix (one block
-    of both views when ``batched``)."""
+    """Both views' blocks of all ``N`` anchors (one block of both views when ``batched``)."""
     n = u.size(0)
     diag = torch.arange(n, device=u.device)
     pos, pair = positive_logits(u, v, tau), DensePair(u, v, tau, diag)
@@ -360,9 +316,8 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> lis
 
 
 def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, cols=None):
-    """The anchors ``rows`` of view ``a`` against all nodes, or against ``k + 1`` shared
-    sampled nodes ``cols``: then each anchor drops one column (itself if sampled, else the
-    last), keeping ``k`` uniform negatives among the other ``N - 1``."""
+    """The anchors ``rows`` of view ``a`` against all nodes, or against ``k + 1`` sampled
+    nodes ``cols`` less one each (itself if sampled, else the last)."""
     anchors = torch.arange(rows.start, rows.stop, device=a.device)
     pos = positive_logits(a[rows], o[rows], tau)
     if cols is None:
@@ -374,41 +329,33 @@ def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, cols=Non
 
 
 def anchor_losses(block: NegativeBlock, term: NegativeTermFn) -> Tensor:
-    """``ℓ_i = log(e^{p_i} + Ng_i) - p_i = -log σ(p_i - log Ng_i)`` of each anchor of
-    ``block``."""
+    """``ℓ_i = log(e^{p_i} + Ng_i) - p_i = -log σ(p_i - log Ng_i)`` of ``block``'s anchors."""
     return F.logsigmoid(block.pos - term(block)).neg()
 
 
-def contrastive_losses(
-    u: Tensor,
-    v: Tensor,
-    tau: float,
-    term: NegativeTermFn,
-    how: Plan,
-    anchors: slice,
-    num_negatives: Optional[int] = None,
-    reduced: bool = False,
-) -> Tensor:
-    """``[2, M]`` losses ``ℓ(u_i)`` (row 0) and ``ℓ(v_i)`` (row 1) of the unit views ``u``,
-    ``v`` for the anchors ``i`` in ``anchors``, each against all nodes, as ``how`` says.
-    ``reduced``: the losses will be reduced by their mean or sum, so row and sampled
-    blocks whose views need a gradient take it as they go (:class:`_ReducedBlocks`)."""
+def contrastive_losses(loss, h1: Tensor, h2: Tensor, anchors: slice, reduced=False) -> Tensor:
+    """``[2, M]`` losses ``ℓ(u_i)``, ``ℓ(v_i)`` of a ``ContrastiveLoss`` for the rows
+    ``anchors``, on its :meth:`plan`'s path; ``reduced``: for a mean or sum."""
+    how, term, tau = loss.plan(h1, anchors), loss.negative_term, loss.tau
+    u, v = normalize_views(h1, h2)
     if how.path == "dense":
         blocks = dense_blocks(u, v, tau, getattr(term, "batched_views", False))
         losses = [anchor_losses(b, term) for b in blocks]
         return losses[0] if len(losses) == 1 else torch.stack(losses)
-    args = (tau, how, anchors, num_negatives)
-    if reduced and torch.is_grad_enabled() and (u.requires_grad or v.requires_grad):
+    args = (tau, how, anchors, loss.num_negatives)
+    grad = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad)
+    if reduced and grad:
         return _ReducedBlocks.apply(u, v, term, args)
+    # (per-anchor losses: each block recomputed in backward, its RNG state restored)
+    run = functools.partial(checkpoint, _row_losses, use_reentrant=False) if grad else _row_losses
     out: list[list[Tensor]] = [[], []]
     for view, inputs in _blocks(u, v, *args):
-        out[view].append(_block_losses(inputs, term))
+        out[view].append(run(term, *inputs))
     return torch.stack([torch.cat(losses) for losses in out])
 
 
 def _blocks(u, v, tau: float, how: Plan, anchors: slice, num_negatives=None):
-    """``(view, inputs of row_block)`` of each row or sampled block, in order (sampled
-    columns drawn as they come)."""
+    """``(view, inputs of row_block)`` of each row or sampled block, in order."""
     n, size = u.size(0), how.block_size
     for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in range(anchors.start, anchors.stop, size):
@@ -420,10 +367,7 @@ def _blocks(u, v, tau: float, how: Plan, anchors: slice, num_negatives=None):
 
 
 class _ReducedBlocks(torch.autograd.Function):
-    """``[2, N]`` losses of the row (or sampled) blocks, each block's gradient taken as it
-    is computed and added to the views' ``[N, d]`` gradients: one block alive at a time,
-    none computed again (docs/design.md). The gradient kept is that of the sum, so the
-    losses must be reduced by their mean or sum (an incoming gradient equal for all)."""
+    """``[2, N]`` losses of the row blocks, each block's gradient taken as it is computed."""
 
     @staticmethod
     def forward(ctx, u: Tensor, v: Tensor, term: NegativeTermFn, args: tuple) -> Tensor:
@@ -433,7 +377,7 @@ class _ReducedBlocks(torch.autograd.Function):
         grads, out = [torch.zeros_like(t) for t in inputs], [[], []]
         with torch.enable_grad():
             for view, block in _blocks(*leaves, *args):
-                losses = anchor_losses(row_block(*block), term)
+                losses = _row_losses(term, *block)
                 for grad, part in zip(grads, torch.autograd.grad(losses.sum(), inputs)):
                     grad.add_(part)
                 out[view].append(losses.detach())
@@ -446,14 +390,5 @@ class _ReducedBlocks(torch.autograd.Function):
         return *(next(grads) * g if wanted else None for wanted in ctx.wanted), None, None
 
 
-def _block_losses(inputs: tuple, term: NegativeTermFn) -> Tensor:
-    """The losses of the block ``row_block(*inputs)``, recomputed in backward when they
-    need a gradient (the RNG state restored, so a random pairing is drawn alike): only one
-    block's ``B×N`` intermediates are alive at a time."""
-
-    def losses(*inputs) -> Tensor:
-        return anchor_losses(row_block(*inputs), term)
-
-    if torch.is_grad_enabled() and (inputs[0].requires_grad or inputs[1].requires_grad):
-        return checkpoint(losses, *inputs, use_reentrant=False)
-    return losses(*inputs)
+def _row_losses(term: NegativeTermFn, *inputs) -> Tensor:
+    return anchor_losses(row_block(*inputs), term)

@@ -1,5 +1,4 @@
-"""ProGCL's negative terms on a block: negatives weighted by their hardness (weight), or
-hard negatives synthesised from the hardest (mix) (docs/algorithms.md §5.2-5.3)."""
+"""ProGCL's negative terms on a block: weight and mix (docs/algorithms.md §5.2-5.3)."""
 
 from __future__ import annotations
 
@@ -12,14 +11,11 @@ from torch import Tensor
 from ..mixture import BetaMixture
 from ._engine import NegativeBlock
 
-#: The default :math:`\epsilon` of ProGCL-mix's mixing formula.
 MIX_EPS = 1e-8
 
 
 class Hardness:
-    """The hardness ``b = s'·p(TN | s')`` of a fitted ``mixture`` on the blocks of one
-    loss call, in log space, so that weights ``w = b / mean b`` and the selection never
-    underflow; the ``schedule`` says which similarities ``b`` comes from, and its floor."""
+    """The hardness ``b = s'·p(TN | s')`` in log space, on the blocks of one loss call."""
 
     def __init__(self, mixture: BetaMixture, schedule):
         self.mixture, self.schedule = mixture, schedule
@@ -28,9 +24,7 @@ class Hardness:
         self.selection: Optional[list] = None  # (ProGCL-mix's, dense path: both views')
 
     def log_b(self, block: NegativeBlock) -> Tensor:
-        """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded. On the dense
-        path one ``N×N`` matrix serves both views: the second view's is its transpose (or
-        the first's itself with the schedule's ``shared_weights``)."""
+        """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded."""
         shared = self.schedule.shared_weights
         if block.dense and self._dense is not None:
             return self._dense.T if block.view == 1 and not shared else self._dense
@@ -51,9 +45,7 @@ class Hardness:
 
 
 def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
-    """ProGCL-weight's ``log Ng = log Σ_k w_k (e^{inter_k} + e^{intra_k})``,
-    ``w = b / mean b``. The largest weight of a row is at least 1, so its sum needs no
-    shift against underflow."""
+    """ProGCL-weight's ``log Ng = log Σ_k w_k (e^{inter_k} + e^{intra_k})``, ``w = b / mean b``."""
     lb, log_mean = hardness.log_weights(block)
     if not block._exp_fits():
         return block.log_sum_exp_both(1.0, lb) - log_mean
@@ -67,12 +59,7 @@ def mixed_log_negatives(block: NegativeBlock, hardness: Hardness, num_mix: int, 
     r"""ProGCL-mix's ``log Ng``: GRACE's negatives plus
     :math:`\sum_a e^{\theta_{mix}(a)/\tau}`,
     :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
-    over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``.
-
-    The dense path selects both views' negatives at its first view, so that one matrix
-    gives both views' sums and selected logits. A row block recomputed in backward selects
-    again alike (deterministic, the pairing drawn from the restored random state).
-    """
+    over the ``num_mix`` inter-view negatives of largest ``b`` and a random pairing ``π``."""
     k = min(num_mix, block.count)
     if block.dense:
         if hardness.selection is None:
@@ -108,8 +95,7 @@ def mixed_logits(logit: Tensor, b: Tensor, perm: Tensor, eps: float, tau: float)
 
 
 def select_hardest(log_b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The ``k`` hardest negatives of each row (column indices, ascending), their ``b``,
-    and a random pairing ``π`` of their positions."""
+    """The ``k`` hardest negatives of each row, their ``b``, and a random pairing ``π``."""
     with torch.no_grad():
         idx = largest(log_b, k)
         return idx, log_b.gather(1, idx).exp_(), torch.randperm(k, device=idx.device)
@@ -117,9 +103,7 @@ def select_hardest(log_b: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
 
 def largest(x: Tensor, k: int) -> Tensor:
     """Column indices of the ``k`` largest entries of each row of ``x`` (no NaN), ascending;
-    ties at the ``k``-th value go to the lowest columns, so the order (which decides the
-    pairs of ``π``) is canonical whatever the selection algorithm. Whole-matrix operations
-    with shapes known in advance: nothing is read on the host."""
+    ties at the ``k``-th value go to the lowest columns (docs/design.md)."""
     rows, n = x.shape
     if k >= n:
         return torch.arange(n, device=x.device).expand(rows, n)
@@ -127,8 +111,7 @@ def largest(x: Tensor, k: int) -> Tensor:
     above, ties = x > kth, x == kth
     room = k - above.sum(dim=1, keepdim=True, dtype=torch.int32)
     keep = above.logical_or_(ties.logical_and_(ties.cumsum(1, dtype=torch.int32) <= room))
-    # Each kept entry's rank among its row's kept ones: its slot in the result (the rest
-    # go to a spare slot k).
+    # (each kept entry's rank in its row is its slot; the rest go to a spare slot k)
     slot = torch.where(keep, keep.cumsum(1).sub_(1), k)
     columns = torch.arange(n, device=x.device).expand(rows, n)
     return x.new_empty(rows, k + 1, dtype=torch.long).scatter_(1, slot, columns)[:, :k]

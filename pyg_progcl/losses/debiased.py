@@ -13,47 +13,38 @@ from .base import ContrastiveLoss
 
 __all__ = ["DebiasedInfoNCELoss", "HardInfoNCELoss"]
 
-#: The largest scale ``(1 + β)/τ`` of HCL's weighted logits: sums over ``2N`` anchors of
-#: losses and gradients of this order stay finite in float32 for any graph.
+#: The largest scale ``(1 + β)/τ`` of HCL's logits that float32 sums keep finite.
 HCL_MAX_SCALE = 1e30
 
 
 def debiased_log_negatives(
     pos: Tensor, log_neg: Tensor, count: int, tau: float, tau_plus: float
 ) -> Tensor:
-    r"""``log max((neg - τ⁺·M·pos) / (1 - τ⁺), M·e^{-1/τ})`` in the shifted log space.
-
-    ``M = 2·count`` negatives per anchor (counted per anchor, not over the matrix). The
-    difference is taken as ``log neg + log(1 - e^a)`` with ``a = log(τ⁺ M pos / neg)``, and
-    is ``-inf`` (so the floor wins) when the correction exceeds ``neg``.
-    """
+    r"""``log max((neg - τ⁺·M·pos) / (1 - τ⁺), M·e^{-1/τ})`` in the shifted log space,
+    ``M = 2·count``: ``log neg + log(1 - e^a)``, ``a = log(τ⁺ M pos / neg)`` (``-inf`` for
+    ``a >= 0``, so the floor wins)."""
     m = 2 * count
     log_floor = math.log(m) - 2.0 / tau
     if tau_plus == 0:
         return log_neg.clamp(min=log_floor)
     a = (pos - log_neg).add_(math.log(tau_plus * m))
-    # log(1 - e^a) for a < 0; a >= 0 (the correction exceeds neg) gives -inf, through a
-    # clamped a so that the unused branch's gradient stays finite (0 after the where).
+    # (a clamped, so that the unused branch's gradient stays finite)
     safe = a.clamp(max=-torch.finfo(a.dtype).tiny)
     log_diff = log_neg + torch.log(-torch.expm1(safe)) - math.log1p(-tau_plus)
     return torch.where(a < 0, log_diff, float("-inf")).clamp(min=log_floor)
 
 
 class DebiasedInfoNCELoss(ContrastiveLoss):
-    r"""Debiased contrastive loss (DCL).
-
-    From `Debiased Contrastive Learning` (Chuang et al., NeurIPS 2020,
-    https://arxiv.org/abs/2007.00224; docs/algorithms.md §3):
+    r"""Debiased contrastive loss (DCL), from `Debiased Contrastive Learning` (Chuang et al.,
+    NeurIPS 2020, https://arxiv.org/abs/2007.00224; docs/algorithms.md §3):
     :math:`Ng_i = \max\big((\sum_k e^{\theta_{ik}/\tau} - \tau^+ M e^{\theta_{ii}/\tau})
     /(1-\tau^+),\ M e^{-1/\tau}\big)` with :math:`M = 2(N-1)` negatives per anchor.
 
     Args:
-        tau: Temperature.
         tau_plus: Class prior :math:`\tau^+ \in [0, 1)`; ``0`` gives GRACE exactly.
-        block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
+        tau, block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
     """
 
-    #: See :class:`ContrastiveLoss` (both views in one block: docs/design.md).
     peak_matrices = 6
 
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, **kwargs):
@@ -70,24 +61,19 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
 
 
 class HardInfoNCELoss(DebiasedInfoNCELoss):
-    r"""Hard-negative debiased contrastive loss (HCL).
-
-    From `Contrastive Learning with Hard Negative Samples` (Robinson et al., ICLR 2021,
-    https://arxiv.org/abs/2010.04592; docs/algorithms.md §4):
-    DCL with ``neg`` replaced by
+    r"""Hard-negative debiased contrastive loss (HCL), from `Contrastive Learning with Hard
+    Negative Samples` (Robinson et al., ICLR 2021, https://arxiv.org/abs/2010.04592;
+    docs/algorithms.md §4): DCL with ``neg`` replaced by
     :math:`\sum_k w_{ik} e^{\theta_{ik}/\tau} / \mathrm{mean}_k w_{ik}`,
     :math:`w_{ik} = e^{\beta\theta_{ik}/\tau}`.
 
     Args:
-        tau: Temperature.
-        tau_plus: Class prior :math:`\tau^+ \in [0, 1)`.
-        beta: Concentration :math:`\beta \ge 0` on hard negatives; ``0`` gives DCL exactly.
-            At most ``1e30·tau - 1`` (``HCL_MAX_SCALE``), where the logits
-            :math:`(1+\beta)\theta/\tau` and their gradients stay finite in float32.
-        block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
+        beta: Concentration :math:`\beta \ge 0` on hard negatives (``0``: DCL), at most
+            ``1e30·tau - 1``.
+        tau, tau_plus, block_size, num_negatives, reduction: see
+            :class:`DebiasedInfoNCELoss`.
     """
 
-    #: See :class:`ContrastiveLoss` (two scales of exponentials: docs/design.md).
     peak_matrices = 7
 
     def __init__(self, tau: float = 0.5, tau_plus: float = 0.1, beta: float = 1.0, **kwargs):

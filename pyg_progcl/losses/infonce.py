@@ -11,16 +11,14 @@ __all__ = ["InfoNCELoss"]
 
 
 class InfoNCELoss(ContrastiveLoss):
-    r"""GRACE's InfoNCE with inter- and intra-view negatives (docs/algorithms.md §1).
-
-    From `Deep Graph Contrastive Representation Learning` (Zhu et al., 2020,
-    https://arxiv.org/abs/2006.04131):
+    r"""GRACE's InfoNCE with inter- and intra-view negatives, from `Deep Graph Contrastive
+    Representation Learning` (Zhu et al., 2020, https://arxiv.org/abs/2006.04131;
+    docs/algorithms.md §1):
     :math:`Ng_i = \sum_{k\neq i} e^{\theta(u_i,v_k)/\tau} + \sum_{k\neq i} e^{\theta(u_i,u_k)/\tau}`.
 
     Args: see :class:`ContrastiveLoss`.
     """
 
-    #: See :class:`ContrastiveLoss` (both views in one block: docs/design.md).
     peak_matrices = 6
 
     @batched_views

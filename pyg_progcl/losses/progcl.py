@@ -7,7 +7,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive, check_views, short_repr
+from .._checks import check_choice, check_int, check_views, check_within, short_repr
 from ..mixture import BetaMixture
 from ._engine import NegativeBlock, batched_views
 from ._hardness import MIX_EPS, Hardness, mixed_log_negatives, weighted_log_negatives
@@ -17,22 +17,14 @@ from .schedules import DEFAULT_SCHEDULE, FitSchedule, FrozenFit, as_schedule
 
 __all__ = ["ProGCLLoss"]
 
-#: The accepted ``mix_eps``: a normal float32 (the 0/0 of two underflowed hardnesses
-#: stays finite) that does not outweigh the hardnesses ``b <= 1`` it guards.
 MIX_EPS_RANGE = (1e-30, 1.0)
-
-#: Peak host memory of a fit per sampled similarity, in bytes (the mixture's float64 EM
-#: statistics; measured peak RSS of :meth:`ProGCLLoss.refit`, rounded up).
-FIT_BYTES_PER_SAMPLE = 120
-#: The largest ``num_samples``: a fit of 10⁸ samples peaks at some 12 GB.
+FIT_BYTES_PER_SAMPLE = 120  # (a fit's peak host memory per sample)
 MAX_NUM_SAMPLES = 10**8
 
 
 class ProGCLLoss(ContrastiveLoss):
-    r"""ProGCL-weight and ProGCL-mix on GRACE's InfoNCE.
-
-    From `ProGCL: Rethinking Hard Negative Mining in Graph Contrastive Learning`
-    (Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027). A two-component
+    r"""ProGCL-weight and ProGCL-mix, from `ProGCL: Rethinking Hard Negative Mining in Graph
+    Contrastive Learning` (Xia et al., ICML 2022, https://arxiv.org/abs/2110.02027). A two-component
     :class:`~pyg_progcl.BetaMixture` of the inter-view negative similarities
     :math:`s' = (\theta+1)/2` gives each negative its hardness
     :math:`b_{ik} = p(\mathrm{true\ neg.} \mid s'_{ik})\, s'_{ik}` (no gradient through
@@ -45,13 +37,8 @@ class ProGCLLoss(ContrastiveLoss):
       :math:`\theta_{mix}(a) = (b_a\theta_a + b_{\pi(a)}\theta_{\pi(a)})/(b_a + b_{\pi(a)} + \epsilon)`
       over the ``num_mix`` negatives of largest :math:`b` and a random pairing :math:`\pi`.
 
-    Until it is :attr:`fitted` the loss equals :class:`InfoNCELoss` exactly. The training
-    loop owns the warm-up and calls :meth:`fit` every epoch after it; the ``schedule``
-    decides what a call changes (:mod:`~pyg_progcl.losses.schedules`): ``'online'``
-    refits at every call (warm-started); ``'floored'`` (the default) too, but once a refit
-    degenerates it floors :math:`p(\mathrm{true\ neg.} \mid s')` at 0.5 for the rest of
-    training; ``'frozen'`` fits once and keeps that epoch's weights, as the reference code
-    does (:meth:`reference_code`). Degenerate fits are counted in :attr:`degenerate_fits`.
+    Until it is :attr:`fitted` the loss equals :class:`InfoNCELoss`; the training loop
+    calls :meth:`fit` every epoch after its warm-up.
 
     .. code-block:: python
 
@@ -63,25 +50,18 @@ class ProGCLLoss(ContrastiveLoss):
             loss = loss_fn(h1, h2)
 
     Args:
-        tau: Temperature.
         mode: ``'weight'`` or ``'mix'``.
-        num_samples: Inter-view negative similarities ``M`` sampled per fit, at most
-            ``MAX_NUM_SAMPLES`` = ``10**8``; a fit peaks at about 120 bytes per sample
-            (``FIT_BYTES_PER_SAMPLE``), whatever ``N`` and the views' width.
-        num_mix: Negatives mixed per anchor (``K``; capped at the negatives available).
+        num_samples: Negative similarities sampled per fit, at most ``10**8``.
+        num_mix: Negatives mixed per anchor (capped at the negatives available).
         fit_iters: EM iterations per fit (the paper's ``I = 10``), warm-started.
-        mix_eps: The :math:`\epsilon` of the mixing formula, in ``[1e-30, 1]``
-            (``MIX_EPS_RANGE``).
-        mixture: The :class:`~pyg_progcl.BetaMixture` to use (default: the reference
-            initialisation); one passed in already fitted weights from the first step
-            (except with ``'frozen'``, which needs a fit to store its views).
-        schedule: ``'floored'``, ``'online'`` (ProGCL's online refit without the floor),
-            ``'frozen'`` or a :class:`~pyg_progcl.losses.schedules.FitSchedule` (with its
-            ``floor``).
-        block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
+        mix_eps: The :math:`\epsilon` of the mixing formula, in ``[1e-30, 1]``.
+        mixture: The :class:`~pyg_progcl.BetaMixture`; one passed in already fitted
+            weights from the first step.
+        schedule: ``'floored'``, ``'online'``, ``'frozen'`` or a
+            :class:`~pyg_progcl.losses.schedules.FitSchedule`.
+        tau, block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
     """
 
-    #: See :class:`ContrastiveLoss` (docs/design.md: kept exponentials and ``log b``).
     peak_matrices = 8
 
     def __init__(
@@ -106,13 +86,8 @@ class ProGCLLoss(ContrastiveLoss):
             )
         self.num_mix = check_int("num_mix", num_mix, 1)
         self.fit_iters = check_int("fit_iters", fit_iters, 1)
-        self.mix_eps = check_positive("mix_eps", mix_eps)
-        if not MIX_EPS_RANGE[0] <= self.mix_eps <= MIX_EPS_RANGE[1]:
-            raise ValueError(
-                f"`mix_eps` must lie in [{MIX_EPS_RANGE[0]:g}, {MIX_EPS_RANGE[1]:g}] (got "
-                f"{self.mix_eps:g}): it guards the 0/0 of two vanishing hardnesses b <= 1 "
-                "and must stay a normal float32"
-            )
+        why = "it guards the 0/0 of two vanishing hardnesses b <= 1 as a normal float32"
+        self.mix_eps = check_within("mix_eps", mix_eps, *MIX_EPS_RANGE, why)
         if mixture is not None and not isinstance(mixture, BetaMixture):
             raise ValueError(
                 f"`mixture` must be a pyg_progcl.BetaMixture or None (got {short_repr(mixture)})"
@@ -131,15 +106,9 @@ class ProGCLLoss(ContrastiveLoss):
         mixture: Optional[BetaMixture] = None,
         **kwargs,
     ) -> ProGCLLoss:
-        """ProGCL as the authors' code runs it (https://github.com/junxia97/ProGCL).
-
-        The frozen schedule (:class:`~pyg_progcl.losses.schedules.FrozenFit`: weights from
-        the fit epoch's views); the second direction's anchors weighted by the first
-        direction's matrix (``shared_weights``); :math:`\\beta` of the mixture's
-        high-similarity component floored at 1.01 in every EM iteration
-        (``min_beta_high``, ignored when a ``mixture`` is given). docs/reproduction.md lists
-        what else differs in that code.
-        """
+        """ProGCL as the authors' code runs it (https://github.com/junxia97/ProGCL): the
+        frozen schedule with ``shared_weights``, and :math:`\\beta` of the mixture's high
+        component floored at ``min_beta_high`` (docs/reproduction.md)."""
         mixture = BetaMixture(min_beta_high=min_beta_high) if mixture is None else mixture
         schedule = FrozenFit(shared_weights=shared_weights)
         return cls(tau, mode, mixture=mixture, schedule=schedule, **kwargs)
@@ -151,31 +120,25 @@ class ProGCLLoss(ContrastiveLoss):
 
     @property
     def degenerate_fits(self) -> dict[str, int]:
-        """How many fits of the mixture degenerated, by kind (``{kind: count}``; see
-        :attr:`.BetaMixture.degenerate_fits`)."""
+        """:attr:`.BetaMixture.degenerate_fits` of the mixture (``{kind: count}``)."""
         return self.mixture.degenerate_fits
 
     def reset_parameters(self):
-        """Returns the mixture to its initial parameters and empties the schedule (the loss
-        is GRACE's again)."""
+        """Resets the mixture and the schedule (the loss is GRACE's again)."""
         self.mixture.reset_parameters()
         self.schedule.reset_parameters()
 
     @torch.no_grad()
     def fit(self, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator] = None):
-        """Fits the mixture on ``h1``, ``h2`` as the ``schedule`` says (``'floored'``,
-        ``'online'``: every call, with :meth:`refit`). Returns ``self``."""
-        # (a refit reads its similarities' finiteness with its result; the frozen schedule
-        # keeps the views themselves)
+        """Fits the mixture on ``h1``, ``h2`` as the ``schedule`` says. Returns ``self``."""
+        # (a refit reads finiteness with its result; the frozen schedule keeps the views)
         check_views(h1, h2, finite=isinstance(self.schedule, FrozenFit))
         self.schedule.fit(self, h1, h2, generator)
         return self
 
     @torch.no_grad()
     def refit(self, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator] = None):
-        """Runs ``fit_iters`` EM iterations (warm-started) on ``num_samples`` off-diagonal
-        inter-view similarities of ``h1``, ``h2``, whatever the schedule; no ``N×N``
-        matrix is formed. Returns ``self``."""
+        """Fits the mixture on sampled similarities of ``h1``, ``h2``. Returns ``self``."""
         theta = sample_negative_similarities(h1, h2, self.num_samples, generator)
         self.mixture.fit((theta + 1) / 2, max_iter=self.fit_iters)
         return self
@@ -190,12 +153,11 @@ class ProGCLLoss(ContrastiveLoss):
             return block.log_sum_exp_both()
         if block.view is None:  # (the dense path's views: one hardness, a block each)
             return torch.stack([self.negative_term(b) for b in block._split()])
-        if block.dense:  # (one hardness for both views of the dense path)
-            if block.pair.progcl is None:
-                block.pair.progcl = Hardness(self.mixture, self.schedule)
-            hardness = block.pair.progcl
-        else:
+        hardness = block.pair.progcl if block.dense else None
+        if hardness is None:
             hardness = Hardness(self.mixture, self.schedule)
+            if block.dense:
+                block.pair.progcl = hardness
         if self.mode == "mix":
             return mixed_log_negatives(block, hardness, self.num_mix, self.mix_eps)
         return weighted_log_negatives(block, hardness)

@@ -1,10 +1,9 @@
-"""ProGCL's fit schedules: when :meth:`.ProGCLLoss.fit` refits the mixture, and which
-similarities the weights come from (docs/algorithms.md §5.4)."""
+"""ProGCL's fit schedules: when the mixture is refit, and from which similarities."""
 
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -19,27 +18,18 @@ __all__ = ["FitSchedule", "FlooredFit", "FrozenFit", "OnlineFit"]
 
 class FitSchedule(torch.nn.Module):
     r"""Base of the schedules: what a call of :meth:`.ProGCLLoss.fit` does, and from which
-    similarities the hardness ``b`` is computed (here: the current ones, at every step).
-
-    A refit *degenerates* when :meth:`~pyg_progcl.BetaMixture.degeneracy` finds a problem
-    (e.g. a false-negative spike at cosine 1; docs/algorithms.md §5.4); the buffer
-    ``degenerated`` records whether one has since :meth:`reset_parameters`. It warns (a
-    :class:`~pyg_progcl.MixtureDegeneracyWarning` naming the fix) only where nothing bounds
-    its effect, a :attr:`posterior_floor` of 0 after it, and once per schedule.
+    similarities the hardness ``b`` is computed (here: the current ones). The buffer
+    ``degenerated`` records whether a refit degenerated (docs/algorithms.md §5.4).
 
     Args:
         floor: Lower bound of the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b``
             from the first fit on (0: ProGCL's formula): no negative loses more than
-            ``1 - floor`` of its hardness, however sure the mixture is that it is a false
-            negative. (:class:`FlooredFit`'s engages at the first degenerate refit.)
+            ``1 - floor`` of its hardness.
     """
 
-    #: The schedule's name (``ProGCLLoss(schedule=name)``).
-    name = ""
-    #: The ``floor`` a schedule of this kind takes by default (not shown in its repr).
-    default_floor = 0.0
-    #: Whether the weights of the second direction are those of the first (reference code).
-    shared_weights = False
+    name = ""  # (``ProGCLLoss(schedule=name)``)
+    default_floor = 0.0  # (not shown in the repr)
+    shared_weights = False  # (the second direction weighted as the first: reference code)
 
     def __init__(self, floor: float = 0.0):
         super().__init__()
@@ -53,8 +43,7 @@ class FitSchedule(torch.nn.Module):
         return float(self.floor_now())
 
     def floor_now(self) -> Union[float, Tensor]:
-        """:attr:`posterior_floor` as the loss step uses it: a number, or a device value
-        where it depends on the schedule's state (no host read)."""
+        """:attr:`posterior_floor` as a number or a device value (no host read)."""
         return self.floor
 
     def fit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
@@ -62,8 +51,7 @@ class FitSchedule(torch.nn.Module):
         raise NotImplementedError
 
     def refit(self, loss, h1: Tensor, h2: Tensor, generator: Optional[torch.Generator]) -> None:
-        """``loss.refit(h1, h2, generator)``, noting in ``degenerated`` if it degenerated,
-        and warning if that leaves the weights unbounded (see the class)."""
+        """``loss.refit(h1, h2, generator)``, noting in ``degenerated`` if it degenerated."""
         mixture = loss.mixture
         before = dict(mixture.degenerate_fits)
         loss.refit(h1, h2, generator)
@@ -72,7 +60,6 @@ class FitSchedule(torch.nn.Module):
         self.degenerated.fill_(True)
         new = [k for k, n in mixture.degenerate_fits.items() if n > before.get(k, 0)]
         kinds = [DEGENERACY_KINDS.get(k, k) for k in new if k != "not-converged"]
-        # (degenerated now: the floor in effect is `floor` under every schedule)
         if kinds and not self._warned and not self.floor:
             self._warned = True
             message = (
@@ -90,13 +77,11 @@ class FitSchedule(torch.nn.Module):
         return loss.mixture.fitted
 
     def weight_logits(self, block: NegativeBlock, view: int) -> Tensor:
-        """The detached shifted inter-view logits ``b`` is computed from, of the block's
-        pairs from the anchors of ``view`` (0 on the dense path, whose second view's pairs
-        are the transpose): here the current ones, the block's own."""
+        """The detached inter-view logits of ``view``'s anchors that ``b`` comes from."""
         return block._detached_logits()
 
     def check_nodes(self, h: Tensor) -> None:
-        """Checks views of ``h``'s nodes can be weighted (a frozen schedule needs its own)."""
+        """Checks views of ``h``'s nodes can be weighted."""
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         frozen = [k for k in ("frozen_u", "frozen_v") if prefix + k in state_dict]
@@ -117,12 +102,7 @@ class FitSchedule(torch.nn.Module):
 
 
 class OnlineFit(FitSchedule):
-    r"""``'online'``, the paper's schedule: every :meth:`.ProGCLLoss.fit` refits the
-    mixture, warm-started; ``b`` comes from the current similarities at every step.
-
-    Args:
-        floor: See :class:`FitSchedule`.
-    """
+    r"""``'online'``, the paper's: every :meth:`.ProGCLLoss.fit` refits, warm-started."""
 
     name = "online"
 
@@ -135,11 +115,9 @@ DEGENERATE_FLOOR = 0.5
 
 
 class FlooredFit(OnlineFit):
-    r"""``'floored'``, the default: :class:`OnlineFit` (refit at every call, ``b`` from the
-    current similarities) until a refit degenerates; from then on, for the rest of
-    training, the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b`` is floored at
-    ``floor``, so that no negative loses more than ``1 - floor`` of its hardness. Until a
-    refit degenerates the loss is ``'online'``'s exactly.
+    r"""``'floored'``, the default: :class:`OnlineFit` until a refit degenerates; from then
+    on the posterior :math:`p(\mathrm{true\ neg.} \mid s')` in ``b`` is floored at
+    ``floor``, so that no negative loses more than ``1 - floor`` of its hardness.
 
     Args:
         floor: The floor engaged at the first degenerate refit (0: never, ``'online'``).
@@ -157,19 +135,13 @@ class FlooredFit(OnlineFit):
 
 class FrozenFit(FitSchedule):
     """The reference code's schedule: the first :meth:`.ProGCLLoss.fit` fits the mixture
-    (unless it was passed in fitted) and freezes the two normalised views it was given;
-    ``b`` comes from *their* similarities at every later step, so the weights are those of
-    the fit epoch.
-
-    The state is the views (buffers ``frozen_u``, ``frozen_v``, ``2·N·d`` floats), so the
-    loss needs the same ``N`` nodes in the same order at every step (full-graph training).
+    (unless fitted) and freezes the normalised views (buffers ``frozen_u``, ``frozen_v``);
+    ``b`` comes from *their* similarities at every later step (the same ``N`` nodes).
 
     Args:
         shared_weights: Weight the anchors of both views by the first direction's matrix,
-            index by index, as the reference code does: anchor :math:`v_i`'s negatives
-            :math:`u_k`, :math:`v_k` get :math:`b(\\theta(u_i, v_k))` instead of the pair's
-            own :math:`b(\\theta(v_i, u_k))`. Only to imitate that code
-            (:meth:`.ProGCLLoss.reference_code`).
+            index by index: anchor :math:`v_i`'s negatives get :math:`b(\\theta(u_i, v_k))`
+            instead of :math:`b(\\theta(v_i, u_k))`, as the reference code does.
         floor: See :class:`FitSchedule`.
     """
 
@@ -210,12 +182,29 @@ class FrozenFit(FitSchedule):
         self.frozen_u = self.frozen_v = None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The frozen views exist only after a fit: their shape (or absence) comes from the
-        # state, checked once (the loss indexes them at every step).
+        # (the frozen views' shape, or absence, comes from the state: both or neither,
+        # finite [N, d] of one shape)
         views = {name: state_dict.get(prefix + name) for name in ("frozen_u", "frozen_v")}
-        _check_frozen_views(*views.values())
-        for name, saved in views.items():
-            setattr(self, name, None if saved is None else torch.empty_like(saved))
+        u, v = views.values()
+        if not all(isinstance(t, Tensor) for t in (u, v)) and (u is not None or v is not None):
+            missing = "frozen_u" if not isinstance(u, Tensor) else "frozen_v"
+            raise ValueError(
+                f"the frozen schedule's state lacks its view {missing!r} (a fitted state holds "
+                "frozen_u and frozen_v)"
+            )
+        if u is not None and (u.dim() != 2 or u.shape != v.shape):
+            raise ValueError(
+                f"the frozen schedule's views must be two [N, d] tensors of one shape (got "
+                f"frozen_u {list(u.shape)}, frozen_v {list(v.shape)})"
+            )
+        for name, t in views.items():
+            if t is not None and (not t.is_floating_point() or not bool(torch.isfinite(t).all())):
+                raise ValueError(
+                    f"the frozen schedule's view {name!r} must hold finite floating-point "
+                    f"values (got {t.dtype}"
+                    f"{'' if not t.is_floating_point() else ' with NaN or infinity'})"
+                )
+            setattr(self, name, None if t is None else torch.empty_like(t))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
@@ -223,44 +212,12 @@ class FrozenFit(FitSchedule):
         return ", ".join(parts + ([super().extra_repr()] if self.floor else []))
 
 
-def _check_frozen_views(u, v) -> None:
-    """Checks a frozen state's views (``None``: not fitted yet): both or neither, tensors
-    of one shape ``[N, d]``, finite floating-point values."""
-    if u is None and v is None:
-        return
-    if not (isinstance(u, Tensor) and isinstance(v, Tensor)):
-        missing = "frozen_u" if not isinstance(u, Tensor) else "frozen_v"
-        raise ValueError(
-            f"the frozen schedule's state lacks its view {missing!r} (a fitted state holds "
-            "frozen_u and frozen_v)"
-        )
-    if u.dim() != 2 or u.shape != v.shape:
-        raise ValueError(
-            f"the frozen schedule's views must be two [N, d] tensors of one shape (got "
-            f"frozen_u {list(u.shape)}, frozen_v {list(v.shape)})"
-        )
-    for name, t in (("frozen_u", u), ("frozen_v", v)):
-        if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
-            raise ValueError(
-                f"the frozen schedule's view {name!r} must hold finite floating-point values "
-                f"(got {t.dtype}{'' if not t.is_floating_point() else ' with NaN or infinity'})"
-            )
-
-
-#: The schedule of ``ProGCLLoss()`` and of the presets.
 DEFAULT_SCHEDULE = "floored"
-
-#: Schedules by name (``ProGCLLoss(schedule=...)``); each takes a ``floor``.
-SCHEDULES: dict[str, Callable[..., FitSchedule]] = {
-    "online": OnlineFit,
-    "floored": FlooredFit,
-    "frozen": FrozenFit,
-}
+SCHEDULES = {s.name: s for s in (OnlineFit, FlooredFit, FrozenFit)}
 
 
 def as_schedule(schedule: Union[str, FitSchedule], floor: Optional[float] = None) -> FitSchedule:
-    """A schedule from its name in ``SCHEDULES`` (with its ``floor``; ``None``: the
-    schedule's default), or the schedule itself."""
+    """A schedule from its name in ``SCHEDULES`` (with ``floor`` if given), or itself."""
     if isinstance(schedule, FitSchedule):
         return schedule
     if not isinstance(schedule, str):
