@@ -235,6 +235,10 @@ def grace_protocol(
     Returns:
         ``{"accuracy", "accuracies", "C"}`` (``accuracies`` and ``C``: per split).
     """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.multiclass import OneVsRestClassifier
     from sklearn.preprocessing import normalize
 
     y = _check_labels(z, y)
@@ -246,37 +250,23 @@ def grace_protocol(
     grid = {"estimator__C": list(c_grid) if c_grid else [2.0**k for k in range(-10, 10)]}
     X = normalize(z.detach().cpu().double().numpy(), norm="l2")
     labels = y.cpu().numpy()
-    accs, chosen = [], []
-    for train_idx, _, test_idx in splits:
-        tr, te = train_idx.cpu().numpy(), test_idx.cpu().numpy()
-        pred, c = _grace_fit_predict(X, labels, tr, te, grid, folds)
-        accs.append(float((pred == labels[te]).mean()))
-        chosen.append(c)
-    return {"accuracy": float(np.mean(accs)), "accuracies": accs, "C": chosen}
-
-
-def _grace_fit_predict(X, labels, tr, te, grid: dict, folds: int):
-    """GRACE's classifier on one split (``C = 1`` without two training nodes); returns the
-    test nodes' most probable classes and the chosen ``C``."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import GridSearchCV
-    from sklearn.multiclass import OneVsRestClassifier
-
     onehot = np.eye(int(labels.max()) + 1, dtype=bool)[labels]
-    clf = OneVsRestClassifier(LogisticRegression(solver="liblinear"))
-    n_folds = min(int(folds), len(tr))
+    accs, chosen = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         warnings.filterwarnings("ignore", message="Label .* present")  # tiny splits
-        if n_folds >= 2:
-            clf = GridSearchCV(clf, grid, cv=n_folds).fit(X[tr], onehot[tr])
-            chosen = float(clf.best_params_["estimator__C"])
-        else:  # too few training nodes to cross-validate
-            clf.fit(X[tr], onehot[tr])
-            chosen = 1.0
-        pred = clf.predict_proba(X[te]).argmax(axis=1)
-    return pred, chosen
+        for train_idx, _, test_idx in splits:
+            tr, te = train_idx.cpu().numpy(), test_idx.cpu().numpy()
+            clf = OneVsRestClassifier(LogisticRegression(solver="liblinear"))
+            if min(int(folds), len(tr)) >= 2:
+                clf = GridSearchCV(clf, grid, cv=min(int(folds), len(tr))).fit(X[tr], onehot[tr])
+                chosen.append(float(clf.best_params_["estimator__C"]))
+            else:  # too few training nodes to cross-validate: C = 1
+                clf.fit(X[tr], onehot[tr])
+                chosen.append(1.0)
+            pred = clf.predict_proba(X[te]).argmax(axis=1)
+            accs.append(float((pred == labels[te]).mean()))
+    return {"accuracy": float(np.mean(accs)), "accuracies": accs, "C": chosen}
 
 
 def evaluate(

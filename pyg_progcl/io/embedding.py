@@ -79,13 +79,9 @@ def embed(
         if batch_size is None:
             if num_neighbors is not None:
                 raise ValueError("`num_neighbors` needs `batch_size` (mini-batch inference)")
-            weight = data.get("edge_weight")
+            inputs = (data.x, data.edge_index, data.get("edge_weight"))
             with torch.no_grad():
-                if weight is None:
-                    z = model(data.x.to(device), data.edge_index.to(device))
-                else:
-                    z = model(data.x.to(device), data.edge_index.to(device), weight.to(device))
-            return z.cpu()
+                return model(*(t.to(device) for t in inputs if t is not None)).cpu()
         return _embed_batches(model, data, batch_size, num_neighbors, device, progress).cpu()
     finally:
         model.train(was_training)
@@ -124,8 +120,7 @@ def _in_model_dtype(model: torch.nn.Module, data: Data) -> Data:
 
 
 def _nonfinite(t: Tensor) -> int:
-    """How many NaN or infinite values ``t`` holds, checked over blocks of about 4 M values
-    (``isfinite`` of the whole tensor would hold a bool per value)."""
+    """How many NaN or infinite values ``t`` holds, counted in blocks of about 4 M values."""
     if not t.is_floating_point() or t.numel() == 0:
         return 0
     t = t.reshape(1) if t.dim() == 0 else t

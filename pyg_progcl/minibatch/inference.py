@@ -35,8 +35,7 @@ def _layerwise_supported(encoder) -> bool:
 def _layer_graph(
     conv, edge_index: Tensor, num_nodes: int, dtype, edge_weight: Optional[Tensor] = None
 ) -> tuple[Tensor, Optional[Tensor]]:
-    """The edges and weights one layer aggregates over: GCN's normalisation with the full
-    graph's degrees, as GCNConv computes it; the raw edges and weights otherwise."""
+    """The edges and weights one layer aggregates over (GCN's: normalised on the full graph)."""
     if isinstance(conv, GCNConv) and conv.normalize:
         # Explicit unit weights: without them PyG gives added self-loops weight 1 even with
         # ``improved=True`` (2), unlike GCNConv's own sparse path.
@@ -52,8 +51,7 @@ def _layer_graph(
 def _apply_layer(
     conv, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor], keyword: Optional[str]
 ) -> Tensor:
-    """``conv`` on a batch's edges: GCN with the full graph's normalisation weights, other
-    convolutions with the edges' weights as their argument ``keyword``."""
+    """``conv`` on a batch's edges, their weights passed as its argument ``keyword``."""
     if isinstance(conv, GCNConv) and conv.normalize:
         conv.normalize = False  # the weights already hold the full graph's normalisation
         try:
@@ -84,8 +82,7 @@ def _layer_on_targets(
 
 
 def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Tensor:
-    """``lin(x)`` for every row of ``x``, ``batch_size`` rows at a time (through
-    :func:`~pyg_progcl.encoders.sparse_features` if ``sparse``, as the first layer does)."""
+    """``lin(x)``, ``batch_size`` rows at a time (sparse rows if ``sparse``, as layer 0)."""
     out = None
     for start in range(0, x.size(0), batch_size):
         rows = x[start : start + batch_size].to(device)
@@ -140,10 +137,8 @@ def _layerwise(
     progress=None,
     message_chunk: int = MESSAGE_CHUNK,
 ) -> Tensor:
-    """Exact encoder output, one layer at a time over target-node batches (a layer's
-    output at a node needs only its in-neighbours' inputs): each layer computes the
-    ``part``'s nodes and ``gather`` assembles all of them; GCN layers transform every
-    row once (``x @ W``) and sum the transformed rows per batch."""
+    """Exact encoder output, one layer at a time over batches of the ``part``'s target
+    nodes, ``gather`` assembling every part's (docs/algorithms.md §9)."""
     n = x.size(0)
     own = node_part(n, part)
     per_layer = -(-(own.stop - own.start) // batch_size)
@@ -194,11 +189,8 @@ def _embed_sampled(
     for done, batch in enumerate(loader, 1):
         seeds = seed_count(batch)
         batch = batch.to(device)
-        weight = batch.get("edge_weight")  # the sampled edges' weights
-        if weight is None:
-            z = model(batch.x, batch.edge_index, **unchecked)[:seeds]
-        else:
-            z = model(batch.x, batch.edge_index, weight, **unchecked)[:seeds]
+        inputs = (batch.x, batch.edge_index, batch.get("edge_weight"))  # (sampled weights)
+        z = model(*(t for t in inputs if t is not None), **unchecked)[:seeds]
         if out is None:
             out = data.x.new_empty(own.stop - own.start, z.size(1))
         out[batch.n_id[:seeds].to(out.device) - own.start] = z.to(out.device)
@@ -208,8 +200,7 @@ def _embed_sampled(
 
 
 def _full_neighbourhoods(encoder) -> list[int]:
-    """``[-1] * (L + 1)``: every neighbour over the ``L`` hops the encoder reaches (each
-    layer's ``K`` for multi-hop convolutions such as TAGConv, else 1 per layer), plus one."""
+    """``[-1] * (L + 1)``, ``L`` the hops the encoder reaches (a layer's ``K``, else 1)."""
     layers = getattr(encoder, "layers", None) or getattr(encoder, "convs", None)
     if layers is not None:
         return [-1] * (sum(int(getattr(conv, "K", 1)) for conv in layers) + 1)
