@@ -45,11 +45,8 @@ def cluster_scores(
     """k-means on the embeddings, scored against the node labels.
 
     Args:
-        z: Frozen embeddings ``[N, d]``.
-        y: Class ids ``[N]`` (``0 .. C-1``); the number of clusters is the number of
-            classes present.
-        seed: ``random_state`` of k-means.
-        n_init: k-means initialisations; the one of least inertia is kept.
+        z, y: Frozen embeddings ``[N, d]`` and class ids ``[N]`` (a cluster per class present).
+        seed, n_init: k-means's ``random_state`` and initialisations (least inertia kept).
         normalize: Cluster the L2-normalised embeddings (else the raw ones).
 
     Returns:

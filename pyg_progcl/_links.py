@@ -86,18 +86,10 @@ def split_edges(
     """Splits ``data``'s edges for link prediction before any training on them.
 
     The undirected edges (pairs ``{u, v}``, ``u != v``) are permuted from ``seed``;
-    ``floor(test_ratio E)`` go to the test set, ``floor(val_ratio E)`` to validation, and
-    leave the training graph in both directions; each gets one negative, a distinct
-    non-edge drawn uniformly. Unlike ``T.RandomLinkSplit``, the global RNG is untouched.
-
-    Args:
-        data: The graph (``edge_index``, ``num_nodes``; other fields are carried along).
-        val_ratio: Fraction of the undirected edges held out for validation (may be 0).
-        test_ratio: Fraction held out for the test.
-        seed: Seed of the split and of the negatives.
-
-    Returns:
-        An :class:`EdgeSplit`.
+    ``floor(test_ratio E)`` go to the test set, ``floor(val_ratio E)`` (may be 0) to
+    validation, and leave the training graph in both directions; each gets one negative, a
+    distinct non-edge drawn uniformly. Unlike ``T.RandomLinkSplit``, the global RNG is
+    untouched. Other fields of ``data`` are carried along.
 
     Raises:
         ValueError: where the graph has too few edges (or non-edges) for the split.
@@ -186,11 +178,10 @@ def link_scores(
 
     Args:
         z: Frozen embeddings ``[N, d]``.
-        edges: Positive pairs ``[2, P]`` (e.g. a split's ``test_edges``).
-        negatives: Negative pairs ``[2, Q]``.
+        edges, negatives: Positive pairs ``[2, P]`` (e.g. a split's ``test_edges``) and
+            negative pairs ``[2, Q]``.
         score: ``"cosine"`` (cosine similarity of the two embeddings) or ``"inner"``
             (their inner product, GAE's decoder; the sigmoid would not change a ranking).
-        ks: The ``K`` of Hits@K.
 
     Returns:
         ``{"auc", "ap", "hits@20", "hits@50", "hits@100"}``: scikit-learn's ROC-AUC and

@@ -75,9 +75,8 @@ def embed(
     augment: bool = True,
     seed: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """The two embeddings whose cross similarities are analysed, without gradients: by
-    default the augmented projected views; with ``embeddings='encoder'``, the encoder
-    output with itself.
+    """The unit-normalised ``[N, d]`` embeddings ``(u, v)`` whose cross similarities are
+    analysed, without gradients.
 
     Args:
         source: A :class:`~pyg_progcl.GRACEModel`, an encoder, a ``[N, d]`` tensor (each
@@ -86,10 +85,6 @@ def embed(
         embeddings: ``'views'`` (projected views) or ``'encoder'`` (the encoder output).
         augment: With ``'views'``, augment as in training (from ``seed``, the global
             random state restored); else both views are the un-augmented graph.
-        seed: Seed of the augmentations.
-
-    Returns:
-        ``(u, v)``, unit-normalised ``[N, d]`` tensors.
     """
     check_choice("embeddings", embeddings, ("views", "encoder"))
     if isinstance(source, Tensor):
@@ -180,13 +175,8 @@ def _sample(u: Tensor, v: Tensor, labels: Tensor, num_samples: int, seed: int) -
 def fit_mixture(sample: Union[NegativeSample, Tensor], max_iter: int = 500) -> BetaMixture:
     """Fits a fresh :class:`BetaMixture` (reference initialisation) to convergence.
 
-    Its ``problems_`` list what its check found. A degenerate fit warns, naming the kinds
-    found (Python's warning filters decide how often: by default once per calling line);
-    EM that stops at ``max_iter`` is only recorded there.
-
-    Args:
-        sample: A :class:`NegativeSample` or cosines in ``[-1, 1]``.
-        max_iter: EM iteration budget (stops earlier at the mixture's tolerance).
+    A degenerate fit warns, naming the kinds found; EM that stops at ``max_iter`` is only
+    recorded in its ``problems_``. ``sample``: a :class:`NegativeSample` or cosines.
     """
     cos = sample.cos if isinstance(sample, NegativeSample) else sample
     mixture = BetaMixture(max_iter=max_iter)
@@ -245,7 +235,7 @@ def topk_false_negative_share(
         num_anchors: Anchors used (a uniform subset when ``N`` is larger; ``None``: all).
         num_candidates: Candidate negatives (a uniform subset; ``None``: all ``N``).
         seed: Seed of the subsets.
-        block_elements: Elements of one row block (``B·C``). (default: 2**22)
+        block_elements: Elements of one row block (``B·C``).
 
     Returns:
         ``{'fn_share_topk': float}`` and, with a mixture, ``'fn_share_topk_hardness'``.
@@ -370,8 +360,7 @@ def diagnose(
         data: The graph (needed for a model; its ``y`` are the default labels).
         labels: ``[N]`` integer labels, >= 2 classes.
         num_samples: Negative pairs sampled for the histogram, the mixture and the AUCs.
-        top_k: Most similar negatives inspected per anchor.
-        num_anchors, num_candidates: See :func:`topk_false_negative_share`.
+        top_k, num_anchors, num_candidates: See :func:`topk_false_negative_share`.
         embeddings, augment: See :func:`embed`.
         loss: A :class:`~pyg_progcl.losses.ProGCLLoss`; when it is fitted, the ``loss_*``
             entries describe its mixture and weights too.

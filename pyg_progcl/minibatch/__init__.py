@@ -1,9 +1,6 @@
-"""Mini-batch contrastive training on sampled subgraphs, and batched inference
-(docs/algorithms.md §9): each step encodes both views of the subgraph sampled around
-``batch_size`` seed nodes (Hamilton et al., NeurIPS 2017) and takes the loss over the
-seeds, each seed's negatives the other seeds. Batches come from PyG's
-``NeighborLoader`` where pyg-lib is installed, else from :class:`NeighborSubgraphLoader`
-(the same batches, plain torch), or any loader of such batches.
+"""Mini-batch contrastive training on sampled subgraphs (Hamilton et al., NeurIPS 2017),
+and batched inference (docs/algorithms.md §9). Batches come from PyG's ``NeighborLoader``
+where pyg-lib is installed, else from :class:`NeighborSubgraphLoader`, or any such loader.
 
 Python::
 

@@ -20,14 +20,6 @@ __all__ = ["SeedViews", "minibatch_epoch"]
 Progress = Callable[[int, Optional[int]], None]
 
 
-def _graph_of(loader, data: Optional[Data]) -> Data:
-    """The full graph: ``data``, else the loader's ``.data``."""
-    data = data if data is not None else getattr(loader, "data", None)
-    if not isinstance(data, Data):
-        raise ValueError("pass `data` (the full graph) when the loader has no `.data` attribute")
-    return data
-
-
 class SeedViews(torch.nn.Module):
     """The projected views ``(h1, h2)`` of a batch's seed nodes: both augmented views of
     the batch's subgraph encoded, the seed rows projected. A module, so that
@@ -116,7 +108,13 @@ def minibatch_epoch(
     if device is None:
         device = next(model.parameters()).device
     model.train()
-    views = views if views is not None else SeedViews(model, _graph_of(loader, data))
+    if views is None:
+        data = data if data is not None else getattr(loader, "data", None)
+        if not isinstance(data, Data):
+            raise ValueError(
+                "pass `data` (the full graph) when the loader has no `.data` attribute"
+            )
+        views = SeedViews(model, data)
     min_seeds = max(2, (getattr(loss_fn, "num_negatives", None) or 0) + 1)
     batches = len(loader) if hasattr(loader, "__len__") else None
     if progress is not None:
