@@ -24,7 +24,8 @@ def synthetic_graph(
     noise_prob: float = 0.02,
     seed: int = 0,
 ) -> Data:
-    """A contextual stochastic block model with bag-of-words features.
+    """A contextual stochastic block model with bag-of-words features, ``Data(x=[N, F]
+    float, edge_index=[2, E] undirected, y=[N])``.
 
     Nodes fall into ``num_classes`` balanced classes, each with a "topic" of
     ``topic_size`` feature columns; a node switches on a column of its topic with
@@ -37,9 +38,6 @@ def synthetic_graph(
         num_nodes, num_classes, num_features: ``N``, the classes and the feature columns.
         avg_degree, homophily, topic_size, topic_prob, noise_prob: As above.
         seed: Random seed (the graph depends on nothing else).
-
-    Returns:
-        ``Data(x=[N, F] float, edge_index=[2, E] undirected, y=[N])``.
     """
     num_nodes = check_int("num_nodes", num_nodes, minimum=2)
     num_classes = check_int("num_classes", num_classes, minimum=2)

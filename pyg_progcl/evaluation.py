@@ -116,7 +116,8 @@ def logistic_regression_probe(
 ) -> dict:
     """The GCA code's probe: one linear layer trained with Adam, full batch; the test
     accuracy at the best validation accuracy, checked every ``eval_every`` epochs (without
-    validation nodes, after the last). Its initial weights come from ``seed`` alone.
+    validation nodes, after the last): ``{"accuracy", "val_accuracy", "best_epoch"}``.
+    Its initial weights come from ``seed`` alone.
 
     Args:
         z, y: Frozen embeddings ``[N, d]`` and labels ``[N]``.
@@ -124,9 +125,6 @@ def logistic_regression_probe(
         epochs: Training epochs (3000 in the papers).
         lr, weight_decay: Adam's.
         ogb_name: Score with ``ogb.nodeproppred.Evaluator(ogb_name)``.
-
-    Returns:
-        ``{"accuracy", "val_accuracy", "best_epoch"}``.
     """
     y = _check_labels(z, y)
     epochs = check_int("epochs", epochs)

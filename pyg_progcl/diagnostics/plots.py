@@ -177,15 +177,13 @@ def plot_similarity_histogram(
 ):
     """Histogram of the negative similarities ``s' = (θ + 1)/2`` of true negatives
     (different label) and false negatives (same label), with the fitted mixture's
-    components ``λ_c Beta(s'; α_c, β_c)`` over them (ProGCL, Xia et al., ICML 2022).
+    components ``λ_c Beta(s'; α_c, β_c)`` over them (ProGCL, Xia et al., ICML 2022): a
+    :class:`matplotlib.figure.Figure`.
 
     Args:
         diagnosis: A :class:`~.core.Diagnosis` or a :class:`~.core.NegativeSample`.
         path: Write a PNG here (folders are created); ``None``: only return the figure.
         mixture: Mixture to overlay (default: the diagnosis' own, or a cold fit).
-
-    Returns:
-        The :class:`matplotlib.figure.Figure`.
     """
     fig = _figure(figsize=(5.5, 3.8), layout="constrained")
     ax = fig.add_subplot()
@@ -267,16 +265,14 @@ def plot_tracking(
     title: str = "False negatives over training",
     dpi: int = 80,
 ):
-    """The summaries over training: false-negative shares (left) and AUCs (right).
+    """The summaries over training, a :class:`matplotlib.figure.Figure`: false-negative
+    shares (left) and AUCs (right).
 
     Args:
         history: ``[{'epoch': e, **summary}, ...]`` (e.g. a
             :class:`~.tracker.DiagnosticsTracker`'s ``history``), or ``{run: history}``
             to overlay several runs (one line style each).
         path: Write a PNG here; ``None``: only return the figure.
-
-    Returns:
-        The :class:`matplotlib.figure.Figure`.
     """
     fig = _figure(figsize=(9.0, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)

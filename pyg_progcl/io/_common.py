@@ -1,16 +1,12 @@
-"""What the file modules share: path arguments and one-line error details."""
+"""What the file modules share: one-line error details."""
 
 from __future__ import annotations
 
-import os
 import re
 import zipfile
 from pathlib import Path
-from typing import Union
 
 import torch
-
-PathLike = Union[str, os.PathLike]
 
 
 def first_line(exc: BaseException) -> str:

@@ -16,8 +16,7 @@ from torch_geometric.data import Data
 from .._checks import check_int
 from .._graphs import stored_values
 from ..encoders import parameter_dtype
-from ._common import PathLike
-from .files import atomic_write, check_writable, torch_save
+from .files import PathLike, atomic_write, check_writable, torch_save
 from .graphs import check_width, graph_for_model
 
 __all__ = ["embed", "save_embeddings"]

@@ -20,8 +20,8 @@ from .._compat import stacklevel_outside_package
 from .._graphs import check_graph
 from ..encoders import GCNEncoder, MLPEncoder
 from ..evaluation import check_labels
-from ._common import NPY_MAGIC, PathLike, first_line, load_failure, uncompiled
-from .files import check_input_file
+from ._common import NPY_MAGIC, first_line, load_failure, uncompiled
+from .files import PathLike, check_input_file
 
 __all__ = ["GraphFieldWarning", "read_graph"]
 

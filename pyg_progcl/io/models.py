@@ -24,8 +24,9 @@ from ..augment import (
 )
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import DEFAULT_PROJECTOR, GRACEModel
-from ._common import PathLike, first_line, load_failure, uncompiled
+from ._common import first_line, load_failure, uncompiled
 from .files import (
+    PathLike,
     atomic_write,
     check_input_file,
     check_writable,
@@ -199,7 +200,8 @@ def build_from_config(config: dict[str, Any]) -> GRACEModel:
 def save_model(
     model: GRACEModel, path: PathLike, *, metadata: Optional[dict[str, Any]] = None
 ) -> Path:
-    """Writes ``model`` (its configuration and weights) to one file, atomically.
+    """Writes ``model`` (its configuration and weights) to one file, atomically; returns
+    ``path``.
 
     The file is ``torch.save`` of ``{"format": "pyg_progcl.model", "version": 1,
     "config": ..., "state_dict": {name: CPU tensor}, "metadata": metadata, "checksum":
@@ -215,9 +217,6 @@ def save_model(
             wrapped by ``torch.compile``.
         path: Where to write (its folder must exist).
         metadata: Plain JSON values stored alongside (e.g. the training config).
-
-    Returns:
-        ``path``.
 
     Raises:
         ValueError: for a model this format cannot describe, weights that are not

@@ -74,7 +74,8 @@ def minibatch_epoch(
     views: Optional[torch.nn.Module] = None,
     progress: Optional[Progress] = None,
 ) -> float:
-    r"""One epoch of contrastive training on sampled subgraphs.
+    r"""One epoch of contrastive training on sampled subgraphs; returns its mean loss over
+    the seeds.
 
     For every batch (the subgraph around ``batch.batch_size`` seed nodes): two augmented
     views of the subgraph are encoded (with the batch's ``edge_weight``, if any), the
@@ -95,9 +96,6 @@ def minibatch_epoch(
             of ``model``), e.g. a ``DistributedDataParallel`` wrapping one.
         progress: ``progress(done, total)``, ``done = 0`` before the first batch, then
             after every batch; ``total`` the loader's length (or ``None``).
-
-    Returns:
-        The epoch's mean loss over its seeds.
     """
     schedule = getattr(loss_fn, "schedule", None)
     if isinstance(schedule, FrozenFit) or schedule == "frozen":

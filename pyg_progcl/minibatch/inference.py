@@ -222,7 +222,7 @@ def embed_minibatch(
     progress: Optional[Callable[[int, Optional[int]], None]] = None,
     message_chunk: int = MESSAGE_CHUNK,
 ) -> Tensor:
-    r"""Encoder embeddings ``f(G)`` of every node, computed in batches of nodes.
+    r"""Encoder embeddings ``f(G)`` ``[num_nodes, hidden_channels]``, in batches of nodes.
 
     With ``num_neighbors=None`` the result is exact (``model(data.x, data.edge_index,
     data.edge_weight)`` up to round-off): layer by layer over batches of target nodes
@@ -245,10 +245,7 @@ def embed_minibatch(
         progress: ``progress(done, total)``, ``done = 0`` before the first batch, then
             after every batch (of every layer).
         message_chunk: Exact GCN layers sum a batch's messages this many values at a
-            time. (default: 2**22)
-
-    Returns:
-        ``[num_nodes, hidden_channels]`` embeddings.
+            time.
     """
     batch_size = check_int("batch_size", batch_size)
     message_chunk = check_int("message_chunk", message_chunk)
