@@ -198,8 +198,7 @@ class GCNEncoder(_StackEncoder):
     (docs/algorithms.md §1).
 
     Args:
-        in_channels: Size of each input node feature.
-        hidden_channels: Size of the output embedding.
+        in_channels, hidden_channels: The input features' and the embedding's widths.
         num_layers: Number of layers.
         conv: Any PyG convolution class, built as ``conv(in, out, **conv_kwargs)``
             (multi-head ones with ``concat=False``).

@@ -99,10 +99,9 @@ class GRACEModel(torch.nn.Module):
         hidden_channels: The encoder's output width (checked where it states one).
         proj_channels: Hidden size of the default projection head (required with it, not
             allowed with another ``projector``).
-        augment1: The first view's augmentation: an augmenter, a list of them, or a
+        augment1, augment2: The views' augmentations: an augmenter, a list of them, or a
             callable of ``(x, edge_index, edge_weight)`` returning those; :obj:`None` is
             the identity.
-        augment2: The second view's.
         recompute_views: Recompute each view in backward (``torch.utils.checkpoint``).
         projector: The projection head ``g``: any module, :obj:`None` for none, or
             :obj:`"default"` for GRACE's.
@@ -208,8 +207,7 @@ class GRACEModel(torch.nn.Module):
         )
 
     def _checked(self, x, edge_index, edge_weight, check: bool = True):
-        """The graph's tensors, ``x`` and ``edge_weight`` cast to the encoder's parameter
-        type, then checked."""
+        """The graph's tensors, cast to the encoder's parameter type, then checked."""
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
         check_input_width(x, self.encoder)
         x, edge_weight = (as_parameter_dtype(t, self.encoder) for t in (x, edge_weight))
@@ -249,9 +247,8 @@ class GRACEModel(torch.nn.Module):
     def _encode(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]) -> Tensor:
         """The encoder on a checked graph: with ``check=False`` where it takes it."""
         kwargs = {"check": False} if accepts_check(self.encoder) else {}
-        if edge_weight is None:
-            return self.encoder(x, edge_index, **kwargs)
-        return self.encoder(x, edge_index, edge_weight, **kwargs)
+        graph = (x, edge_index) if edge_weight is None else (x, edge_index, edge_weight)
+        return self.encoder(*graph, **kwargs)
 
     def __repr__(self) -> str:
         args = [repr(self.encoder), str(self.hidden_channels)]

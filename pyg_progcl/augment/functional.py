@@ -37,10 +37,7 @@ def mask_feature_csr(
 
     Args:
         x: Node features ``[num_nodes, num_features]``, dense or CSR.
-        p: Masking probability in ``[0, 1]``.
-        mode: ``'col'``, ``'row'`` or ``'all'``.
-        fill_value: Value of the masked entries.
-        training: If :obj:`False`, a no-op.
+        p, mode, fill_value, training: As PyG's (``mode``: ``'col'``, ``'row'`` or ``'all'``).
 
     Returns:
         ``(x, feat_mask)``: the masked features and the boolean keep mask, broadcastable
