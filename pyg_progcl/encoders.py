@@ -185,12 +185,6 @@ class _StackEncoder(torch.nn.Module):
         )
 
 
-def _edge_weight_keyword(conv: type) -> Optional[str]:
-    """Name of the argument through which ``conv.forward`` takes scalar edge weights."""
-    parameters = inspect.signature(conv.forward).parameters
-    return next((n for n in ("edge_weight", "edge_attr") if n in parameters), None)
-
-
 class GCNEncoder(_StackEncoder):
     r"""GRACE / GCA's message-passing encoder (Zhu et al., 2020,
     https://arxiv.org/abs/2006.04131): ``H^(l+1) = act(conv_l(H^(l), A))``, widths ``in ->
@@ -228,7 +222,10 @@ class GCNEncoder(_StackEncoder):
         super().__init__(in_channels, hidden_channels, num_layers, activation)
         self.conv = conv
         self.conv_kwargs = dict(conv_kwargs or {})
-        self._edge_weight_arg = _edge_weight_keyword(conv)
+        parameters = inspect.signature(conv.forward).parameters  # (how it takes edge weights)
+        self._edge_weight_arg = next(
+            (n for n in ("edge_weight", "edge_attr") if n in parameters), None
+        )
         self._sparse_arg = sparse
         self.sparse = bool(sparse) and conv in SPARSE_CONVS
         self.sparse_features = bool(sparse_features) and conv in LINEAR_FIRST_CONVS

@@ -45,12 +45,6 @@ def _as_parts(diagnosis, mixture):
     )
 
 
-def _component_densities(mixture: BetaMixture, grid: torch.Tensor) -> torch.Tensor:
-    """``[G, 2]`` weighted densities ``λ_c Beta(s; α_c, β_c)`` on ``grid``."""
-    log_p = beta_log_prob(grid.double(), mixture.alpha.double(), mixture.beta.double())
-    return torch.exp(log_p) * mixture.weight.double()
-
-
 def _caption(summary: dict, mixture: Optional[BetaMixture] = None) -> str:
     lines = []
     if "fn_share_topk" in summary:
@@ -94,7 +88,8 @@ def _draw_mixture(ax, mixture: BetaMixture, lo: float, hi: float) -> None:
     if start >= stop:
         return
     grid = torch.linspace(start, stop, 400, dtype=torch.float64)
-    dens = _component_densities(mixture, grid)
+    log_p = beta_log_prob(grid, mixture.alpha.double(), mixture.beta.double())
+    dens = torch.exp(log_p) * mixture.weight.double()  # (λ_c Beta(s; α_c, β_c), [G, 2])
     t, g = mixture.true_negative_index, grid.numpy()
     for c, color, tag in ((t, TN_COLOR, "TN"), (1 - t, FN_COLOR, "FN")):
         ax.plot(g, dens[:, c].numpy(), color=color, lw=2, label=f"mixture: {tag} part")

@@ -52,8 +52,7 @@ _AUGMENTERS = {
 
 
 def _describe_augmenter(name: str, augment) -> Union[None, dict, list[dict[str, Any]]]:
-    """A built-in augmenter as a dict of plain values, a :class:`ComposeAugmenters` of them
-    as a list of such dicts; ``None`` for none or a custom one (not saved)."""
+    """A built-in augmenter as a dict of plain values (a list of them for a composition)."""
     if augment is None:
         return None
     composed = type(augment) is ComposeAugmenters
@@ -113,8 +112,7 @@ def _describe_encoder(encoder) -> dict[str, Any]:
 
 
 def _conv_class(name: Any) -> Optional[type]:
-    """The convolution class ``torch_geometric.nn.<name>`` (a ``MessagePassing``
-    subclass) if that is one, else ``None``."""
+    """The ``MessagePassing`` class ``torch_geometric.nn.<name>``, if that is one."""
     import torch_geometric.nn as pyg_nn
     from torch_geometric.nn.conv import MessagePassing
 
@@ -142,9 +140,8 @@ def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
 
 
 def model_config(model: GRACEModel) -> dict[str, Any]:
-    """The plain-value description of ``model`` that :func:`save_model` stores (of the
-    module a ``torch.compile`` wrapper wraps); a ``ValueError`` for a model it cannot
-    describe (see :func:`save_model`)."""
+    """The plain-value description of ``model`` (unwrapped from ``torch.compile``) that
+    :func:`save_model` stores, or its ``ValueError``."""
     model = uncompiled(model)
     if type(model) is not GRACEModel:
         raise ValueError(
@@ -337,8 +334,7 @@ def _check_weight_type(path: Path, key: str, value: Any) -> None:
 
 
 def _count_values(value: Any, limit: int) -> int:
-    """The number of values in ``value`` and its nested entries, counted up to just over
-    ``limit``."""
+    """The number of values in ``value`` and its nested entries, up to just over ``limit``."""
     count, stack = 0, [value]
     while stack and count <= limit:
         item = stack.pop()
