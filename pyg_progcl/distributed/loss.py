@@ -27,12 +27,9 @@ class DistributedLoss(torch.nn.Module):
     rank's anchors are its own ``b`` seeds, and their negatives all ``W·b`` seeds of the
     global batch in both views, exactly as in one process holding the global batch.
 
-    Each rank runs the wrapped loss's ``check_inputs``, ``compute_loss(u, v,
-    anchors=rows)`` (without ``anchors``: on all ``W·b`` rows, cut to the rank's) and
-    ``reduce`` on the gathered views; an override of ``forward`` is refused. As DDP
-    averages gradients, the mean over the ranks of the returned values is the
-    single-process loss of the global batch (``reduction='sum'`` returns ``W`` times this
-    rank's share; ``'none'`` its ``[2, b]`` losses); docs/distributed.md.
+    Each rank runs the wrapped loss's ``check_inputs``, ``compute_loss`` and ``reduce`` on
+    the gathered views (docs/distributed.md); the mean over the ranks of the returned values
+    is the single-process loss (``reduction='sum'`` returns ``W`` times this rank's share).
 
     Args:
         loss: The loss (not ``ProGCLLoss`` with the frozen schedule).
