@@ -178,7 +178,8 @@ def gca_protocol(
     eval_every: int = 20,
     ogb_name: Optional[str] = None,
 ) -> dict:
-    """GCA / ProGCL evaluation: Adam logistic-regression probe, best-validation test accuracy.
+    """GCA / ProGCL evaluation: Adam logistic-regression probe, best-validation test accuracy;
+    ``{"accuracy", "val_accuracy", "accuracies"}`` (``accuracies``: one per split).
 
     Args:
         z, y: Frozen embeddings ``[N, d]`` (not normalised) and labels ``[N]``.
@@ -186,9 +187,6 @@ def gca_protocol(
             their mean. Default: one :func:`random_split` (10 / 10 / 80).
         seed: Seed of the random split and of the probe's initial weights.
         epochs, lr, eval_every, ogb_name: See :func:`logistic_regression_probe`.
-
-    Returns:
-        ``{"accuracy", "val_accuracy", "accuracies"}`` (``accuracies``: one per split).
     """
     y = _check_labels(z, y)
     if splits is None:
@@ -221,7 +219,8 @@ def grace_protocol(
     """GRACE evaluation, as its ``eval.py``: L2-normalised embeddings; for each of
     ``repeats`` random ``train_ratio`` / rest splits, one-vs-rest liblinear logistic
     regression on one-hot targets, ``C`` from ``2**-10 ... 2**9`` by ``folds``-fold
-    ``GridSearchCV``; the mean test accuracy of the most probable classes.
+    ``GridSearchCV``; the mean test accuracy of the most probable classes. Returns
+    ``{"accuracy", "accuracies", "C"}`` (``accuracies`` and ``C``: per split).
 
     Args:
         z, y: Embeddings ``[N, d]`` and labels ``[N]``.
@@ -229,9 +228,6 @@ def grace_protocol(
         seed: Seed of the random splits.
         c_grid: Values of ``C`` to search.
         folds: Cross-validation folds (fewer when there are fewer training nodes).
-
-    Returns:
-        ``{"accuracy", "accuracies", "C"}`` (``accuracies`` and ``C``: per split).
     """
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
@@ -278,7 +274,8 @@ def evaluate(
     ogb_name: Optional[str] = None,
 ) -> dict:
     """Evaluates embeddings of ``data``'s nodes with one protocol (the split and the
-    probe's weights come from ``seed`` alone).
+    probe's weights come from ``seed`` alone): the protocol's result dict, whose
+    ``"accuracy"`` is in ``[0, 1]``.
 
     Args:
         z: Frozen embeddings ``[N, d]``.
@@ -287,9 +284,6 @@ def evaluate(
         split: ``"random"`` or ``"public"`` (the dataset's masks).
         probe_epochs: Epochs of the GCA protocol's probe.
         ogb_name: OGB dataset name, to score with the official evaluator (needs ``ogb``).
-
-    Returns:
-        The protocol's result dict; ``result["accuracy"]`` is in ``[0, 1]``.
     """
     check_choice("protocol", protocol, PROTOCOLS)
     check_choice("split", split, SPLITS)

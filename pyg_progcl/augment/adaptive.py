@@ -109,9 +109,8 @@ class AdaptiveEdgeDrop(_Adaptive):
     (the buffer ``node_drop_prob``), which serves any subset of the prepared graph's edges.
 
     Args:
-        p: Mean drop probability in ``[0, 1]``.
+        p, threshold: The mean drop probability in ``[0, 1]`` and its cap in ``(0, 1]``.
         centrality: ``'degree'``, ``'pagerank'`` or ``'evc'`` (ProGCL's).
-        threshold: Cap in ``(0, 1]``.
     """
 
     node_drop_prob: Optional[Tensor]
@@ -143,9 +142,8 @@ class AdaptiveFeatureMask(_Adaptive):
     :meth:`prepare` computes the column probabilities once (the buffer ``drop_prob``).
 
     Args:
-        p: Mean masking probability in ``[0, 1]``.
+        p, threshold: The mean masking probability in ``[0, 1]`` and its cap in ``(0, 1]``.
         centrality: ``'degree'``, ``'pagerank'`` or ``'evc'``.
-        threshold: Cap in ``(0, 1]``.
         dense: Weight by ``|x_ij|`` instead of ``[x_ij != 0]`` (dense real-valued
             features); auto-detected when :obj:`None`.
     """

@@ -59,8 +59,7 @@ def edge_drop_probabilities(
     Args:
         edge_index: ``[2, num_edges]``.
         centrality: ``[num_nodes]``, e.g. from :func:`node_centrality`.
-        p: Mean drop probability in ``[0, 1]``.
-        threshold: Cap in ``(0, 1]``.
+        p, threshold: The mean drop probability in ``[0, 1]`` and its cap in ``(0, 1]``.
     """
     from .._graphs import check_graph  # (node ids in range)
 
@@ -92,8 +91,7 @@ def feature_drop_probabilities(
     Args:
         x: Node features ``[num_nodes, num_features]``, dense or CSR.
         centrality: ``[num_nodes]``, e.g. from :func:`node_centrality`.
-        p: Mean masking probability in ``[0, 1]``.
-        threshold: Cap in ``(0, 1]``.
+        p, threshold: The mean masking probability in ``[0, 1]`` and its cap in ``(0, 1]``.
         dense: Use ``|x_ij|`` for the indicator (as GCA for WikiCS); :obj:`None`: where
             :func:`is_dense`.
     """
