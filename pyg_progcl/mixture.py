@@ -242,10 +242,8 @@ class BetaMixture(torch.nn.Module):
         max_iter: int | None = None,
         reduce: Callable[[Tensor], Tensor] | None = None,
     ) -> BetaMixture:
-        """Runs EM on values in ``[0, 1]``, warm-started from the current parameters.
-
-        Stops when the mean log-likelihood changes by less than ``tol``, or after
-        ``max_iter`` iterations; records what :meth:`degeneracy` finds in ``problems_``.
+        """Runs EM on values in ``[0, 1]``, warm-started from the current parameters, until
+        ``tol`` or ``max_iter``; records what :meth:`degeneracy` finds in ``problems_``.
 
         Args:
             x: 1-D tensor of values in ``[0, 1]`` (e.g. ``(cos + 1) / 2``).

@@ -34,16 +34,15 @@ def embed(
     progress: Optional[Callable[[int, Optional[int]], None]] = None,
 ) -> Tensor:
     """Every node's embedding ``model(data.x, data.edge_index, data.edge_weight)``,
-    without gradients.
+    ``[num_nodes, hidden_channels]`` in node order, without gradients.
 
     On the whole graph at once by default; with ``batch_size``, layer by layer over
     batches of that many nodes (:func:`~pyg_progcl.minibatch.embed_minibatch`: exact for
     the package's encoders, in the memory of a batch's neighbourhood).
 
-    The graph's ``edge_weight`` is used where the model takes edge weights; where it
-    does not, and for an ``edge_attr``, a :class:`~pyg_progcl.io.GraphFieldWarning` says
-    so (:func:`~pyg_progcl.io.graph_for_model`). Features and edge weights are converted
-    to the dtype of the model's parameters (``data`` is left as it is).
+    A field the model does not use (:func:`~pyg_progcl.io.graph_for_model`) is dropped
+    with a :class:`~pyg_progcl.io.GraphFieldWarning`. Features, edge weights and the result
+    take the dtype of the model's parameters (``data`` is left as it is).
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel` (e.g. from :func:`load_model`) or an encoder.
@@ -54,10 +53,6 @@ def embed(
         device: Where to compute (default: the model's device); the result is on the CPU.
         progress: With ``batch_size``: ``progress(done, total)``, as
             :func:`~pyg_progcl.minibatch.embed_minibatch` calls it.
-
-    Returns:
-        ``[num_nodes, hidden_channels]`` embeddings in node order, in the dtype of the
-        model's parameters.
 
     Raises:
         ValueError: features of another width than the model's, or not finite (in the

@@ -18,8 +18,7 @@ __all__ = ["epoch_seeds", "neighbor_loader"]
 
 
 def check_data(data) -> None:
-    """:func:`check_graph` on a ``Data``'s ``x``, ``edge_index`` (else ``adj_t``) and
-    ``edge_weight``, with its ``num_nodes``."""
+    """:func:`check_graph` of a ``Data`` (its ``adj_t`` where it has no ``edge_index``)."""
     edge_index = data.edge_index if data.edge_index is not None else data.get("adj_t")
     check_graph(data.x, edge_index, data.get("edge_weight"), num_nodes=data.num_nodes)
 
@@ -187,9 +186,8 @@ class NeighborSubgraphLoader:
         return batch
 
     def _sample_hops(self, seeds: Tensor, n_id: list[Tensor]):
-        """Samples hop after hop from ``seeds``, appending each hop's new nodes to ``n_id``
-        (numbered in ``self._local``); returns the sampled edges' local sources, local
-        targets and positions in the sorted edges, one tensor per hop."""
+        """Samples hop after hop, appending each hop's new nodes to ``n_id``; returns the
+        edges' local sources, local targets and positions in the sorted edges, per hop."""
         local, edges = self._local, self._edges
         frontier, count = seeds, seeds.numel()
         src, dst, e_pos = [], [], []
@@ -225,9 +223,8 @@ def neighbor_loader(
         num_neighbors: Neighbours per hop (``-1``: all), e.g. ``[10, 10]``.
         batch_size: Seed nodes per batch.
         input_nodes: Seed candidates (ids or a boolean mask); default all nodes.
-        backend: ``"auto"`` (:func:`default_backend`), ``"pyg"`` (``NeighborLoader``,
-            which needs pyg-lib or torch-sparse) or ``"torch"``
-            (:class:`NeighborSubgraphLoader`).
+        backend: ``"auto"`` (:func:`default_backend`), ``"pyg"`` (``NeighborLoader``, which
+            needs pyg-lib or torch-sparse) or ``"torch"`` (:class:`NeighborSubgraphLoader`).
         **kwargs: Passed to ``NeighborLoader`` (e.g. ``num_workers``); ``drop_last`` is
             also understood by the fallback.
     """
