@@ -51,9 +51,7 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: naming the file and the problem: an unknown suffix, an unreadable
-            file (a ``.npz`` member's header is checked before it is read: numeric, no
-            more data declared than it holds), a missing or malformed array.
+        ValueError: naming the file and the problem (the checks: docs/own_graph.md).
     """
     path = check_input_file(path, "graph file")
     suffix = path.suffix.lower()
@@ -73,8 +71,8 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
 
 
 def check_width(shape, num_features: Optional[int]) -> None:
-    """Checks that features of ``shape`` (``None``: unknown) have ``num_features``
-    columns, where a width is asked for (no nodes: refused later as an empty graph)."""
+    """Checks features of ``shape`` have ``num_features`` columns, where both are known
+    (features of no nodes are refused later, as an empty graph)."""
     if num_features is None or shape is None or (len(shape) == 2 and shape[0] == 0):
         return
     if len(shape) != 2:

@@ -438,9 +438,7 @@ def load_model(
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        ValueError: if it is not a sound pyg_progcl model file (another file, corrupt or
-            edited, a newer format, non-finite weights, weights that do not fit its
-            configuration).
+        ValueError: if it is not a sound pyg_progcl model file (docs/own_graph.md).
     """
     payload = read_model_file(path)
     try:
