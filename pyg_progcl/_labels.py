@@ -13,8 +13,7 @@ def check_labels(y: Tensor, num_nodes: int, name: str = "y") -> Tensor:
 
     ``y`` holds one label per node (``[N]`` or ``[N, 1]``): class ids ``0 .. C-1`` of an
     integer type (or integral floating-point values) with ``C <= num_nodes``, since the
-    probe holds a ``[C, d]`` weight per class. Arbitrary ids (e.g. hashes) are refused,
-    not remapped: ``torch.unique(y, return_inverse=True)[1]`` maps them to ``0 .. C-1``.
+    probe holds a ``[C, d]`` weight per class; arbitrary ids (e.g. hashes) are refused.
 
     Raises:
         ValueError: naming the argument (``name``) and what was found.

@@ -225,11 +225,8 @@ def embed_minibatch(
     r"""Encoder embeddings ``f(G)`` ``[num_nodes, hidden_channels]``, in batches of nodes.
 
     With ``num_neighbors=None`` the result is exact (``model(data.x, data.edge_index,
-    data.edge_weight)`` up to round-off): layer by layer over batches of target nodes
-    for :class:`~pyg_progcl.GCNEncoder` with GCN, SAGE, GAT, GATv2, GIN or GraphConv
-    layers and for :class:`~pyg_progcl.MLPEncoder`; other encoders run on full
-    ``L + 1``-hop neighbourhoods, ``L`` the hops their layers reach. With
-    ``num_neighbors`` the embeddings come from sampled neighbourhoods (approximate).
+    data.edge_weight)`` up to round-off; the encoders computed layer by layer:
+    docs/algorithms.md §9); with ``num_neighbors``, from sampled neighbourhoods.
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel` (or an encoder ``(x, edge_index) -> z``).
