@@ -200,18 +200,13 @@ def save_model(
     """Writes ``model`` (its configuration and weights) to one file, atomically; returns
     ``path``.
 
-    The file is ``torch.save`` of ``{"format": "pyg_progcl.model", "version": 1,
-    "config": ..., "state_dict": {name: CPU tensor}, "metadata": metadata, "checksum":
-    ...}`` (the SHA-256 of the rest), readable with ``torch.load(path,
-    weights_only=True)``. Built-in augmenters (or a
-    :class:`~pyg_progcl.augment.ComposeAugmenters` of them) are saved, others left out
-    with a warning. A ``torch.compile`` wrapper is saved as the module it wraps.
+    The file is ``torch.save`` of plain values and CPU tensors sealed by a SHA-256
+    checksum, readable with ``torch.load(path, weights_only=True)``; its format, and what
+    it describes (custom augmenters are left out with a warning): docs/own_graph.md.
 
     Args:
-        model: A :class:`GRACEModel` with a :class:`~pyg_progcl.GCNEncoder` (any
-            convolution of ``torch_geometric.nn``, JSON ``conv_kwargs``, an activation
-            by name) or an :class:`~pyg_progcl.MLPEncoder`, either of them possibly
-            wrapped by ``torch.compile``.
+        model: A :class:`GRACEModel` with a :class:`~pyg_progcl.GCNEncoder` or an
+            :class:`~pyg_progcl.MLPEncoder`, possibly wrapped by ``torch.compile``.
         path: Where to write (its folder must exist).
         metadata: Plain JSON values stored alongside (e.g. the training config).
 

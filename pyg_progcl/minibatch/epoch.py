@@ -77,12 +77,9 @@ def minibatch_epoch(
     r"""One epoch of contrastive training on sampled subgraphs; returns its mean loss over
     the seeds.
 
-    For every batch (the subgraph around ``batch.batch_size`` seed nodes): two augmented
-    views of the subgraph are encoded (with the batch's ``edge_weight``, if any), the
-    seed rows projected, and ``loss_fn(h1, h2)`` taken over the seeds, whose negatives
-    are the other seeds; then one optimiser step. With ``fit``, ProGCL's mixture is
-    refitted once, on the first batch's detached projections. Batches with fewer than
-    two seeds, or fewer than ``loss_fn.num_negatives + 1``, are skipped.
+    Per batch, ``loss_fn(h1, h2)`` over its seeds' views (docs/algorithms.md §9) and one
+    optimiser step; with ``fit``, the mixture refitted on the first batch's detached views.
+    Batches with fewer than two seeds, or than ``loss_fn.num_negatives + 1``, are skipped.
 
     Args:
         model: A :class:`~pyg_progcl.GRACEModel` (``model(x, edge_index, edge_weight)``
