@@ -42,16 +42,13 @@ def cluster_scores(
     n_init: int = 10,
     normalize: bool = True,
 ) -> dict:
-    """k-means on the embeddings, scored against the node labels.
+    """k-means on the embeddings, scored against the node labels: ``{"nmi", "ari", "acc",
+    "n_clusters"}``, scikit-learn's NMI and ARI and the matched accuracy.
 
     Args:
         z, y: Frozen embeddings ``[N, d]`` and class ids ``[N]`` (a cluster per class present).
         seed, n_init: k-means's ``random_state`` and initialisations (least inertia kept).
         normalize: Cluster the L2-normalised embeddings (else the raw ones).
-
-    Returns:
-        ``{"nmi", "ari", "acc", "n_clusters"}``: scikit-learn's NMI and ARI, and
-        the matched accuracy (``matched_accuracy``).
 
     Raises:
         ValueError: without labels, or with fewer than two classes.

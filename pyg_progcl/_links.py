@@ -174,7 +174,8 @@ def link_scores(
     score: str = "cosine",
     ks: Sequence[int] = HITS_K,
 ) -> dict[str, float]:
-    """Scores node pairs by their embeddings against negative pairs.
+    """Scores node pairs by their embeddings against negative pairs: scikit-learn's ROC-AUC
+    and average precision, OGB's Hits@K per ``ks`` (``{"auc", "ap", "hits@20", ...}``).
 
     Args:
         z: Frozen embeddings ``[N, d]``.
@@ -182,10 +183,6 @@ def link_scores(
             negative pairs ``[2, Q]``.
         score: ``"cosine"`` (cosine similarity of the two embeddings) or ``"inner"``
             (their inner product, GAE's decoder; the sigmoid would not change a ranking).
-
-    Returns:
-        ``{"auc", "ap", "hits@20", "hits@50", "hits@100"}``: scikit-learn's ROC-AUC and
-        average precision of positives against negatives, and OGB's Hits@K per ``ks``.
     """
     from sklearn.metrics import average_precision_score, roc_auc_score
 

@@ -223,22 +223,19 @@ def topk_false_negative_share(
     seed: int = 0,
     block_elements: int = BLOCK_ELEMENTS,
 ) -> dict:
-    """Share of false negatives among each anchor's ``top_k`` most similar negatives; with
-    a ``mixture``, also among the ``top_k`` of largest ProGCL hardness ``b = p(true neg. |
-    s') · s'`` (docs/algorithms.md §5.2).
+    """Share of false negatives among each anchor's ``top_k`` most similar negatives,
+    ``{'fn_share_topk'}``; with a ``mixture``, also among the ``top_k`` of largest ProGCL
+    hardness ``b = p(true neg. | s') · s'``, ``'fn_share_topk_hardness'`` (docs/algorithms.md
+    §5.2).
 
     Args:
-        u, v: Unit-normalised ``[N, d]`` embeddings.
-        labels: ``[N]`` labels.
+        u, v, labels: Unit-normalised ``[N, d]`` embeddings and ``[N]`` labels.
         top_k: Negatives ranked per anchor (capped at the candidates available).
         mixture: Fitted mixture for the hardness ranking (skipped if ``None``).
         num_anchors: Anchors used (a uniform subset when ``N`` is larger; ``None``: all).
         num_candidates: Candidate negatives (a uniform subset; ``None``: all ``N``).
         seed: Seed of the subsets.
         block_elements: Elements of one row block (``B·C``).
-
-    Returns:
-        ``{'fn_share_topk': float}`` and, with a mixture, ``'fn_share_topk_hardness'``.
     """
     top_k = check_int("top_k", top_k, 1)
     block_elements = check_int("block_elements", block_elements, 1)

@@ -29,12 +29,9 @@ def _members(augment) -> list:
 
 class SubgraphAugmenter:
     r"""Applies one view's augmenters to sampled subgraphs with the *full* graph's
-    probabilities.
-
-    GCA's adaptive augmenters (Zhu et al., WWW 2021) derive drop probabilities from the
-    whole graph's centralities; on a subgraph they are looked up per target node (edges)
-    or taken as they are (feature columns). Other augmenters are applied to the subgraph
-    as they are. Adaptive augmenters not prepared yet are prepared on the full graph.
+    probabilities (GCA, Zhu et al., WWW 2021): looked up per target node for edges, as
+    they are for feature columns; other augmenters run on the subgraph as they are.
+    Adaptive augmenters not prepared yet are prepared on the full graph.
 
     Args:
         augment: A model's ``augment1`` / ``augment2`` (an augmenter, a
