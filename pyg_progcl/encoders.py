@@ -192,8 +192,7 @@ class GCNEncoder(_StackEncoder):
     (docs/algorithms.md §1).
 
     Args:
-        in_channels, hidden_channels: The input features' and the embedding's widths.
-        num_layers: Number of layers.
+        in_channels, hidden_channels, num_layers: The input and embedding widths, the depth.
         conv: Any PyG convolution class, built as ``conv(in, out, **conv_kwargs)``
             (multi-head ones with ``concat=False``).
         activation: See :func:`make_activation`.

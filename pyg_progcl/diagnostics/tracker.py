@@ -19,8 +19,7 @@ class DiagnosticsTracker:
     restored (training is unchanged by tracking).
 
     Args:
-        data: The graph with labels ``y`` (or pass ``labels``).
-        every: Record every this many epochs (``>= 1``).
+        data, every: The graph with labels ``y`` (or pass ``labels``), the epochs between records.
         **diagnose_kwargs: Passed to :func:`~.core.diagnose` (``num_samples``, ``top_k``,
             ``labels``, ``seed``, ...).
 
