@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
-import warnings
-from collections.abc import Iterator
 from typing import Callable
 
 import torch
@@ -31,23 +28,6 @@ def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
     x = x.unsqueeze(-1)
     log_norm = torch.lgamma(alpha) + torch.lgamma(beta) - torch.lgamma(alpha + beta)
     return (alpha - 1) * torch.log(x) + (beta - 1) * torch.log1p(-x) - log_norm
-
-
-@contextlib.contextmanager
-def first_warning_only(category: type[Warning]) -> Iterator[None]:
-    """Within the block, shows the first warning of ``category`` and drops later ones."""
-    with warnings.catch_warnings():
-        show, shown = warnings.showwarning, []
-
-        def show_first(message, kind, *args, **kwargs):
-            if issubclass(kind, category):
-                if shown:
-                    return
-                shown.append(message)
-            show(message, kind, *args, **kwargs)
-
-        warnings.showwarning = show_first
-        yield
 
 
 class MixtureDegeneracyWarning(UserWarning):

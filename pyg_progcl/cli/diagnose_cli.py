@@ -28,7 +28,7 @@ from pathlib import Path
 from pyg_progcl.diagnostics import diagnose
 from pyg_progcl.io import read_graph
 from pyg_progcl.io.files import check_input_file
-from pyg_progcl.mixture import MixtureDegeneracyWarning, first_warning_only
+from pyg_progcl.mixture import MixtureDegeneracyWarning
 
 from .files import check_distinct
 from .loop import resolve_device
@@ -257,7 +257,7 @@ def _from_preset(args, kwargs):
 
 def run_cli(args: argparse.Namespace) -> int:
     """Runs the ``diagnose`` subcommand; returns the exit status."""
-    from .loop import command_line_warnings, write_json
+    from .loop import command_line_warnings, first_warning_only, write_json
 
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")

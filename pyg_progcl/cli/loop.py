@@ -95,6 +95,23 @@ def progress_postfix(loss_value: float, loss_fn: torch.nn.Module, degenerate: in
 
 
 @contextlib.contextmanager
+def first_warning_only(category: type[Warning]) -> Iterator[None]:
+    """Within the block, shows the first warning of ``category`` and drops later ones."""
+    with warnings.catch_warnings():
+        show, shown = warnings.showwarning, []
+
+        def show_first(message, kind, *args, **kwargs):
+            if issubclass(kind, category):
+                if shown:
+                    return
+                shown.append(message)
+            show(message, kind, *args, **kwargs)
+
+        warnings.showwarning = show_first
+        yield
+
+
+@contextlib.contextmanager
 def command_line_warnings(show: bool = True) -> Iterator[None]:
     """Within the block, each warning is shown as one line ``warning: <message>`` on
     stderr, written through tqdm so that it never breaks a progress bar, and a line
