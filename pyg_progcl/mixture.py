@@ -248,9 +248,9 @@ class BetaMixture(torch.nn.Module):
             previous = loglik
         if change is None:  # (one iteration: nothing to compare)
             change = torch.full((1,), math.nan, dtype=torch.float64, device=x.device)
-        params = em.result()  # (alpha, beta, weight of component 0, then of 1)
-        ranges = torch.stack([*x_range, *torch.aminmax(params)])
-        state = torch.cat([change, ranges, em.start.view(-1), params])
+        result = em.result()
+        ranges = torch.stack([*x_range, *torch.aminmax(result)])
+        state = torch.cat([change, ranges, em.start.view(-1), result.view(-1)])
         state = state.tolist()  # (the fit's one read at its end)
         change, low, high, least, most = state[:5]
         before, params = state[5:11], state[11:]
@@ -261,7 +261,7 @@ class BetaMixture(torch.nn.Module):
             )
         if low < 0 or high > 1:
             raise ValueError("`x` must hold values in [0, 1] (map cosines by (cos + 1) / 2)")
-        # (from here on, parameters are listed as alpha, beta and weight, each of length 2)
+        # (read per component; listed from here on as alpha, beta and weight, each of 2)
         before, params = (sum((v[c::3] for c in range(3)), []) for v in (before, params))
         if not (least > 0 and math.isfinite(most)):
             # (statistics that were not finite: a bad sample, or a rank's `reduce`)
@@ -270,7 +270,7 @@ class BetaMixture(torch.nn.Module):
                 f"({self._describe(params)}); the sufficient statistics were not finite "
                 "(check `reduce` and the sample); the previous parameters are kept"
             )
-        torch._foreach_copy_([self.alpha, self.beta, self.weight], em.result_rows())
+        torch._foreach_copy_([self.alpha, self.beta, self.weight], list(result.T.unbind(0)))
         swapped_from = None
         if self.fitted:  # (the roles before: see degeneracy)
             means = [before[c] / (before[c] + before[2 + c]) for c in range(2)]
@@ -437,13 +437,8 @@ class _EM:
         return abs(change) < self.limit
 
     def result(self) -> Tensor:
-        """``[6]``: α, β and the weight of component 0, then of component 1."""
-        self.out = torch.cat([self.p[:, :2], self.w / self.w.sum()], dim=1)
-        return self.out.view(-1)
-
-    def result_rows(self) -> list[Tensor]:
-        """The result as the rows α, β and weight."""
-        return list(self.out.T.unbind(0))
+        """``[2, 3]``: each component's α, β and normalised weight."""
+        return torch.cat([self.p[:, :2], self.w / self.w.sum()], dim=1)
 
 
 #: :class:`_EM`'s constants, by columns: 0-2 map moments (1, m, E x²) to (m, 1 - m, 1);

@@ -362,7 +362,7 @@ def _blocks(u, v, tau: float, how: Plan, anchors: slice, num_negatives=None):
             rows = slice(start, min(start + size, anchors.stop))
             cols = None
             if how.path == "sampled":
-                cols = torch.randperm(n)[: num_negatives + 1].to(u.device)
+                cols = torch.randperm(n)[: num_negatives + 1].to(u.device, non_blocking=True)
             yield view, (a, o, rows, view, tau, cols)
 
 
