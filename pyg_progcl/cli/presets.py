@@ -143,8 +143,8 @@ class TrainConfig:
             component (``None``: the reference code's default, 0.05; its Amazon-Photo
             parameter file says 0.15, a value its script reads only from the command line).
         num_mix: ProGCL-mix: hardest negatives mixed per anchor (K).
-        block_size: Row block of the loss computation (``None``: dense up to 4096
-            nodes, automatic row blocks above).
+        block_size: Row block of the loss computation (``None``: the loss's
+            :meth:`~pyg_progcl.losses.ContrastiveLoss.plan`).
         num_negatives: ``k`` sampled negatives per anchor and view instead of all
             (``None``: all; GRACE's ogbn-arxiv setting is 2048).
         batch_size: Seed nodes per mini-batch: train on sampled subgraphs
