@@ -19,6 +19,7 @@ def matched_accuracy(y_true, y_pred) -> float:
     class (``y_true``) under the best one-to-one map (``linear_sum_assignment`` on the
     contingency table)."""
     from scipy.optimize import linear_sum_assignment
+    from sklearn.metrics.cluster import contingency_matrix
 
     y_true, y_pred = (np.asarray(torch.as_tensor(v).cpu()).ravel() for v in (y_true, y_pred))
     if y_true.shape != y_pred.shape or y_true.size == 0:
@@ -26,10 +27,7 @@ def matched_accuracy(y_true, y_pred) -> float:
             f"`y_true` and `y_pred` must hold one id per node, as many of each (got "
             f"{y_true.size} and {y_pred.size})"
         )
-    _, classes = np.unique(y_true, return_inverse=True)
-    _, clusters = np.unique(y_pred, return_inverse=True)
-    table = np.zeros((clusters.max() + 1, classes.max() + 1), dtype=np.int64)
-    np.add.at(table, (clusters, classes), 1)
+    table = contingency_matrix(y_true, y_pred)
     rows, cols = linear_sum_assignment(table, maximize=True)
     return float(table[rows, cols].sum() / y_true.size)
 

@@ -148,11 +148,8 @@ def _negative_pairs(edges: Tensor, num_nodes: int, count: int, gen: torch.Genera
         u, v = torch.randint(num_nodes, (2, 2 * count), generator=gen)
         keys = torch.minimum(u, v) * num_nodes + torch.maximum(u, v)
         keys = keys[(u != v) & ~torch.isin(keys, edges) & ~torch.isin(keys, found)]
-        # The first occurrence of each key, in the order drawn.
-        unique, inverse = keys.unique(return_inverse=True)
-        first = torch.full((unique.numel(),), keys.numel(), dtype=torch.long)
-        first.scatter_reduce_(0, inverse, torch.arange(keys.numel()), reduce="amin")
-        found = torch.cat([found, keys[first.sort().values]])
+        first = np.unique(keys.numpy(), return_index=True)[1]  # (each key once, as drawn)
+        found = torch.cat([found, keys[torch.from_numpy(np.sort(first))]])
     return found[:count]
 
 
@@ -197,12 +194,11 @@ def link_scores(
     pos, neg = (pair_scores(z.detach(), pairs, score).cpu() for pairs in (edges, negatives))
     labels = np.concatenate([np.ones(pos.numel()), np.zeros(neg.numel())])
     values = torch.cat([pos, neg]).double().numpy()
-    result = {
+    return {
         "auc": float(roc_auc_score(labels, values)),
         "ap": float(average_precision_score(labels, values)),
+        **{f"hits@{k}": hits_at_k(pos, neg, k) for k in ks},
     }
-    result.update({f"hits@{k}": hits_at_k(pos, neg, k) for k in ks})
-    return result
 
 
 def pair_scores(z: Tensor, pairs: Tensor, score: str = "cosine") -> Tensor:

@@ -4,7 +4,6 @@ datasets come from PyG's own classes (``Planetoid(root, "Cora")``, ...)."""
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
@@ -54,50 +53,22 @@ def synthetic_graph(
 
     gen = torch.Generator().manual_seed(int(seed))
     y = (torch.arange(num_nodes) % num_classes)[torch.randperm(num_nodes, generator=gen)]
-    x = _topic_features(y, num_classes, num_features, topic_size, topic_prob, noise_prob, gen)
-    num_edges = int(round(num_nodes * avg_degree / 2))
-    edge_index = _block_model_edges(y, num_classes, num_edges, homophily, gen)
-    return Data(x=x, edge_index=edge_index, y=y)
-
-
-def _topic_features(
-    y: Tensor,
-    num_classes: int,
-    num_features: int,
-    topic_size: int,
-    topic_prob: float,
-    noise_prob: float,
-    gen: torch.Generator,
-) -> Tensor:
-    """Binary bag-of-words features: column ``j`` of a node of class ``c`` is on with
-    probability ``noise + (1 - noise) * topic_prob * [j in topic(c)]``."""
     topics = torch.zeros(num_classes, num_features)
     for c in range(num_classes):
         topics[c, torch.randperm(num_features, generator=gen)[:topic_size]] = 1.0
     prob = noise_prob + (1.0 - noise_prob) * topic_prob * topics[y]
-    return torch.bernoulli(prob, generator=gen)
-
-
-def _block_model_edges(
-    y: Tensor, num_classes: int, num_edges: int, homophily: float, gen: torch.Generator
-) -> Tensor:
-    """``num_edges`` random edges, each within the source's class with probability
-    ``homophily``, then without self-loops, symmetrised and coalesced (``O(E)``, from
-    ``gen``: PyG's ``stochastic_blockmodel_graph`` takes ``O(N^2)`` and the global RNG).
-    """
-    num_nodes = y.numel()
-    members = [torch.nonzero(y == c).view(-1) for c in range(num_classes)]
+    x = torch.bernoulli(prob, generator=gen)
+    # O(E) edges from `gen` (PyG's stochastic_blockmodel_graph takes O(N^2) and the
+    # global RNG): each within its source's class with probability `homophily`.
+    num_edges = int(round(num_nodes * avg_degree / 2))
     src = torch.randint(num_nodes, (num_edges,), generator=gen)
     same = torch.rand(num_edges, generator=gen) < homophily
     dst = torch.empty_like(src)
     for c in range(num_classes):
         in_c = y[src] == c
-        pick_same = in_c & same
-        idx = torch.randint(len(members[c]), (int(pick_same.sum()),), generator=gen)
-        dst[pick_same] = members[c][idx]
-        others = torch.nonzero(y != c).view(-1)
-        pick_other = in_c & ~same
-        idx = torch.randint(len(others), (int(pick_other.sum()),), generator=gen)
-        dst[pick_other] = others[idx]
+        for pool, pick in ((y == c, in_c & same), (y != c, in_c & ~same)):
+            nodes = pool.nonzero().view(-1)
+            dst[pick] = nodes[torch.randint(nodes.numel(), (int(pick.sum()),), generator=gen)]
     edge_index, _ = remove_self_loops(torch.stack([src, dst]))
-    return coalesce(to_undirected(edge_index, num_nodes=num_nodes), num_nodes=num_nodes)
+    edge_index = coalesce(to_undirected(edge_index, num_nodes=num_nodes), num_nodes=num_nodes)
+    return Data(x=x, edge_index=edge_index, y=y)

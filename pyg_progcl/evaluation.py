@@ -71,16 +71,13 @@ def public_splits(data: Data) -> list[tuple[Tensor, Tensor, Tensor]]:
     """The public splits of ``data``'s masks, ``[N]`` (one) or ``[N, S]`` (``S`` splits)."""
     if "train_mask" not in data or "test_mask" not in data:
         raise ValueError("split='public' needs `train_mask` and `test_mask` on the data")
-    masks = [data.get(key) for key in ("train_mask", "val_mask", "test_mask")]
-
-    def nodes(mask: Optional[Tensor], i: int) -> Tensor:
-        if mask is None:
-            return torch.empty(0, dtype=torch.long)
-        mask = mask.bool()
-        return (mask if mask.dim() == 1 else mask[:, i]).nonzero().view(-1)
-
+    train, val, test = (data.get(key) for key in ("train_mask", "val_mask", "test_mask"))
+    masks = [m.bool() for m in (train, torch.zeros_like(train) if val is None else val, test)]
     count = 1 if masks[0].dim() == 1 else masks[0].size(1)
-    return [tuple(nodes(mask, i) for mask in masks) for i in range(count)]
+    return [
+        tuple((mask if mask.dim() == 1 else mask[:, i]).nonzero().view(-1) for mask in masks)
+        for i in range(count)
+    ]
 
 
 def _ogb_accuracy(name: str):
@@ -149,8 +146,7 @@ def logistic_regression_probe(
     best = {"accuracy": float("nan"), "val_accuracy": -1.0, "best_epoch": 0}
     for epoch in range(1, epochs + 1):
         optimizer.zero_grad()
-        loss = F.cross_entropy(F.linear(z_train, weight, bias), y_train)
-        loss.backward()
+        F.cross_entropy(F.linear(z_train, weight, bias), y_train).backward()
         optimizer.step()
         if epoch % eval_every and epoch != epochs:
             continue

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Optional, Union
 
 import torch
@@ -244,21 +243,19 @@ def topk_false_negative_share(
     anchors = _subset(n, num_anchors, "num_anchors", gen).to(u.device)
     cands = _subset(n, num_candidates, "num_candidates", gen).to(u.device)
     k = min(top_k, cands.numel() - 1)
-    hardness = None if mixture is None else partial(log_hardness, mixture)
     block = max(1, block_elements // cands.numel())
-    hits = {"fn_share_topk": 0.0, "fn_share_topk_hardness": 0.0}
+    hits = {"fn_share_topk": 0.0}
+    if mixture is not None:
+        hits["fn_share_topk_hardness"] = 0.0
     for start in range(0, anchors.numel(), block):
         rows = anchors[start : start + block]
         cos = (u[rows] @ v[cands].T).clamp_(-1.0, 1.0)
         self_pair = rows.unsqueeze(1) == cands.unsqueeze(0)
         same = labels[rows].unsqueeze(1) == labels[cands].unsqueeze(0)
         hits["fn_share_topk"] += _hits(cos, self_pair, same, k)
-        if hardness is not None:
-            hits["fn_share_topk_hardness"] += _hits(hardness(cos), self_pair, same, k)
-    out = {key: val / (anchors.numel() * k) for key, val in hits.items()}
-    if mixture is None:
-        del out["fn_share_topk_hardness"]
-    return out
+        if mixture is not None:
+            hits["fn_share_topk_hardness"] += _hits(log_hardness(mixture, cos), self_pair, same, k)
+    return {key: val / (anchors.numel() * k) for key, val in hits.items()}
 
 
 def log_hardness(mixture: BetaMixture, cos: Tensor) -> Tensor:
@@ -306,14 +303,13 @@ def sample_summary(sample: NegativeSample, mixture: BetaMixture) -> dict:
     """Mean cosines, ``auc_similarity`` (pairs ranked by ``-θ``), ``auc_posterior`` (by
     ``p(TN | s')``) and ``flagged_*`` (the rule ``p(TN | s') < 0.5`` ⇒ false negative)."""
     tn = ~sample.same_label
-    post = true_negative_posterior(mixture, sample.cos)
     fn = sample.same_label
     return {
         "sample_fn_rate": float(fn.double().mean()),
         "mean_cos_tn": _mean(sample.cos[tn]),
         "mean_cos_fn": _mean(sample.cos[fn]),
         "auc_similarity": separation_auc(-sample.cos, tn),
-        **_posterior_summary(post, fn),
+        **_posterior_summary(true_negative_posterior(mixture, sample.cos), fn),
     }
 
 
@@ -391,19 +387,14 @@ def diagnose(
     summary.update(mixture_summary(mixture))
     loss_mixture = getattr(loss, "mixture", None)
     if isinstance(loss_mixture, BetaMixture) and loss.fitted:
-        weight_cos = _frozen_cos(loss, sample)
-        summary.update(loss_summary(loss_mixture, float(loss.tau), sample, weight_cos))
+        schedule = getattr(loss, "schedule", None)  # (a frozen schedule's stored views)
+        frozen_u, frozen_v = (getattr(schedule, key, None) for key in ("frozen_u", "frozen_v"))
+        frozen_cos = None
+        if frozen_u is not None:
+            i, k = sample.pairs.to(frozen_u.device)
+            frozen_cos = (frozen_u[i] * frozen_v[k]).sum(1).clamp_(-1.0, 1.0).float().cpu()
+        summary.update(loss_summary(loss_mixture, float(loss.tau), sample, frozen_cos))
     return Diagnosis(sample, mixture, summary)
-
-
-def _frozen_cos(loss, sample: NegativeSample) -> Optional[Tensor]:
-    """The cosines of a frozen-schedule loss's stored views at the sample's pairs."""
-    schedule = getattr(loss, "schedule", None)
-    frozen_u, frozen_v = getattr(schedule, "frozen_u", None), getattr(schedule, "frozen_v", None)
-    if frozen_u is None:
-        return None
-    i, k = sample.pairs.to(frozen_u.device)
-    return (frozen_u[i] * frozen_v[k]).sum(1).clamp_(-1.0, 1.0).float().cpu()
 
 
 def loss_summary(
@@ -415,12 +406,11 @@ def loss_summary(
     mass :math:`e^{\theta/\tau}`, and ``loss_fn_mass``, their share weighted by the hardness
     :math:`b = s' p(\mathrm{TN} \mid s')` (of ``weight_cos``, a frozen schedule's cosines)."""
     weight_cos = sample.cos if weight_cos is None else weight_cos
-    post = true_negative_posterior(mixture, weight_cos)
     fn = sample.same_label
     mass = torch.exp((sample.cos.double() - 1.0) / tau)
     weighted = mass * mixture.hardness_((weight_cos.double() + 1.0) / 2.0)
     return {
-        **_posterior_summary(post, fn, prefix="loss_"),
+        **_posterior_summary(true_negative_posterior(mixture, weight_cos), fn, prefix="loss_"),
         "fn_mass": float(mass[fn].sum() / mass.sum()),
         "loss_fn_mass": float(weighted[fn].sum() / weighted.sum().clamp(min=1e-300)),
         **mixture_summary(mixture, prefix="loss_"),

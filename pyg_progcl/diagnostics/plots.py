@@ -35,50 +35,19 @@ def _save(fig, path: Optional[Union[str, os.PathLike]], dpi: int) -> None:
         fig.savefig(path, dpi=dpi, format="png")
 
 
-def _as_parts(diagnosis, mixture):
-    if isinstance(diagnosis, Diagnosis):
-        return diagnosis.sample, mixture or diagnosis.mixture, diagnosis.summary
-    if isinstance(diagnosis, NegativeSample):
-        return diagnosis, mixture or fit_mixture(diagnosis), {}
-    raise ValueError(
-        f"`diagnosis` must be a Diagnosis or a NegativeSample (got {type(diagnosis).__name__})"
-    )
-
-
-def _caption(summary: dict, mixture: Optional[BetaMixture] = None) -> str:
-    lines = []
-    if "fn_share_topk" in summary:
-        k = int(summary["top_k"])
-        lines.append(
-            f"FN among top-{k}: {summary['fn_share_topk']:.2f} (chance {summary['fn_rate']:.2f})"
-        )
-    if "auc_similarity" in summary:
-        lines.append(
-            f"AUC sim {summary['auc_similarity']:.3f}, posterior {summary['auc_posterior']:.3f}"
-        )
-    if mixture is not None:
-        lines.append(
-            f"mixture: FN part λ={float(mixture.weight[1 - mixture.true_negative_index]):.2f}"
-        )
-    return "\n".join(lines)
-
-
-def _draw_bars(ax, sample: NegativeSample, lo: float, hi: float, bins: int) -> float:
-    """True- and false-negative histograms (densities of all negatives); returns the top."""
-    s = sample.scaled.double().clamp(0, 1)
+def _draw_bars(ax, s: torch.Tensor, fn: torch.Tensor, lo: float, hi: float, bins: int) -> float:
+    """True- and false-negative histograms of ``s`` (densities of all negatives, ``fn``
+    the false ones); returns the top of their sum."""
     width = (hi - lo) / bins
     scale = 1.0 / (s.numel() * width)
     left = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)[:-1].numpy()
-    fn = sample.same_label
-    hists = []
     for mask, color, label in (
         (~fn, TN_COLOR, "true negatives (other label)"),
         (fn, FN_COLOR, "false negatives (same label)"),
     ):
         hist = torch.histc(s[mask], bins, lo, hi) * scale
         ax.bar(left, hist.numpy(), width, align="edge", color=color, alpha=0.45, label=label)
-        hists.append(hist)
-    return float((hists[0] + hists[1]).max()) if s.numel() else 1.0
+    return float(torch.histc(s, bins, lo, hi).max()) * scale
 
 
 def _draw_mixture(ax, mixture: BetaMixture, lo: float, hi: float) -> None:
@@ -106,7 +75,14 @@ def draw_similarity_histogram(ax, diagnosis, mixture=None, title=None, bins: int
     """Draws the histogram of :func:`plot_similarity_histogram` into a matplotlib ``ax``:
     the x axis spans the similarities (0.1 % to 99.9 % quantiles), however narrow; a
     panel whose similarities coincide says so in place of a histogram."""
-    sample, mixture, summary = _as_parts(diagnosis, mixture)
+    if isinstance(diagnosis, Diagnosis):
+        sample, mixture, summary = diagnosis.sample, mixture or diagnosis.mixture, diagnosis.summary
+    elif isinstance(diagnosis, NegativeSample):
+        sample, mixture, summary = diagnosis, mixture or fit_mixture(diagnosis), {}
+    else:
+        raise ValueError(
+            f"`diagnosis` must be a Diagnosis or a NegativeSample (got {type(diagnosis).__name__})"
+        )
     s = sample.scaled.double().clamp(0, 1)
     ax.set_xlabel("s' = (cos + 1) / 2 of negative pairs")
     ax.set_ylabel("density (all negatives = 1)")
@@ -120,16 +96,25 @@ def draw_similarity_histogram(ax, diagnosis, mixture=None, title=None, bins: int
         lo, hi = float(s.min()), float(s.max())
     pad = 0.05 * (hi - lo) if hi - lo < NARROW else max(0.02, 0.05 * (hi - lo))
     lo, hi = max(0.0, lo - pad), min(1.0, hi + pad)
-    top = _draw_bars(ax, sample, lo, hi, bins)
+    top = _draw_bars(ax, s, sample.same_label, lo, hi, bins)
     _draw_mixture(ax, mixture, lo, hi)
     ax.set_ylim(0, 1.35 * top)
     ax.set_xlim(lo, hi)
-    caption = _caption(summary, mixture)
+    lines = []
+    if "fn_share_topk" in summary:
+        k = int(summary["top_k"])
+        lines.append(
+            f"FN among top-{k}: {summary['fn_share_topk']:.2f} (chance {summary['fn_rate']:.2f})"
+        )
+    if "auc_similarity" in summary:
+        lines.append(
+            f"AUC sim {summary['auc_similarity']:.3f}, posterior {summary['auc_posterior']:.3f}"
+        )
+    lines.append(f"mixture: FN part λ={float(mixture.weight[1 - mixture.true_negative_index]):.2f}")
     if hi - lo < NARROW:
-        caption += f"\nzoomed: all s' within {lo:.5f} .. {hi:.5f}"
+        lines.append(f"zoomed: all s' within {lo:.5f} .. {hi:.5f}")
         ax.ticklabel_format(axis="x", useOffset=True)
-    if caption:
-        ax.text(0.02, 0.97, caption, transform=ax.transAxes, va="top", fontsize=7.5)
+    ax.text(0.02, 0.97, "\n".join(lines), transform=ax.transAxes, va="top", fontsize=7.5)
     return ax
 
 
@@ -231,7 +216,6 @@ def draw_tracking(left, right, history, legend: bool = True) -> None:
     runs = dict(history) if isinstance(history, Mapping) else {"": list(history)}
     if not runs or not all(runs.values()):
         raise ValueError("`history` must hold at least one record {'epoch': ..., ...}")
-    styles = ["-", "--", "-.", ":"]
     for r, (run, records) in enumerate(runs.items()):
         epochs = [rec["epoch"] for rec in records]
         for key, (label, color, ls) in TRACKED.items():
@@ -239,7 +223,7 @@ def draw_tracking(left, right, history, legend: bool = True) -> None:
                 continue  # chance is the same for every run of one graph
             ax = left if key.startswith("fn_") else right
             name = f"{label} [{run}]" if run and key != "fn_rate" else label
-            style = ls if len(runs) == 1 or key == "fn_rate" else styles[r % len(styles)]
+            style = ls if len(runs) == 1 or key == "fn_rate" else ("-", "--", "-.", ":")[r % 4]
             values = [rec.get(key, math.nan) for rec in records]
             ax.plot(epochs, values, color=color, ls=style, label=name, marker="o", ms=2)
     left.set_ylabel("share of false negatives")

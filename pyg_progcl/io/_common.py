@@ -1,4 +1,4 @@
-"""What the file modules share: one-line error details."""
+"""What the file modules share: one-line error details, non-finite values."""
 
 from __future__ import annotations
 
@@ -20,6 +20,15 @@ def uncompiled(module):
     ``_orig_mod``, which holds the parameters), else ``module`` itself."""
     inner = getattr(module, "_orig_mod", None)
     return inner if isinstance(inner, torch.nn.Module) else module
+
+
+def nonfinite(t: torch.Tensor) -> int:
+    """How many NaN or infinite values ``t`` holds, counted in blocks of about 4 M values."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return 0
+    t = t.reshape(1) if t.dim() == 0 else t
+    rows = max(1, (1 << 22) // max(1, t[0].numel()))
+    return sum(int(block.numel() - torch.isfinite(block).sum()) for block in t.split(rows))
 
 
 NPY_MAGIC = b"\x93NUMPY"

@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._checks import check_int
 from .._graphs import stored_values
 from ..encoders import parameter_dtype
+from ._common import nonfinite
 from .files import PathLike, atomic_write, check_writable, torch_save
 from .graphs import check_width, graph_for_model
 
@@ -64,19 +64,17 @@ def embed(
     check_width(data.x.shape, width if isinstance(width, int) and width > 0 else None)
     data = graph_for_model(model, data)  # (its edge weights, where the model takes them)
     data = _in_model_dtype(model, data)
-    if device is None:
-        device = next(model.parameters()).device
-    device = torch.device(device)
+    device = torch.device(next(model.parameters()).device if device is None else device)
+    if batch_size is not None:
+        return _embed_batches(model, data, batch_size, num_neighbors, device, progress).cpu()
+    if num_neighbors is not None:
+        raise ValueError("`num_neighbors` needs `batch_size` (mini-batch inference)")
     was_training = model.training
     model.eval()
     try:
-        if batch_size is None:
-            if num_neighbors is not None:
-                raise ValueError("`num_neighbors` needs `batch_size` (mini-batch inference)")
-            inputs = (data.x, data.edge_index, data.get("edge_weight"))
-            with torch.no_grad():
-                return model(*(t.to(device) for t in inputs if t is not None)).cpu()
-        return _embed_batches(model, data, batch_size, num_neighbors, device, progress).cpu()
+        inputs = (data.x, data.edge_index, data.get("edge_weight"))
+        with torch.no_grad():
+            return model(*(t.to(device) for t in inputs if t is not None)).cpu()
     finally:
         model.train(was_training)
 
@@ -94,9 +92,9 @@ def _in_model_dtype(model: torch.nn.Module, data: Data) -> Data:
     weight = data.get("edge_weight")
     if isinstance(weight, Tensor) and not weight.is_complex() and weight.dtype != dtype:
         changed["edge_weight"] = weight.to(dtype)
-    bad = _nonfinite(stored_values(changed.get("x", x)))
+    bad = nonfinite(stored_values(changed.get("x", x)))
     if bad:
-        if "x" in changed and not _nonfinite(stored_values(x)):
+        if "x" in changed and not nonfinite(stored_values(x)):
             raise ValueError(
                 f"the graph's features `x` ({x.dtype}) hold {bad} values beyond the range of "
                 f"the model's {dtype} (|x| > {torch.finfo(dtype).max:.3g}): scale them"
@@ -105,33 +103,18 @@ def _in_model_dtype(model: torch.nn.Module, data: Data) -> Data:
             f"the graph's features `x` hold {bad} NaN or infinite values; replace them "
             "(e.g. torch.nan_to_num) before embedding"
         )
-    if not changed:
-        return data
-    data = copy.copy(data)
-    for key, value in changed.items():
-        data[key] = value
+    if changed:
+        data = copy.copy(data)
+        for key, value in changed.items():
+            data[key] = value
     return data
-
-
-def _nonfinite(t: Tensor) -> int:
-    """How many NaN or infinite values ``t`` holds, counted in blocks of about 4 M values."""
-    if not t.is_floating_point() or t.numel() == 0:
-        return 0
-    t = t.reshape(1) if t.dim() == 0 else t
-    rows = max(1, (1 << 22) // max(1, t[0].numel()))
-    blocks = t.split(rows)
-    if all(bool(torch.isfinite(block).all()) for block in blocks):
-        return 0
-    return sum(int(block.numel() - torch.isfinite(block).sum()) for block in blocks)
 
 
 def _embed_batches(model, data, batch_size, num_neighbors, device, progress) -> Tensor:
     from ..minibatch import embed_minibatch
     from ..minibatch.sampling import check_num_neighbors
 
-    batch_size = check_int("batch_size", batch_size)
-    if progress is False:
-        progress = None
+    progress = None if progress is False else progress
     if progress is not None and not callable(progress):
         raise ValueError(f"`progress` must be a callable progress(done, total) (got {progress!r})")
     if num_neighbors is not None:
@@ -151,15 +134,12 @@ def save_embeddings(z: Tensor, path: PathLike) -> Path:
     ``.pt`` (a tensor, ``torch.load(path, weights_only=True)``)."""
     target = check_embedding_path(path)
     z = z.detach().cpu().float().contiguous()
-    if target.suffix.lower() == ".npy":
 
-        def write(tmp: Path) -> None:
+    def write(tmp: Path) -> None:
+        if target.suffix.lower() == ".npy":
             with open(tmp, "wb") as fh:  # (np.save on a name would append .npy)
                 np.save(fh, z.numpy(), allow_pickle=False)
-
-    else:
-
-        def write(tmp: Path) -> None:
+        else:
             torch_save(z.clone(), tmp)
 
     return atomic_write(target, write)

@@ -71,15 +71,14 @@ def check_input_file(path: PathLike, what: str = "input file") -> Path:
         raise ValueError(f"{label} cannot be read ({_reason(exc)})") from None
     if stat.S_ISREG(mode):
         return path
-    kinds = [
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-        (stat.S_ISFIFO, "a pipe"),
-        (stat.S_ISSOCK, "a socket"),
-    ]
-    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
-    raise ValueError(f"{label} is {kind}, not a file")
+    kinds = {
+        stat.S_IFDIR: "a folder",
+        stat.S_IFCHR: "a device",
+        stat.S_IFBLK: "a device",
+        stat.S_IFIFO: "a pipe",
+        stat.S_IFSOCK: "a socket",
+    }
+    raise ValueError(f"{label} is {kinds.get(stat.S_IFMT(mode), 'not a regular file')}, not a file")
 
 
 def _writable_folder(folder: Path, label: str, create: bool) -> None:
@@ -124,7 +123,9 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     tmp = Path(name)
     replaced = False
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it (mkstemp: 0600)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp: 0600)
         os.close(fd)
         write(tmp)
         with open(tmp, "rb+") as fh:
@@ -138,7 +139,12 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
         if isinstance(exc, OSError) and exc.errno in NO_SPACE:
             raise OSError(exc.errno, f"no space left on device to write {path}") from None
         raise
-    _sync_folder(path.parent)
+    with contextlib.suppress(OSError):  # (the rename, to disk where the platform allows)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return path
 
 
@@ -198,11 +204,8 @@ def _writer_is_gone(path: Path) -> bool:
     id where it ran here, else by the file being unchanged for :data:`STALE_AFTER_S`."""
     found = _TEMP_NAME.fullmatch(path.name)
     if found and found.group(1) == _host_tag() and os.name != "nt":
-        pid = int(found.group(2))
-        if pid == os.getpid():
-            return False
         try:
-            os.kill(pid, 0)  # (signal 0: only asks whether the process exists)
+            os.kill(int(found.group(2)), 0)  # (signal 0: only asks whether the process exists)
         except ProcessLookupError:
             return True
         except (OSError, OverflowError):  # alive under another user, or not a valid id
@@ -225,22 +228,6 @@ def remove_stale_temporaries(folder: PathLike) -> list[Path]:
                     tmp.unlink()
                     removed.append(tmp)
     return removed
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _sync_folder(folder: Path) -> None:
-    """Flushes a folder's entries (the rename) to disk where the platform allows it."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def payload_checksum(payload: dict[str, Any]) -> str:

@@ -62,10 +62,7 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
         )
     fields = _read_npz(path, num_features) if suffix == ".npz" else _read_pt(path)
     try:
-        check_width(
-            fields["x"].shape if isinstance(fields.get("x"), Tensor) else None, num_features
-        )
-        return _graph(fields)
+        return _graph(fields, num_features)
     except ValueError as exc:
         raise ValueError(f"graph file {str(path)!r}: {exc}") from None
 
@@ -73,7 +70,7 @@ def read_graph(path: PathLike, *, num_features: Optional[int] = None) -> Data:
 def check_width(shape, num_features: Optional[int]) -> None:
     """Checks features of ``shape`` have ``num_features`` columns, where both are known
     (features of no nodes are refused later, as an empty graph)."""
-    if num_features is None or shape is None or (len(shape) == 2 and shape[0] == 0):
+    if num_features is None or (len(shape) == 2 and shape[0] == 0):
         return
     if len(shape) != 2:
         raise ValueError(f"`x` must have shape [num_nodes, num_features] (got {list(shape)})")
@@ -163,7 +160,7 @@ def _npz_members(archive: zipfile.ZipFile, label: str) -> dict[str, zipfile.ZipI
     present, no other names than a graph's, no name twice."""
     members: dict[str, zipfile.ZipInfo] = {}
     for info in archive.infolist():
-        key = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
+        key = info.filename.removesuffix(".npy")
         if key in members:
             raise _NpzError(f"{label} holds two members named {key!r}")
         members[key] = info
@@ -250,14 +247,15 @@ def _check_npy_header(
     return tuple(shape)
 
 
-def _graph(fields: dict[str, Any]) -> Data:
+def _graph(fields: dict[str, Any], num_features: Optional[int]) -> Data:
     """A checked ``Data`` from a file's attributes (``x`` float32, ids int64)."""
     x, edge_index = fields.get("x"), fields.get("edge_index")
     if not isinstance(x, Tensor):
         raise ValueError("the graph has no node features `x` (a [num_nodes, num_features] tensor)")
+    check_width(x.shape, num_features)
     if not isinstance(edge_index, Tensor):
         raise ValueError("the graph has no `edge_index` (a [2, num_edges] integer tensor)")
-    if x.is_sparse or x.layout != torch.strided:
+    if x.layout != torch.strided:
         x = x.to_dense()
     if x.dim() != 2 or x.is_complex():
         raise ValueError(f"`x` must have shape [num_nodes, num_features] (got {list(x.shape)})")
@@ -271,56 +269,44 @@ def _graph(fields: dict[str, Any]) -> Data:
     ):
         edge_index = edge_index.long()  # (ids of any integer type; check_graph refuses others)
     check_graph(x, edge_index)  # shape, integer ids in [0, N), finite features
-    n = x.size(0)
+    n, num_edges = x.size(0), edge_index.size(1)
     fields = dict(fields, x=x, edge_index=edge_index)
-    if fields.get("edge_weight") is not None:
-        fields["edge_weight"] = _edge_weight(fields["edge_weight"], x, edge_index)
-    if fields.get("y") is not None:
-        fields["y"] = _labels(fields["y"], n)
+    weight, y = fields.get("edge_weight"), fields.get("y")
+    if weight is not None:
+        if not isinstance(weight, Tensor):
+            raise ValueError(
+                "`edge_weight` must be a tensor of one weight per edge (got "
+                f"{type(weight).__name__})"
+            )
+        weight = weight.to_dense() if weight.layout != torch.strided else weight
+        if weight.dim() != 1 or weight.size(0) != num_edges:
+            raise ValueError(
+                f"`edge_weight` must be 1-D, one weight per edge, shape [{num_edges}] (got "
+                f"{list(weight.shape)})"
+            )
+        if weight.is_complex() or weight.dtype == torch.bool:
+            raise ValueError(f"`edge_weight` must hold real numbers (got {weight.dtype})")
+        fields["edge_weight"] = weight.float()
+        check_graph(x, edge_index, fields["edge_weight"])  # finite and >= 0
+    if y is not None:  # (of an integer type, then as the probe takes labels)
+        if isinstance(y, Tensor) and (
+            y.is_floating_point() or y.is_complex() or y.dtype == torch.bool
+        ):
+            raise ValueError(f"`y` must hold integer class labels (got {y.dtype})")
+        fields["y"] = check_labels(y, n)
     for key in _MASKS:
-        if fields.get(key) is not None:
-            fields[key] = _mask(key, fields[key], n)
+        mask = fields.get(key)
+        if mask is None:
+            continue
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            kind = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise ValueError(f"`{key}` must be a boolean mask (got {kind})")
+        if mask.dim() not in (1, 2) or mask.size(0) != n or mask.numel() == 0:
+            raise ValueError(
+                f"`{key}` must have shape [{n}] (one entry per node) or [{n}, S] (S splits, "
+                f"as PyG's WebKB and WikiCS store them) (got {list(mask.shape)})"
+            )
     return Data(**fields)
-
-
-def _edge_weight(weight: Tensor, x: Tensor, edge_index: Tensor) -> Tensor:
-    """``float32`` weights, one finite number ``>= 0`` per edge."""
-    if not isinstance(weight, Tensor):
-        raise ValueError(
-            f"`edge_weight` must be a tensor of one weight per edge (got {type(weight).__name__})"
-        )
-    if weight.layout != torch.strided:
-        weight = weight.to_dense()
-    num_edges = edge_index.size(1)
-    if weight.dim() != 1 or weight.size(0) != num_edges:
-        raise ValueError(
-            f"`edge_weight` must be 1-D, one weight per edge, shape [{num_edges}] (got "
-            f"{list(weight.shape)})"
-        )
-    if weight.is_complex() or weight.dtype == torch.bool:
-        raise ValueError(f"`edge_weight` must hold real numbers (got {weight.dtype})")
-    weight = weight.float()
-    check_graph(x, edge_index, weight)  # finite and >= 0
-    return weight
-
-
-def _labels(y: Tensor, n: int) -> Tensor:
-    """A file's labels: of an integer type, then as the probe takes them (``check_labels``)."""
-    if isinstance(y, Tensor) and (y.is_floating_point() or y.is_complex() or y.dtype == torch.bool):
-        raise ValueError(f"`y` must hold integer class labels (got {y.dtype})")
-    return check_labels(y, n)
-
-
-def _mask(key: str, mask: Tensor, n: int) -> Tensor:
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        kind = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"`{key}` must be a boolean mask (got {kind})")
-    if mask.dim() not in (1, 2) or mask.size(0) != n or mask.numel() == 0:
-        raise ValueError(
-            f"`{key}` must have shape [{n}] (one entry per node) or [{n}, S] (S splits, "
-            f"as PyG's WebKB and WikiCS store them) (got {list(mask.shape)})"
-        )
-    return mask
 
 
 class GraphFieldWarning(UserWarning):
@@ -357,14 +343,14 @@ def graph_for_model(model: torch.nn.Module, data: Data) -> Data:
             "one weight per edge as `edge_weight`)"
         )
     if data.get("edge_weight") is not None and not takes_edge_weight(model):
-        unused.append(
-            f"the graph's `edge_weight` is not used: {_encoder_name(model)} takes no edge weights"
-        )
+        encoder = _encoder_of(model)
+        conv = getattr(encoder, "conv", None)
+        name = type(encoder).__name__ + (f" with {conv.__name__}" if isinstance(conv, type) else "")
+        unused.append(f"the graph's `edge_weight` is not used: {name} takes no edge weights")
         data = copy.copy(data)
         del data.edge_weight
     if unused:
-        text = "; ".join(unused)
-        warnings.warn(GraphFieldWarning(text), stacklevel=stacklevel_outside_package())
+        warnings.warn(GraphFieldWarning("; ".join(unused)), stacklevel=stacklevel_outside_package())
     return data
 
 
@@ -372,10 +358,3 @@ def _encoder_of(model: torch.nn.Module) -> torch.nn.Module:
     """A model's encoder (the model itself if it has none), unwrapped from ``torch.compile``."""
     model = uncompiled(model)
     return uncompiled(getattr(model, "encoder", model))
-
-
-def _encoder_name(model: torch.nn.Module) -> str:
-    encoder = _encoder_of(model)
-    conv = getattr(encoder, "conv", None)
-    name = type(encoder).__name__
-    return f"{name} with {conv.__name__}" if isinstance(conv, type) else name

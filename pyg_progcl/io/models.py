@@ -4,12 +4,10 @@ as one checksummed file of plain values and tensors that :func:`~pyg_progcl.io.l
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import threading
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -24,7 +22,7 @@ from ..augment import (
 )
 from ..encoders import ACTIVATIONS, GCNEncoder, MLPEncoder
 from ..model import DEFAULT_PROJECTOR, GRACEModel
-from ._common import first_line, load_failure, uncompiled
+from ._common import first_line, load_failure, nonfinite, uncompiled
 from .files import (
     PathLike,
     atomic_write,
@@ -107,7 +105,21 @@ def _describe_encoder(encoder) -> dict[str, Any]:
         "sparse_features": bool(encoder.sparse_features),
     }
     if isinstance(encoder, GCNEncoder):
-        config.update(_describe_conv(encoder))
+        name = encoder.conv.__name__
+        if _conv_class(name) is not encoder.conv:
+            raise ValueError(
+                f"save_model supports the convolutions of torch_geometric.nn (MessagePassing "
+                f"classes), saved by name (got {encoder.conv.__module__}.{name})"
+            )
+        try:
+            kwargs = json.loads(json.dumps(encoder.conv_kwargs))
+        except (TypeError, ValueError):
+            kwargs = None
+        if kwargs != encoder.conv_kwargs:
+            raise ValueError(
+                f"save_model needs `conv_kwargs` of plain JSON values (got {encoder.conv_kwargs!r})"
+            )
+        config.update(conv=name, conv_kwargs=kwargs, sparse=getattr(encoder, "_sparse_arg", None))
     return config
 
 
@@ -119,24 +131,6 @@ def _conv_class(name: Any) -> Optional[type]:
     conv = getattr(pyg_nn, name, None) if isinstance(name, str) else None
     ok = isinstance(conv, type) and issubclass(conv, MessagePassing) and conv is not MessagePassing
     return conv if ok else None
-
-
-def _describe_conv(encoder: GCNEncoder) -> dict[str, Any]:
-    name = encoder.conv.__name__
-    if _conv_class(name) is not encoder.conv:
-        raise ValueError(
-            f"save_model supports the convolutions of torch_geometric.nn (MessagePassing "
-            f"classes), saved by name (got {encoder.conv.__module__}.{name})"
-        )
-    try:
-        kwargs = json.loads(json.dumps(encoder.conv_kwargs))
-    except (TypeError, ValueError):
-        kwargs = None
-    if kwargs != encoder.conv_kwargs:
-        raise ValueError(
-            f"save_model needs `conv_kwargs` of plain JSON values (got {encoder.conv_kwargs!r})"
-        )
-    return {"conv": name, "conv_kwargs": kwargs, "sparse": getattr(encoder, "_sparse_arg", None)}
 
 
 def model_config(model: GRACEModel) -> dict[str, Any]:
@@ -225,7 +219,7 @@ def save_model(
         key.replace("._orig_mod.", "."): value.detach().cpu().clone()
         for key, value in uncompiled(model).state_dict().items()
     }
-    bad = _nonfinite_weight(state)
+    bad = next((key for key, value in state.items() if nonfinite(value)), None)
     if bad is not None:
         raise ValueError(
             f"weight {bad!r} holds NaN or infinite values (the training diverged?): "
@@ -240,14 +234,6 @@ def save_model(
     }
     payload["checksum"] = payload_checksum(payload)
     return atomic_write(target, lambda tmp: torch_save(payload, tmp))
-
-
-def _nonfinite_weight(state: dict[str, torch.Tensor]) -> Optional[str]:
-    """The name of the first floating-point tensor of ``state`` with a NaN or infinity."""
-    for key, value in state.items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            return key
-    return None
 
 
 def read_model_file(path: PathLike) -> dict[str, Any]:
@@ -275,11 +261,17 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             f"model file {str(path)!r} has format version {version!r}; this pyg_progcl reads "
             f"versions up to {MODEL_VERSION} (a newer pyg_progcl wrote it?)"
         )
-    if not isinstance(payload.get("config"), dict) or not isinstance(
-        payload.get("state_dict"), dict
-    ):
+    if not all(isinstance(payload.get(key), dict) for key in ("config", "state_dict")):
         raise ValueError(f"model file {str(path)!r} lacks its 'config' or 'state_dict' entry")
-    if _count_values(payload["config"], MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+    count, stack = 0, [payload["config"]]  # (nested values too, counted to just past the limit)
+    while stack and count <= MAX_CONFIG_VALUES:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    if count > MAX_CONFIG_VALUES:
         raise ValueError(
             f"model file {str(path)!r}: its configuration holds more than "
             f"{MAX_CONFIG_VALUES} values (a model's holds a few dozen); not a model to build"
@@ -296,7 +288,7 @@ def read_model_file(path: PathLike) -> dict[str, Any]:
             f"model file {str(path)!r} is corrupted or was edited: its content does not "
             "match its checksum"
         )
-    bad = _nonfinite_weight(payload["state_dict"])
+    bad = next((k for k, v in payload["state_dict"].items() if nonfinite(v)), None)
     if bad is not None:
         raise ValueError(
             f"model file {str(path)!r}: weight {bad!r} holds NaN or infinite values (the "
@@ -318,32 +310,24 @@ def _check_weight_type(path: Path, key: str, value: Any) -> None:
             f"model file {str(path)!r}: weight {key!r} is a {value.layout} tensor; a "
             "model's weights are dense tensors"
         )
-    real = value.is_floating_point() or not (
-        value.is_complex() or value.dtype == torch.bool or value.is_quantized
-    )
-    if not real:
+    if value.is_complex() or value.dtype == torch.bool or value.is_quantized:
         raise ValueError(
             f"model file {str(path)!r}: weight {key!r} is of type {value.dtype}; a model's "
             "weights are real floating-point numbers"
         )
 
 
-def _count_values(value: Any, limit: int) -> int:
-    """The number of values in ``value`` and its nested entries, up to just over ``limit``."""
-    count, stack = 0, [value]
-    while stack and count <= limit:
-        item = stack.pop()
-        count += 1
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return count
+class _TooManyTensorsError(Exception):
+    """Raised while a configuration is built once it has made more tensors than allowed."""
 
 
-def _check_layer_count(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
-    """Checks the configuration's ``num_layers`` against the encoder layers whose weights
-    ``state_dict`` holds, before anything is built."""
+def _check_fits(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
+    """Checks that the model ``config`` describes has tensors of exactly the names and
+    shapes of ``state_dict``, built on the ``meta`` device (no memory allocated), its
+    layer count first and stopped beyond twice the file's tensors (a forged ``K = 10**7``
+    stops at once); a ``ValueError`` names the first mismatch."""
+    from torch.nn.modules import module as nn_module
+
     encoder = config.get("encoder")
     layers = encoder.get("num_layers") if isinstance(encoder, dict) else None
     held = {int(m.group(1)) for m in map(_ENCODER_LAYER.match, state_dict) if m is not None}
@@ -352,22 +336,10 @@ def _check_layer_count(config: dict[str, Any], state_dict: dict[str, torch.Tenso
             f"the configuration's num_layers is {layers!r}; the weights hold "
             f"{len(held)} encoder layers"
         )
-
-
-class _TooManyTensorsError(Exception):
-    """Raised while a configuration is built once it has made more tensors than allowed."""
-
-
-@contextlib.contextmanager
-def _tensors_at_most(limit: int) -> Iterator[None]:
-    """Within the block, building modules in this thread raises
-    :class:`_TooManyTensorsError` once more than ``limit`` parameters and buffers have
-    been registered (a forged ``K = 10**7`` stops at once)."""
-    from torch.nn.modules import module as nn_module
-
+    limit = 2 * len(state_dict) + 64  # (some modules register a tensor twice, or unsaved)
     thread, count = threading.get_ident(), [0]
 
-    def registered(*args) -> None:
+    def registered(*args) -> None:  # (parameters and buffers registered in this thread)
         if threading.get_ident() == thread:
             count[0] += 1
             if count[0] > limit:
@@ -378,27 +350,16 @@ def _tensors_at_most(limit: int) -> Iterator[None]:
         nn_module.register_module_buffer_registration_hook(registered),
     ]
     try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _check_fits(config: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> None:
-    """Checks that the model ``config`` describes has tensors of exactly the names and
-    shapes of ``state_dict``, built on the ``meta`` device (no memory allocated), its
-    layer count first and stopped beyond twice the file's tensors; a ``ValueError``
-    names the first mismatch."""
-    _check_layer_count(config, state_dict)
-    limit = 2 * len(state_dict) + 64  # (some modules register a tensor twice, or unsaved)
-    try:
-        with torch.device("meta"), _tensors_at_most(limit):
+        with torch.device("meta"):
             expected = build_from_config(config).state_dict()
     except _TooManyTensorsError as exc:
         raise ValueError(
             f"the configuration implies weights the file does not hold: {exc}, "
             f"the file holds {len(state_dict)}"
         ) from None
+    finally:
+        for handle in handles:
+            handle.remove()
     missing = [key for key in expected if key not in state_dict]
     unexpected = [key for key in state_dict if key not in expected]
     if missing or unexpected:  # (the first few: a forged file may name thousands)
