@@ -51,7 +51,8 @@ class EdgeSplit:
     def sizes(self) -> dict[str, int]:
         """``train_edges`` (undirected, left to train on), ``val_edges``, ``test_edges``, ``seed``."""
         edge_index = self.train_data.edge_index
-        train = _pair_keys(edge_index, self.train_data.num_nodes)[edge_index[0] != edge_index[1]]
+        loops = (edge_index[0] == edge_index[1]).cpu()  # (the keys are on the CPU)
+        train = _pair_keys(edge_index, self.train_data.num_nodes)[~loops]
         return {
             "train_edges": int(train.unique().numel()),
             "val_edges": int(self.val_edges.size(1)),
