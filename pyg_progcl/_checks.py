@@ -1,5 +1,4 @@
-"""Argument checks shared by every module: bad input raises a ``ValueError``
-that names the argument and the expected form, never a silent NaN."""
+"""Argument checks: bad input raises a ``ValueError`` naming the argument and the form expected."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ def _number(name: str, value, form: str) -> float:
 def check_probability(name: str, value: float, *, upper_open: bool = False) -> float:
     """Checks ``value`` lies in ``[0, 1]`` (or ``[0, 1)`` with ``upper_open``)."""
     value = _number(name, value, "a probability")
-    ok = 0.0 <= value < 1.0 if upper_open else 0.0 <= value <= 1.0
-    if not ok or math.isnan(value):
+    if not (0.0 <= value < 1.0 if upper_open else 0.0 <= value <= 1.0):  # (False for NaN)
         form = "[0, 1)" if upper_open else "[0, 1]"
         raise ValueError(f"`{name}` must be a probability in {form} (got {value})")
     return value
@@ -178,7 +176,7 @@ def check_edge_index(edge_index: Tensor, adjacency: bool = False) -> Tensor:
 def check_features(x: Tensor) -> Tensor:
     """Checks ``x`` is a ``[num_nodes, num_features]`` tensor (dense or sparse)."""
     if not (isinstance(x, Tensor) and x.dim() == 2):
-        shape = list(x.shape) if isinstance(x, Tensor) else type(x)
+        shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"`x` must be a tensor of shape [num_nodes, num_features] (got {shape})")
     return x
 

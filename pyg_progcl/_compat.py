@@ -1,5 +1,4 @@
-"""Autocast and ``torch.compile`` queries across the supported torch versions (>= 2.1), and
-the stack level that makes a warning name the user's line."""
+"""Autocast and ``torch.compile`` queries for torch >= 2.1; the stack level of the user's line."""
 
 from __future__ import annotations
 
@@ -9,13 +8,10 @@ import sys
 
 import torch
 
-#: Devices whose autocast state :func:`autocast_enabled` reads.
-AUTOCAST_DEVICES = ("cpu", "cuda", "xpu")
-
 
 def autocast_enabled(device_type: str) -> bool:
     """Whether autocast is on for ``device_type`` (``False`` for devices without one)."""
-    if device_type not in AUTOCAST_DEVICES:
+    if device_type not in ("cpu", "cuda", "xpu"):
         return False
     try:
         return torch.is_autocast_enabled(device_type)

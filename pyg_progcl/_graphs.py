@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import is_sparse
 
-from ._checks import check_edge_index, check_int
+from ._checks import check_edge_index, check_features, check_int
 
 _SPARSE_COMPRESSED = {
     torch.sparse_csr: ("crow_indices", "col_indices"),
@@ -48,20 +48,25 @@ def check_graph(
             None if adjacency else _extremes(edge_index),
             None if edge_weight is None else _extremes(edge_weight),
         )
-        _report_x(x, x_sum)
+        if x_sum is not None and not math.isfinite(x_sum[0]):  # (or an overflowing sum)
+            bad = int((~torch.isfinite(stored_values(x))).sum())
+            if bad:
+                raise ValueError(
+                    f"`x` has {bad} NaN or infinite value(s); node features must be finite"
+                )
         if adjacency:
             _check_adjacency(edge_index, nodes)
         else:
             _report_range("edge_index", index_range, nodes)
-        _report_edge_weight(edge_weight, weight_range)
-
-
-@torch.compiler.disable
-def check_node_features(x: Tensor) -> None:
-    """:func:`check_graph`'s checks of ``x`` alone (for models that ignore the graph)."""
-    with torch.no_grad():
-        _check_x_form(x, None)
-        _report_x(x, _read_on_host((stored_values(x).sum(),))[0])
+        if weight_range is not None and not all(map(math.isfinite, weight_range)):
+            bad = int((~torch.isfinite(edge_weight)).sum())
+            raise ValueError(
+                f"`edge_weight` has {bad} NaN or infinite value(s); weights must be finite"
+            )
+        if weight_range is not None and weight_range[0] < 0:
+            raise ValueError(
+                f"`edge_weight` has negative weights (min {weight_range[0]}); weights must be >= 0"
+            )
 
 
 def _extremes(values: Tensor) -> Optional[tuple[Tensor, Tensor]]:
@@ -91,10 +96,7 @@ def _check_x_form(x: Optional[Tensor], num_nodes: Optional[int]) -> int:
         if num_nodes is None:
             raise ValueError("`x` is None: pass node features, or `num_nodes` without them")
         return check_int("num_nodes", num_nodes, minimum=0)
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"`x` must be a tensor of shape [num_nodes, num_features] (got {shape})")
-    if not x.is_floating_point():
+    if not check_features(x).is_floating_point():
         raise ValueError(
             f"`x` must be a floating-point tensor (got {x.dtype}); cast integer or boolean "
             "features once with x.float()"
@@ -102,16 +104,6 @@ def _check_x_form(x: Optional[Tensor], num_nodes: Optional[int]) -> int:
     if num_nodes is not None and x.size(0) != check_int("num_nodes", num_nodes, minimum=0):
         raise ValueError(f"`x` must have num_nodes = {num_nodes} rows (got {x.size(0)})")
     return x.size(0)
-
-
-def _report_x(x: Optional[Tensor], total: Optional[tuple[float]]) -> None:
-    """Refuses non-finite features, given ``(sum,)`` of their stored values (counted where
-    the sum is not finite: it may have overflowed)."""
-    if x is None or total is None or math.isfinite(total[0]):
-        return
-    bad = int((~torch.isfinite(stored_values(x))).sum())
-    if bad:
-        raise ValueError(f"`x` has {bad} NaN or infinite value(s); node features must be finite")
 
 
 def _report_range(name: str, extremes: Optional[tuple[float, float]], size: int) -> None:
@@ -174,19 +166,3 @@ def _check_edge_weight_form(edge_weight: Optional[Tensor], edge_index) -> None:
             f"`edge_weight` must be a floating-point tensor (got {edge_weight.dtype}); cast "
             "it with edge_weight.float()"
         )
-
-
-def _report_edge_weight(
-    edge_weight: Optional[Tensor], extremes: Optional[tuple[float, float]]
-) -> None:
-    """Refuses non-finite or negative edge weights, given their ``(min, max)``."""
-    if edge_weight is None or extremes is None:
-        return
-    low, high = extremes
-    if not (math.isfinite(low) and math.isfinite(high)):
-        bad = int((~torch.isfinite(edge_weight)).sum())
-        raise ValueError(
-            f"`edge_weight` has {bad} NaN or infinite value(s); weights must be finite"
-        )
-    if low < 0:
-        raise ValueError(f"`edge_weight` has negative weights (min {low}); weights must be >= 0")

@@ -27,12 +27,11 @@ def _csr_adjacency_t(
     with self-loops or repeated edges (a convolution treats those unlike a coalesced matrix)."""
     if bool((edge_index[0] == edge_index[1]).any()):
         return None
-    if edge_weight is None:
-        edge_weight = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
-    edge_weight = edge_weight.to(x.dtype)  # as GCNConv's edge-list path does
+    weight = torch.ones(edge_index.size(1), device=x.device) if edge_weight is None else edge_weight
+    weight = weight.to(x.dtype)  # as GCNConv's edge-list path does
     with warnings.catch_warnings():  # torch's one-time "CSR support is in beta" notices
         warnings.filterwarnings("ignore", message="Sparse (CSR tensor support|invariant checks)")
-        adj = to_torch_csr_tensor(edge_index.flip(0), edge_weight, size=(x.size(0), x.size(0)))
+        adj = to_torch_csr_tensor(edge_index.flip(0), weight, size=(x.size(0), x.size(0)))
     return adj if adj.values().numel() == edge_index.size(1) else None
 
 
@@ -49,17 +48,8 @@ def as_parameter_dtype(t: Optional[Tensor], module: torch.nn.Module) -> Optional
     if t is None or not t.is_floating_point():
         return t
     dtype = parameter_dtype(module)
-    if dtype is None or t.dtype == dtype:
-        return t
-    if t.dtype in (torch.float16, torch.bfloat16) and autocast_enabled(t.device.type):
-        return t
-    return t.to(dtype)
-
-
-def _edge_list_only(x: Tensor) -> bool:
-    """Whether the encoders keep the edge list and dense features (under autocast and
-    ``torch.compile``)."""
-    return is_compiling() or autocast_enabled(x.device.type)
+    autocast = t.dtype in (torch.float16, torch.bfloat16) and autocast_enabled(t.device.type)
+    return t if dtype is None or t.dtype == dtype or autocast else t.to(dtype)
 
 
 #: Convolutions whose sparse aggregation (``message_and_aggregate``) needs no edge features.
@@ -258,7 +248,7 @@ class GCNEncoder(_StackEncoder):
             # GCNConv(improved=True) adds self-loops of weight 2 only to weighted edge lists
             # (PyG 2.8): unit weights make every path give A + 2I.
             edge_weight = torch.ones(edge_index.size(1), dtype=x.dtype, device=x.device)
-        edge_list = _edge_list_only(x)
+        edge_list = is_compiling() or autocast_enabled(x.device.type)  # (dense x, edge list)
         if self.sparse and not edge_list and not is_sparse(edge_index):
             adj = _csr_adjacency_t(edge_index, edge_weight, x)
             edge_index, edge_weight = (edge_index, edge_weight) if adj is None else (adj, None)
@@ -319,15 +309,15 @@ class MLPEncoder(_StackEncoder):
         check_input_width(x, self)
         x = as_parameter_dtype(x, self)
         if check:
-            from ._graphs import check_node_features
+            from ._graphs import check_graph
 
-            check_node_features(x)
+            check_graph(x, torch.empty(2, 0, dtype=torch.long))  # (x alone: no graph)
         if edge_weight is not None:
             warnings.warn(
                 "MLPEncoder ignores `edge_weight`: it uses no graph",
                 stacklevel=stacklevel_outside_package(),
             )
-        if _edge_list_only(x):  # (no sparse features under autocast or compilation)
+        if is_compiling() or autocast_enabled(x.device.type):  # (dense x, as GCNEncoder's)
             x = x.to_dense() if x.layout != torch.strided else x
         elif self.sparse_features:
             x = sparse_features(x)

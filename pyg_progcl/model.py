@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator, Sequence
 from typing import Callable, Optional, Union
 
@@ -157,8 +156,7 @@ class GRACEModel(torch.nn.Module):
     def reset_parameters(self):
         r"""Resets the encoder, the projection head and what the augmenters prepared."""
         reset(self.encoder)
-        if self.projector is not None:
-            reset(self.projector)
+        reset(self.projector)  # (None: a no-op)
         for augment in (self.augment1, self.augment2):
             if isinstance(augment, Augmenter):
                 augment.reset_parameters()
@@ -174,8 +172,7 @@ class GRACEModel(torch.nn.Module):
         r"""Returns the encoder embeddings ``f(G)`` ``[num_nodes, hidden_channels]`` of the
         un-augmented graph (or of a ``Data`` in place of ``x``); ``check=False`` skips the
         graph's check (only for a graph derived from a checked one)."""
-        x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight, check)
-        return self._encode(self.input_features(x), edge_index, edge_weight)
+        return self._encode(*self._checked(x, edge_index, edge_weight, check))
 
     def project(self, z: Tensor) -> Tensor:
         r"""Applies the projection head ``g`` (``z`` itself where there is none)."""
@@ -196,7 +193,6 @@ class GRACEModel(torch.nn.Module):
                 graph the adaptive augmenters were prepared on.
         """
         x, edge_index, edge_weight = self._checked(x, edge_index, edge_weight)
-        x = self.input_features(x)
         shared: dict = {}  # (the centralities both views' adaptive augmenters use)
         for augment in (self.augment1, self.augment2):
             if isinstance(augment, Augmenter):
@@ -207,10 +203,10 @@ class GRACEModel(torch.nn.Module):
         )
 
     def _checked(self, x, edge_index, edge_weight, check: bool = True):
-        """The graph's tensors, cast to the encoder's parameter type, then checked."""
+        """The graph's tensors as :meth:`input_features` feeds them (edge weights cast to the
+        encoder's parameter type), then checked."""
         x, edge_index, edge_weight = _unpack(x, edge_index, edge_weight)
-        check_input_width(x, self.encoder)
-        x, edge_weight = (as_parameter_dtype(t, self.encoder) for t in (x, edge_weight))
+        x, edge_weight = self.input_features(x), as_parameter_dtype(edge_weight, self.encoder)
         if check:
             from ._graphs import check_graph  # (loaded with the first graph checked)
 
@@ -231,8 +227,8 @@ class GRACEModel(torch.nn.Module):
 
     def _view(self, augment, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor]):
         if self.recompute_views and torch.is_grad_enabled():  # (the same RNG state in backward)
-            fn = functools.partial(self._augment_and_encode, augment)
-            return checkpoint(fn, x, edge_index, edge_weight, use_reentrant=False)
+            args = (augment, x, edge_index, edge_weight)
+            return checkpoint(self._augment_and_encode, *args, use_reentrant=False)
         return self._augment_and_encode(augment, x, edge_index, edge_weight)
 
     def _augment_and_encode(self, augment, x, edge_index, edge_weight) -> Tensor:

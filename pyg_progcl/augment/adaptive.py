@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_features, check_probability
+from .._checks import check_choice, check_probability
 from .centrality import CENTRALITIES, node_centrality
 from .functional import mask_feature_weighted
 from .modules import Augmenter, _prepare_arguments
@@ -31,6 +31,9 @@ class _Adaptive(Augmenter):
         self.threshold = check_threshold(threshold)
         self.num_nodes: Optional[int] = None  # the prepared graph's
 
+    #: Whether :meth:`prepare` needs node features (besides the edges).
+    _needs_x = False
+
     def prepare(
         self,
         x,
@@ -44,7 +47,7 @@ class _Adaptive(Augmenter):
         a graph with another number of nodes is then refused. ``centrality``: the graph's
         ``[N]`` centralities of this kind, if already computed. Returns ``self``."""
         x, edge_index, num_nodes = _prepare_arguments(self, x, edge_index, num_nodes)
-        if not self._can_prepare(x):
+        if self._needs_x and x is None:
             raise ValueError(f"{type(self).__name__} needs node features `x`")
         if centrality is None:
             centrality = node_centrality(edge_index, num_nodes, self.centrality)
@@ -62,14 +65,11 @@ class _Adaptive(Augmenter):
         self, x: Optional[Tensor], edge_index: Tensor, num_nodes: int, shared: dict, force: bool
     ) -> None:
         needed = force or (self.p > 0.0 and not self.is_prepared())
-        if not needed or not self._can_prepare(x):
+        if not needed or (self._needs_x and x is None):
             return
         if self.centrality not in shared:
             shared[self.centrality] = node_centrality(edge_index, num_nodes, self.centrality)
         self.prepare(x, edge_index, num_nodes, centrality=shared[self.centrality])
-
-    def _can_prepare(self, x: Optional[Tensor]) -> bool:
-        return True  # (what prepare needs besides the edges)
 
     def _check_prepared(self, num_nodes: int) -> None:
         """Refuses a call before :meth:`prepare`, or on a graph with another node count."""
@@ -121,8 +121,7 @@ class AdaptiveEdgeDrop(_Adaptive):
 
     def _compute(self, x, edge_index: Tensor, num_nodes: int, centrality: Tensor) -> None:
         prob = edge_drop_probabilities(edge_index, centrality, self.p, self.threshold)
-        table = prob.new_zeros(num_nodes).scatter_(0, edge_index[1].to(prob.device), prob)
-        self.node_drop_prob = table
+        self.node_drop_prob = prob.new_zeros(num_nodes).scatter_(0, edge_index[1], prob)
 
     def edge_keep_mask(self, edge_index: Tensor, num_nodes: int) -> Tensor:
         """Keeps edge ``e`` with probability ``1 - p_e``."""
@@ -149,6 +148,7 @@ class AdaptiveFeatureMask(_Adaptive):
     """
 
     drop_prob: Optional[Tensor]
+    _needs_x = True
 
     def __init__(
         self,
@@ -164,13 +164,9 @@ class AdaptiveFeatureMask(_Adaptive):
         self.register_buffer("drop_prob", None, persistent=False)
 
     def _compute(self, x, edge_index: Tensor, num_nodes: int, centrality: Tensor) -> None:
-        check_features(x)
         self.drop_prob = feature_drop_probabilities(
             x, centrality, self.p, self.threshold, self.dense
         )
-
-    def _can_prepare(self, x: Optional[Tensor]) -> bool:
-        return x is not None
 
     def augment_features(self, x: Tensor, edge_index: Optional[Tensor], num_nodes: int) -> Tensor:
         """Zeroes column ``j`` with probability ``p_j``."""

@@ -58,10 +58,7 @@ def mask_feature_csr(
             f"`fill_value` must be 0 for a sparse CSR `x` (got {fill_value!r}): masked "
             "entries are dropped, not stored"
         )
-    if not training or p == 0.0:
-        return x, _all_kept(x)
-    keep = torch.rand(x.size(1), device=x.device) >= p  # PyG's draw for mode='col'
-    return _keep_columns(x, keep), keep.view(1, -1)
+    return _mask_columns(x, p, training and p > 0.0)  # (PyG's draw for mode='col')
 
 
 def drop_edge_weighted(
@@ -108,36 +105,32 @@ def mask_feature_weighted(
     """
     check_features(x)
     _check_drop_prob(drop_prob, x.size(1), "num_features")
-    if not check_bool("training", training):
-        return x, _all_kept(x)
+    return _mask_columns(x, drop_prob, check_bool("training", training))
+
+
+def _mask_columns(x: Tensor, drop_prob, training: bool) -> tuple[Tensor, Tensor]:
+    """``x`` with column ``j`` zeroed (CSR: its entries dropped) with probability
+    ``drop_prob[j]`` (or ``drop_prob``) if ``training``, and the keep mask: ``[1, F]``, or
+    PyG's ``ones_like(x)`` for a dense no-op."""
+    if not training:
+        shape = (1, x.size(1)) if x.layout == torch.sparse_csr else x.shape
+        return x, torch.ones(shape, dtype=torch.bool, device=x.device)
     keep = torch.rand(x.size(1), device=x.device) >= drop_prob
-    return _keep_columns(x, keep), keep.view(1, -1)
-
-
-def _all_kept(x: Tensor) -> Tensor:
-    """A no-op's keep mask: PyG's ``ones_like(x)`` for a dense ``x``, ``[1, F]`` for CSR."""
-    if x.layout == torch.sparse_csr:
-        return torch.ones(1, x.size(1), dtype=torch.bool, device=x.device)
-    return torch.ones_like(x, dtype=torch.bool)
-
-
-def _keep_columns(x: Tensor, keep: Tensor) -> Tensor:
-    """``x`` with the columns where ``keep`` is ``False`` zeroed (CSR: their entries dropped)."""
     if x.layout != torch.sparse_csr:
-        return x.masked_fill(~keep.view(1, -1), 0.0)
+        return x.masked_fill(~keep.view(1, -1), 0.0), keep.view(1, -1)
     crow, col, values = x.crow_indices(), x.col_indices(), x.values()
     kept = keep[col]
     kept_before = torch.cat([kept.new_zeros(1, dtype=crow.dtype), kept.cumsum(0, dtype=crow.dtype)])
-    return torch.sparse_csr_tensor(
+    x = torch.sparse_csr_tensor(
         kept_before[crow], col[kept], values[kept], x.shape, check_invariants=False
     )
+    return x, keep.view(1, -1)
 
 
-def _check_drop_prob(drop_prob: Tensor, size: int, what: str) -> Tensor:
+def _check_drop_prob(drop_prob: Tensor, size: int, what: str) -> None:
     """Checks ``drop_prob`` is a ``[size]`` tensor of probabilities."""
     if not (isinstance(drop_prob, Tensor) and drop_prob.dim() == 1 and drop_prob.numel() == size):
         shape = list(drop_prob.shape) if isinstance(drop_prob, Tensor) else type(drop_prob)
         raise ValueError(f"`drop_prob` must be a tensor of shape [{what}] = [{size}] (got {shape})")
     if drop_prob.numel() and not bool(((drop_prob >= 0) & (drop_prob <= 1)).all()):
         raise ValueError("`drop_prob` must hold probabilities in [0, 1] (got values outside)")
-    return drop_prob

@@ -1,5 +1,4 @@
-"""The augmenter base class, GRACE's :class:`EdgeDrop` and :class:`FeatureMask`, and
-:class:`ComposeAugmenters` (docs/algorithms.md §2)."""
+"""The augmenter base class, GRACE's augmenters and their composition (docs/algorithms.md §2)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils.sparse import ptr2index
 
-from .._checks import check_features, check_probability
+from .._checks import check_features, check_probability, check_within
 
 __all__ = ["edge_drop_probabilities", "feature_drop_probabilities"]
 
@@ -22,10 +22,7 @@ _DENSE_FRACTION = 0.5  # features with more non-zeros than this are "dense"
 
 def check_threshold(threshold: float) -> float:
     """Checks the cap ``threshold`` lies in ``(0, 1]``."""
-    threshold = check_probability("threshold", threshold)
-    if threshold == 0.0:
-        raise ValueError(f"`threshold` must lie in (0, 1] (got {threshold})")
-    return threshold
+    return check_within("threshold", threshold, 0.0, 1.0, "a cap on drop probabilities")
 
 
 def _log_scores(values: Tensor) -> Tensor:
@@ -100,8 +97,7 @@ def feature_drop_probabilities(
     check_features(x)
     if not (isinstance(centrality, Tensor) and centrality.shape == (x.size(0),)):
         raise ValueError(f"`centrality` must be a tensor of shape [num_nodes] = [{x.size(0)}]")
-    if dense is None:
-        dense = is_dense(x)
+    dense = is_dense(x) if dense is None else dense
     # (summed in at least float32: half-precision sums overflow)
     dtype = torch.promote_types(x.dtype, torch.float32) if x.is_floating_point() else torch.float32
     centrality = centrality.to(x.device, dtype)

@@ -19,10 +19,20 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_progcl.distributed.comm import all_gather_rows
 from pyg_progcl.minibatch.inference import node_part
 
 __all__: list[str] = []
+
+
+def all_gather_rows(x: Tensor, sizes: list[int]) -> Tensor:
+    """Every rank's rows, concatenated in rank order, when rank ``r`` holds ``sizes[r]``
+    rows (padded to the largest for the gather; no gradient)."""
+    padded = x.new_zeros(max(sizes), *x.shape[1:])
+    padded[: x.size(0)] = x
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:size] for part, size in zip(parts, sizes)])
+
 
 #: How long a collective waits for the other ranks before the job fails (not hangs).
 TIMEOUT = datetime.timedelta(seconds=int(os.environ.get("PYG_PROGCL_DIST_TIMEOUT", "300")))

@@ -1,5 +1,4 @@
-"""The collectives the distributed losses need, on torch.distributed's default group (or
-the one given): a gather whose gradient returns to each rank's rows, a sum, a check."""
+"""Collectives of the distributed losses: a gather with per-rank gradients, a sum, a check."""
 
 from __future__ import annotations
 
@@ -44,13 +43,6 @@ def same_rows(x: Tensor, name: str, group: Group = None) -> None:
         )
 
 
-def all_ok(ok: bool, device, group: Group = None) -> bool:
-    """Whether ``ok`` holds on every rank (each rank learns the same answer)."""
-    flag = torch.tensor([0 if ok else 1], device=device)
-    dist.all_reduce(flag, group=group)
-    return int(flag) == 0
-
-
 class _AllGather(torch.autograd.Function):
     """Forward: the rows of every rank, rank by rank. Backward: the gradient summed over
     the ranks (each rank's loss reads every rank's rows), then this rank's rows of it."""
@@ -72,14 +64,3 @@ def all_gather_with_grad(x: Tensor, group: Group = None) -> Tensor:
     """Every rank's ``x`` (equal shapes), concatenated in rank order; the gradient reaching
     this rank's ``x`` is the sum over ranks of each rank's gradient on those rows."""
     return _AllGather.apply(x, group)
-
-
-def all_gather_rows(x: Tensor, sizes: list[int], group: Group = None) -> Tensor:
-    """Every rank's rows, concatenated in rank order, when rank ``r`` holds ``sizes[r]``
-    rows (padded to the largest for the gather; no gradient)."""
-    rows = max(sizes)
-    padded = x.new_zeros(rows, *x.shape[1:])
-    padded[: x.size(0)] = x
-    parts = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(parts, padded, group=group)
-    return torch.cat([part[:size] for part, size in zip(parts, sizes)])

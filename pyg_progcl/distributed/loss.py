@@ -52,7 +52,11 @@ class DistributedLoss(torch.nn.Module):
                 "on the global batch); override `compute_loss` instead"
             )
         self.loss, self.group = loss, group
-        self._takes_anchors = _takes_anchors(loss.compute_loss)
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self._takes_anchors = any(  # (whether compute_loss takes the keyword `anchors`)
+            (p.name == "anchors" and p.kind in keyword) or p.kind == inspect.Parameter.VAR_KEYWORD
+            for p in inspect.signature(loss.compute_loss).parameters.values()
+        )
 
     def forward(self, h1: Tensor, h2: Tensor) -> Tensor:
         """The loss of this rank's anchors against the global batch, in full precision
@@ -128,13 +132,3 @@ class DistributedLoss(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return "" if self.group is None else f"group={self.group!r}"
-
-
-def _takes_anchors(compute_loss) -> bool:
-    """Whether a (bound) ``compute_loss`` accepts the keyword argument ``anchors``."""
-    params = inspect.signature(compute_loss).parameters.values()
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return any(
-        (p.name == "anchors" and p.kind in keyword) or p.kind == inspect.Parameter.VAR_KEYWORD
-        for p in params
-    )

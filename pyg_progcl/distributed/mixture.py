@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..mixture import BetaMixture
-from .comm import Group, all_ok, all_reduce_sum, world
+from .comm import Group, all_reduce_sum, world
 
 __all__: list[str] = []
 
@@ -30,7 +30,7 @@ def fit_mixture(
     valid = isinstance(samples, Tensor) and samples.dim() == 1 and samples.numel() >= 2
     valid = valid and bool(((samples >= 0) & (samples <= 1)).all())
     device = samples.device if isinstance(samples, Tensor) else "cpu"
-    if not all_ok(valid, device, group):
+    if int(all_reduce_sum(torch.tensor([0 if valid else 1], device=device), group)):
         raise ValueError(
             "`samples` must be a 1-D tensor of at least 2 values in [0, 1] on every rank (map cosines "
             "by (cos + 1) / 2)"

@@ -1,4 +1,4 @@
-"""One view's augmenters applied to sampled subgraphs with the full graph's probabilities
+"""One view's augmenters on sampled subgraphs, with the full graph's probabilities
 (docs/algorithms.md §9)."""
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ class SubgraphAugmenter:
 
     def __init__(self, augment, data: Data):
         self.members = _members(augment)
-        #: Whether a member is a callable other than the package's augmenters, whose
-        #: output is not known to stay a valid graph.
+        #: Whether a member is a custom callable, whose output may not stay a valid graph.
         self.has_custom_members = any(not isinstance(m, Augmenter) for m in self.members)
         self.node_drop_prob: dict[int, Tensor] = {}
         shared: dict = {}  # (each kind of centrality computed once)
@@ -50,8 +49,8 @@ class SubgraphAugmenter:
             if isinstance(aug, (AdaptiveEdgeDrop, AdaptiveFeatureMask)) and aug.is_active():
                 aug._prepare_with(data.x, data.edge_index, data.num_nodes, shared, force=False)
                 aug._check_prepared(data.num_nodes)
-            if isinstance(aug, AdaptiveEdgeDrop) and aug.is_active():
-                self.node_drop_prob[i] = aug.node_drop_prob
+                if isinstance(aug, AdaptiveEdgeDrop):
+                    self.node_drop_prob[i] = aug.node_drop_prob
 
     def __call__(
         self,

@@ -15,10 +15,6 @@ from .sampling import check_data, seed_count
 
 __all__ = ["SeedViews", "minibatch_epoch"]
 
-#: A progress callback ``progress(done, total)``: batches done (0 before the first) of
-#: ``total`` (``None`` where unknown).
-Progress = Callable[[int, Optional[int]], None]
-
 
 class SeedViews(torch.nn.Module):
     """The projected views ``(h1, h2)`` of a batch's seed nodes: both augmented views of
@@ -50,18 +46,6 @@ class SeedViews(torch.nn.Module):
         return views[0], views[1]
 
 
-def _train_step(views, loss_fn, optimizer, device, batch: Data, fit: bool) -> float:
-    """One optimiser step on a batch's seed views (after a refit if ``fit``); its loss."""
-    optimizer.zero_grad()
-    h1, h2 = views(batch.to(device))
-    if fit and callable(getattr(loss_fn, "fit", None)):
-        loss_fn.fit(h1.detach(), h2.detach())
-    loss = loss_fn(h1, h2)
-    loss.backward()
-    optimizer.step()
-    return float(loss.detach())
-
-
 def minibatch_epoch(
     model: torch.nn.Module,
     loss_fn: Callable[[Tensor, Tensor], Tensor],
@@ -72,7 +56,7 @@ def minibatch_epoch(
     fit: bool = False,
     data: Optional[Data] = None,
     views: Optional[torch.nn.Module] = None,
-    progress: Optional[Progress] = None,
+    progress: Optional[Callable[[int, Optional[int]], None]] = None,
 ) -> float:
     r"""One epoch of contrastive training on sampled subgraphs; returns its mean loss over
     the seeds.
@@ -112,18 +96,23 @@ def minibatch_epoch(
         views = SeedViews(model, data)
     min_seeds = max(2, (getattr(loss_fn, "num_negatives", None) or 0) + 1)
     batches = len(loader) if hasattr(loader, "__len__") else None
-    if progress is not None:
-        progress(0, batches)
+    progress = progress or (lambda done, total: None)
+    progress(0, batches)
     total, seen = 0.0, 0
     for done, batch in enumerate(loader, 1):
         seeds = seed_count(batch)
         if seeds >= min_seeds:
-            first = seen == 0  # ProGCL refits on the epoch's first batch
-            loss = _train_step(views, loss_fn, optimizer, device, batch, fit and first)
-            total += loss * seeds
+            optimizer.zero_grad()
+            h1, h2 = views(batch.to(device))
+            # ProGCL refits on the epoch's first batch
+            if fit and seen == 0 and callable(getattr(loss_fn, "fit", None)):
+                loss_fn.fit(h1.detach(), h2.detach())
+            loss = loss_fn(h1, h2)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach()) * seeds
             seen += seeds
-        if progress is not None:
-            progress(done, batches)
+        progress(done, batches)
     if seen == 0:
         raise ValueError(
             f"no batch had at least {min_seeds} seed nodes; increase `batch_size` (the "

@@ -1,5 +1,4 @@
-"""Embeddings of every node computed in batches: exact layer by layer, or sampled
-(docs/algorithms.md §9)."""
+"""Every node's embeddings in batches: exact layer by layer, or sampled (docs/algorithms.md §9)."""
 
 from __future__ import annotations
 
@@ -21,10 +20,8 @@ __all__ = ["embed_minibatch"]
 
 def _layerwise_supported(encoder) -> bool:
     """Whether :func:`_layerwise` computes this encoder exactly (known layers, one hop)."""
-    if isinstance(encoder, MLPEncoder):
-        return True
     if not isinstance(encoder, GCNEncoder):
-        return False
+        return isinstance(encoder, MLPEncoder)
     exact = (GCNConv, SAGEConv, GATConv, GATv2Conv, GINConv, GraphConv)
     return all(
         isinstance(conv, exact) and getattr(conv, "flow", "source_to_target") == "source_to_target"
@@ -63,33 +60,20 @@ def _apply_layer(
     return conv(x, edge_index, **{keyword: edge_weight})
 
 
-def _layer_on_targets(
-    conv, x: Tensor, graph: InEdges, targets: Tensor, local: Tensor, device, keyword
-):
-    """One layer's (pre-activation) output at ``targets`` from their in-neighbours' rows of
-    ``x``; ``local`` is an all ``-1`` scratch array of node slots, left so."""
-    pos, slot = graph.sample(targets, -1)
-    source = graph.source[pos]
-    local[targets] = torch.arange(targets.numel())
-    others = torch.unique(source[local[source] < 0])
-    local[others] = torch.arange(targets.numel(), targets.numel() + others.numel())
-    nodes = torch.cat([targets, others])
-    sub_ei = torch.stack([local[source], slot]).to(device)
+def _layer_on_targets(conv, x: Tensor, graph: InEdges, targets: Tensor, device, keyword):
+    """One layer's (pre-activation) output at ``targets`` from their in-neighbours' rows."""
+    nodes, sub_ei, pos = graph.subgraph(targets, [-1])
     weight = None if graph.weight is None else graph.weight[pos].to(device)
-    local[nodes] = -1
-    h = _apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei, weight, keyword)
+    h = _apply_layer(conv, x[nodes.to(x.device)].to(device), sub_ei.to(device), weight, keyword)
     return h[: targets.numel()]
 
 
 def _transform_rows(lin, x: Tensor, batch_size: int, device, sparse: bool) -> Tensor:
     """``lin(x)``, ``batch_size`` rows at a time (sparse rows if ``sparse``, as layer 0)."""
-    out = None
+    out = x.new_empty(x.size(0), lin.out_channels)
     for start in range(0, x.size(0), batch_size):
         rows = x[start : start + batch_size].to(device)
-        h = lin(sparse_features(rows) if sparse else rows).to(x.device)
-        if out is None:
-            out = x.new_empty(x.size(0), h.size(1))
-        out[start : start + h.size(0)] = h
+        out[start : start + rows.size(0)] = lin(sparse_features(rows) if sparse else rows)
     return out
 
 
@@ -115,9 +99,6 @@ def _aggregate_on_targets(
     return h if conv.bias is None else h + conv.bias
 
 
-Gather = Callable[[Tensor], Tensor]
-
-
 def node_part(num_nodes: int, part: tuple[int, int]) -> slice:
     """The nodes of part ``p`` of ``P`` (``part = (p, P)``): contiguous, sizes within one."""
     p, parts = part
@@ -134,18 +115,14 @@ def _layerwise(
     device,
     part,
     gather,
-    progress=None,
-    message_chunk: int = MESSAGE_CHUNK,
+    progress,
+    message_chunk: int,
 ) -> Tensor:
-    """Exact encoder output, one layer at a time over batches of the ``part``'s target
-    nodes, ``gather`` assembling every part's (docs/algorithms.md §9)."""
+    """Exact encoder output, layer by layer over batches of the ``part``'s nodes (§9)."""
     n = x.size(0)
     own = node_part(n, part)
-    per_layer = -(-(own.stop - own.start) // batch_size)
-    total, done = per_layer * len(encoder.layers), 0
-    if progress is not None:
-        progress(0, total)
-    local = torch.full((n,), -1, dtype=torch.long)
+    total, done = -(-(own.stop - own.start) // batch_size) * len(encoder.layers), 0
+    progress(0, total)
     keyword = getattr(encoder, "_edge_weight_arg", None)  # how GCNEncoder passes weights
     weight = None if edge_weight is None else edge_weight.cpu()
     for i, (conv, act) in enumerate(zip(encoder.layers, encoder.activations)):
@@ -164,19 +141,18 @@ def _layerwise(
             elif xw is not None:
                 h = act(_aggregate_on_targets(conv, xw, graph, targets, device, message_chunk))
             else:
-                h = act(_layer_on_targets(conv, x, graph, targets, local, device, keyword))
+                h = act(_layer_on_targets(conv, x, graph, targets, device, keyword))
             if out is None:
                 out = x.new_empty(own.stop - own.start, h.size(1))
             out[start - own.start : start - own.start + targets.numel()] = h.to(out.device)
             done += 1
-            if progress is not None:
-                progress(done, total)
+            progress(done, total)
         x = out if gather is None else gather(out)
     return x
 
 
 def _embed_sampled(
-    model, data: Data, num_neighbors, batch_size: int, device, part, gather, progress=None
+    model, data: Data, num_neighbors, batch_size: int, device, part, gather, progress
 ) -> Tensor:
     """Each batch's seed rows of ``model``'s output on the subgraph sampled around them."""
     own = node_part(data.num_nodes, part)
@@ -184,8 +160,7 @@ def _embed_sampled(
     loader = neighbor_loader(data, num_neighbors, batch_size, shuffle=False, input_nodes=nodes)
     out = None
     unchecked = {"check": False} if accepts_check(model) else {}  # (subgraphs of a checked graph)
-    if progress is not None:
-        progress(0, len(loader))
+    progress(0, len(loader))
     for done, batch in enumerate(loader, 1):
         seeds = seed_count(batch)
         batch = batch.to(device)
@@ -194,8 +169,7 @@ def _embed_sampled(
         if out is None:
             out = data.x.new_empty(own.stop - own.start, z.size(1))
         out[batch.n_id[:seeds].to(out.device) - own.start] = z.to(out.device)
-        if progress is not None:
-            progress(done, len(loader))
+        progress(done, len(loader))
     return out if gather is None else gather(out)
 
 
@@ -218,7 +192,7 @@ def embed_minibatch(
     *,
     device: str | torch.device | None = None,
     part: tuple[int, int] = (0, 1),
-    gather: Optional[Gather] = None,
+    gather: Optional[Callable[[Tensor], Tensor]] = None,
     progress: Optional[Callable[[int, Optional[int]], None]] = None,
     message_chunk: int = MESSAGE_CHUNK,
 ) -> Tensor:
@@ -246,6 +220,7 @@ def embed_minibatch(
     """
     batch_size = check_int("batch_size", batch_size)
     message_chunk = check_int("message_chunk", message_chunk)
+    progress = progress or (lambda done, total: None)
     if device is None:
         device = next(model.parameters()).device
     was_training = model.training

@@ -1,6 +1,5 @@
 """Neighbour sampling for mini-batch training (docs/algorithms.md §9): PyG's
-``NeighborLoader`` where pyg-lib is installed, else a plain-torch sampler that draws the
-same kind of batches."""
+``NeighborLoader`` where pyg-lib is installed, else a plain-torch sampler of the same batches."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import torch
+import torch_geometric.typing as pyg_typing
 from torch import Tensor
 from torch_geometric.data import Data
 
@@ -25,16 +25,12 @@ def check_data(data) -> None:
 
 def pyg_can_sample() -> bool:
     """Whether PyG's ``NeighborLoader`` can sample here (it needs pyg-lib or torch-sparse)."""
-    import torch_geometric.typing as pyg_typing
-
     return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
 
 
 def default_backend() -> str:
     """The sampler ``neighbor_loader(backend="auto")`` takes: ``"pyg"`` where pyg-lib is
     installed, else ``"torch"`` (faster than ``NeighborLoader`` on torch-sparse alone)."""
-    import torch_geometric.typing as pyg_typing
-
     return "pyg" if pyg_typing.WITH_PYG_LIB else "torch"
 
 
@@ -89,7 +85,7 @@ class InEdges:
         self.weight = None if edge_weight is None else edge_weight.cpu()[self.perm]
         counts = torch.bincount(edge_index[1], minlength=num_nodes)
         self.ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        self.num_nodes = num_nodes
+        self._local = torch.full((num_nodes,), -1, dtype=torch.long)  # (all -1 between calls)
 
     def sample(self, targets: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """Positions (into the sorted edges) of up to ``k`` in-edges per target, without
@@ -101,11 +97,33 @@ class InEdges:
         pos = start[slot] + offset
         if k < 0 or slot.numel() == 0 or int(deg.max()) <= k:
             return pos, slot
-        # A random order within each target's edges: sort by slot + uniform key in [0, 1).
+        # Each target keeps the first k of its edges in a random order (slot + a key in [0, 1)).
         order = torch.argsort(slot.double() + torch.rand(slot.numel(), dtype=torch.float64))
-        first = torch.repeat_interleave(deg.cumsum(0) - deg, deg)
-        keep = order[(torch.arange(order.numel()) - first) < k]
+        keep = order[offset < k]
         return pos[keep], slot[keep]
+
+    def subgraph(self, seeds: Tensor, num_neighbors: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+        """The subgraph sampled around ``seeds``, ``num_neighbors[l]`` in-edges per node first
+        reached at hop ``l - 1``: its nodes (seeds first), relabelled edges and their positions."""
+        local = self._local
+        local[seeds] = torch.arange(seeds.numel())
+        n_id, frontier, count, src, dst, e_pos = [seeds], seeds, seeds.numel(), [], [], []
+        try:
+            for k in num_neighbors:
+                pos, slot = self.sample(frontier, k)
+                source = self.source[pos]
+                new = torch.unique(source[local[source] < 0])
+                local[new] = torch.arange(count, count + new.numel())
+                count += new.numel()
+                src.append(local[source])
+                dst.append(local[frontier[slot]])
+                e_pos.append(pos)
+                n_id.append(new)
+                frontier = new
+        finally:
+            n_id = torch.cat(n_id)
+            local[n_id] = -1
+        return n_id, torch.stack([torch.cat(src), torch.cat(dst)]), torch.cat(e_pos)
 
 
 class NeighborSubgraphLoader:
@@ -144,7 +162,6 @@ class NeighborSubgraphLoader:
             torch.arange(n) if input_nodes is None else check_input_nodes(input_nodes, n)
         )
         self._edges = InEdges(data.edge_index, n)
-        self._local = torch.full((n,), -1, dtype=torch.long)
 
     def __len__(self) -> int:
         full, rest = divmod(self.input_nodes.numel(), self.batch_size)
@@ -160,18 +177,11 @@ class NeighborSubgraphLoader:
     def sample(self, seeds: Tensor, input_id: Optional[Tensor] = None) -> Data:
         """The batch of the subgraph sampled around ``seeds`` (distinct node ids);
         ``input_id``: the seeds' positions in ``input_nodes`` (default: ``seeds``)."""
-        local = self._local
-        local[seeds] = torch.arange(seeds.numel())
-        n_id = [seeds]
-        try:
-            src, dst, e_pos = self._sample_hops(seeds, n_id)
-        finally:
-            n_id = torch.cat(n_id)
-            local[n_id] = -1
+        n_id, edge_index, e_pos = self._edges.subgraph(seeds, self.num_neighbors)
         batch = Data(
-            edge_index=torch.stack([torch.cat(src), torch.cat(dst)]),
+            edge_index=edge_index,
             n_id=n_id,
-            e_id=self._edges.perm[torch.cat(e_pos)],
+            e_id=self._edges.perm[e_pos],
             batch_size=int(seeds.numel()),
             input_id=seeds if input_id is None else input_id,
             num_nodes=int(n_id.numel()),
@@ -184,25 +194,6 @@ class NeighborSubgraphLoader:
         if weight is not None:  # the sampled edges' weights, as NeighborLoader carries them
             batch.edge_weight = weight.index_select(0, batch.e_id.to(weight.device))
         return batch
-
-    def _sample_hops(self, seeds: Tensor, n_id: list[Tensor]):
-        """Samples hop after hop, appending each hop's new nodes to ``n_id``; returns the
-        edges' local sources, local targets and positions in the sorted edges, per hop."""
-        local, edges = self._local, self._edges
-        frontier, count = seeds, seeds.numel()
-        src, dst, e_pos = [], [], []
-        for k in self.num_neighbors:
-            pos, slot = edges.sample(frontier, k)
-            source = edges.source[pos]
-            new = torch.unique(source[local[source] < 0])
-            local[new] = torch.arange(count, count + new.numel())
-            count += new.numel()
-            src.append(local[source])
-            dst.append(local[frontier[slot]])
-            e_pos.append(pos)
-            n_id.append(new)
-            frontier = new
-        return src, dst, e_pos
 
 
 def neighbor_loader(
