@@ -30,7 +30,7 @@ REDUCTIONS = ("mean", "sum", "none")
 MEMORY_FRACTION = 0.5
 
 #: On the CPU without ``memory_budget``, the share of the last-level cache one ``B×C`` matrix
-#: of a block may take: its elementwise passes then run in cache (docs/design.md).
+#: of a row block may take: a pass reads one and writes another in cache (docs/design.md).
 CACHE_FRACTION = 0.5
 
 #: The temperatures a loss accepts (docs/design.md, *Input validation*).
@@ -55,8 +55,9 @@ class ContrastiveLoss(torch.nn.Module):
         num_negatives: ``k`` sampled negatives per anchor and view instead of all.
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'`` (``[2, N]``).
         memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
-            ``MEMORY_FRACTION`` of the device's free memory at each call, and on the CPU
-            one ``B×N`` matrix within ``CACHE_FRACTION`` of the last-level cache.
+            ``MEMORY_FRACTION`` of the device's free memory at each call; on the CPU, the
+            dense path only where one ``N×N`` matrix fits the last-level cache, and row
+            blocks whose ``B×N`` matrix fits ``CACHE_FRACTION`` of it.
     """
 
     #: ``B×C`` matrices a step holds at its peak (measured, docs/design.md).
@@ -104,7 +105,7 @@ class ContrastiveLoss(torch.nn.Module):
     def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
         """The path and block size for views like ``h``: ``'dense'`` where
         :attr:`peak_matrices` ``N×N`` matrices fit the budget (and, on the CPU by default, one
-        fits the cache; or ``block_size >= N``), else ``'rows'`` as large as they allow, or
+        fits the last-level cache; or ``block_size >= N``), else ``'rows'`` as large as they allow, or
         ``'sampled'`` (docs/design.md)."""
         n, k, block_size = h.size(0), self.num_negatives, self.block_size
         rows = anchor_rows(anchors, n)
@@ -117,8 +118,9 @@ class ContrastiveLoss(torch.nn.Module):
         itemsize = h.dtype.itemsize if h.dtype in (torch.float32, torch.float64) else 4
         unit = max(self.peak_matrices * (n if k is None else k + 1) * itemsize, 1)
         fitting = m if budget >= unit * m else int(budget // unit)
-        if cache:
-            fitting = min(fitting, int(CACHE_FRACTION * cache * self.peak_matrices // unit))
+        if cache:  # (the CPU: all anchors where their matrix fits the cache, else a share)
+            row = unit // self.peak_matrices
+            fitting = min(fitting, m if m * row <= cache else int(CACHE_FRACTION * cache // row))
         size = max(1, min(m, block_size or fitting))
         if k is not None:
             return Plan("sampled", size)

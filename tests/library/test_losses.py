@@ -578,12 +578,12 @@ def test_a_block_size_below_n_takes_row_blocks_and_above_the_dense_path(monkeypa
     assert calls == ["dense", "dense"]
 
 
-def test_on_the_cpu_a_block_fits_half_the_last_level_cache():
+def test_on_the_cpu_the_dense_path_fits_the_last_level_cache_and_a_block_half():
     cache = cache_size()
     if cache is None:
         pytest.skip("the CPU's last-level cache is not reported here")
     share = CACHE_FRACTION * cache
-    side = math.isqrt(int(share) // 4)  # (the largest float32 N×N within the share)
+    side = math.isqrt(cache // 4)  # (the largest float32 N×N within the cache)
     for make in (InfoNCELoss, ProGCLLoss):
         assert make().plan(torch.empty(side, 1)) == ("dense", side)
         for n in (side + 1, 4 * side):
