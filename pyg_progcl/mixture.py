@@ -20,6 +20,9 @@ __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
 CHECK_EVERY = 10
 EARLY_CHECKS = (3, 6)
 
+#: Above it ``softplus(x) = x``: ``log(1 + e^{-40})`` is below float64's resolution of 40.
+SOFTPLUS_THRESHOLD = 40.0
+
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
     r"""``[n, c]`` log-densities of Beta distributions (``[c]`` parameters) at ``x`` in
@@ -204,13 +207,13 @@ class BetaMixture(torch.nn.Module):
         exact where :math:`b` underflows (``floor`` as in :meth:`hardness_`, or a tensor)."""
         dtype = s.dtype if s.dtype in (torch.float32, torch.float64) else torch.float32
         s = s.to(dtype).clamp(self.eps, 1.0 - self.eps)
-        a, b, c = self._signed_coefficients(-1.0).to(s.device, dtype)
+        a, b, c = self._signed_coefficients(1.0).to(s.device, dtype)
         log_s = torch.log(s)
-        # -D = c + a log s + b log(1 - s) in two passes (see _log_odds)
-        minus_d = torch.addcmul(c, log_s, a).addcmul_(s.neg_().add_(1.0).log_(), b)
-        log_posterior = F.logsigmoid(minus_d)
+        # D = c + a log s + b log(1 - s) in two passes (see _log_odds); log σ(-D) = -softplus(D)
+        d = torch.addcmul(c, log_s, a).addcmul_(s.neg_().add_(1.0).log_(), b)
+        log_posterior = F.softplus(d, threshold=SOFTPLUS_THRESHOLD).neg_()
         if isinstance(floor, Tensor):
-            log_posterior = torch.maximum(log_posterior, floor.to(dtype).log())
+            log_posterior = log_posterior.clamp_(min=floor.to(dtype).log())
         elif floor > 0:
             log_posterior = log_posterior.clamp_(min=math.log(floor))
         return log_posterior.add_(log_s)
