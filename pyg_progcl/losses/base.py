@@ -105,8 +105,8 @@ class ContrastiveLoss(torch.nn.Module):
     def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
         """The path and block size for views like ``h``: ``'dense'`` where
         :attr:`peak_matrices` ``N×N`` matrices fit the budget (and, on the CPU by default, one
-        fits the last-level cache; or ``block_size >= N``), else ``'rows'`` as large as they allow, or
-        ``'sampled'`` (docs/design.md)."""
+        fits the last-level cache; or ``block_size >= N``), else ``'rows'`` as large as they
+        allow, or ``'sampled'`` (docs/design.md)."""
         n, k, block_size = h.size(0), self.num_negatives, self.block_size
         rows = anchor_rows(anchors, n)
         m = rows.stop - rows.start
@@ -173,7 +173,7 @@ def cache_size() -> Optional[int]:
     """Bytes of the CPU's last-level data cache (Linux's sysfs), ``None`` where unknown."""
     sizes = {}
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
+        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
             if (index / "type").read_text().strip() != "Instruction":
                 size = (index / "size").read_text().strip()
                 unit = {"K": 2**10, "M": 2**20, "G": 2**30}[size[-1]] if size[-1].isalpha() else 1
