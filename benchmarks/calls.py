@@ -14,10 +14,7 @@ is not one) is a kernel launch or a view on a GPU; a host read (``.item()``, ``b
 
     python benchmarks/calls.py --reference /tmp/ProGCL --out benchmarks/results/calls.md
 
-The losses are given the budget they have by default on an 80 GB GPU (``GPU_BUDGET``), so
-that the counts are those of a GPU's path on every machine (the CPU's own default takes
-cache-sized row blocks). The counts do not depend on the machine's speed (only on torch's
-and PyG's versions).
+The counts do not depend on the machine's speed (only on torch's and PyG's versions).
 """
 
 from __future__ import annotations
@@ -57,15 +54,12 @@ def count(fn) -> tuple[int, int, int]:
     return len(outer), reads, sum(names[k] for k in PRODUCTS)
 
 
-#: ``MEMORY_FRACTION`` (0.5) of an 80 GB GPU's free memory: the dense path at these sizes.
-GPU_BUDGET = {"memory_budget": 40e9}
-
 LOSSES = {
-    "InfoNCE": lambda: P.InfoNCELoss(0.4, **GPU_BUDGET),
-    "DCL": lambda: P.DebiasedInfoNCELoss(0.4, **GPU_BUDGET),
-    "HCL": lambda: P.HardInfoNCELoss(0.4, **GPU_BUDGET),
-    "ProGCL-weight": lambda: P.ProGCLLoss(0.4, mode="weight", **GPU_BUDGET),
-    "ProGCL-mix": lambda: P.ProGCLLoss(0.4, mode="mix", **GPU_BUDGET),
+    "InfoNCE": lambda: P.InfoNCELoss(0.4),
+    "DCL": lambda: P.DebiasedInfoNCELoss(0.4),
+    "HCL": lambda: P.HardInfoNCELoss(0.4),
+    "ProGCL-weight": lambda: P.ProGCLLoss(0.4, mode="weight"),
+    "ProGCL-mix": lambda: P.ProGCLLoss(0.4, mode="mix"),
 }
 
 
@@ -114,9 +108,7 @@ def package_step(data, method: str):
         augment1=[P.EdgeDrop(0.2), P.FeatureMask(0.3)],
         augment2=[P.EdgeDrop(0.4), P.FeatureMask(0.4)],
     )  # fmt: skip
-    loss = P.InfoNCELoss(0.4, **GPU_BUDGET)
-    if method != "grace":
-        loss = P.ProGCLLoss(0.4, mode=method, **GPU_BUDGET)
+    loss = P.InfoNCELoss(0.4) if method == "grace" else P.ProGCLLoss(0.4, mode=method)
     opt = torch.optim.Adam(model.parameters(), lr=5e-4, weight_decay=1e-5)
     if method != "grace":
         with torch.no_grad():

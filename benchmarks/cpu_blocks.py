@@ -1,11 +1,11 @@
-"""The CPU's default path (row blocks whose ``B×N`` matrix fits half the last-level cache)
-beside the dense path, per loss and graph size, in one process.
+"""The command line's row blocks on the CPU (a ``B×N`` matrix within half the last-level
+cache) beside the dense path, per loss and graph size, in one process.
 
-On the CPU, without ``memory_budget=``, a loss's :meth:`plan` caps a block's ``B×N`` matrix
-at ``CACHE_FRACTION`` of the last-level cache (docs/design.md, *The budget*). This script
-measures that choice: one loss step (forward and backward on random views, ProGCL fitted
-once beforehand) on the default plan and on the dense path (``memory_budget`` that every
-size fits), alternating A B B A per round, and reports the medians and their ratio::
+On the CPU the command line gives a loss ``block_size=cpu_block_size(N)``
+(:func:`pyg_progcl.cli.build.cpu_block_size`; docs/design.md, *The CPU's cache*). This
+script measures that choice: one loss step (forward and backward on random views, ProGCL
+fitted once beforehand) with those blocks and on the dense path (``memory_budget`` that
+every size fits), alternating A B B A per round, and reports the medians and their ratio::
 
     python benchmarks/cpu_blocks.py --nodes 2708 7650 18333 --rounds 1 \\
         --out benchmarks/results/cpu_blocks.md
@@ -23,6 +23,7 @@ import torch
 from _stamp import machine
 
 from pyg_progcl import InfoNCELoss, ProGCLLoss
+from pyg_progcl.cli.build import cpu_block_size
 
 LOSSES = {
     "InfoNCE": lambda **kw: InfoNCELoss(0.4, **kw),
@@ -36,7 +37,8 @@ def measure(name: str, n: int, d: int, rounds: int) -> dict:
     gen = torch.Generator().manual_seed(0)
     h1 = torch.randn(n, d, generator=gen).requires_grad_()
     h2 = (h1.detach() + 0.5 * torch.randn(n, d, generator=gen)).requires_grad_()
-    losses = {"default": LOSSES[name](), "dense": LOSSES[name](**DENSE)}
+    blocks = {"block_size": cpu_block_size(n)}
+    losses = {"default": LOSSES[name](**blocks), "dense": LOSSES[name](**DENSE)}
     for loss_fn in losses.values():
         if isinstance(loss_fn, ProGCLLoss):
             loss_fn.fit(h1.detach(), h2.detach(), generator=torch.Generator().manual_seed(1))
@@ -65,7 +67,7 @@ def markdown(rows: list[dict], args) -> str:
            f"`benchmarks/cpu_blocks.py --nodes {' '.join(map(str, args.nodes))} --rounds "
            f"{args.rounds}`, d = {args.dim}; {where['cpu']}, {where['torch_threads']} threads. One loss step (forward and "
            "backward), A B B A per round, medians.", "",
-           "| loss | N | default plan | default (s) | dense (s) | dense / default |",
+           "| loss | N | plan | blocks (s) | dense (s) | dense / blocks |",
            "|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         out.append(

@@ -4,9 +4,9 @@ A whole-matrix step of GRACE's loss on ``N`` nodes needs 9 products: the three `
 Gram matrices ``u vᵀ``, ``u uᵀ``, ``v vᵀ`` (``[N, d] × [d, N]``) and two gradient products
 per matrix (``[N, N] × [N, d]``). Everything else (exponentials, sums, the normalisation)
 is the engine's overhead; this script times the loss step (forward and backward,
-``InfoNCELoss()`` with its default path; where that is not the dense path, as on a CPU
-whose cache is smaller than ``N×N``, the dense step too) and those 9 products alone,
-alternating (A B B A per round), and reports the ratios of the medians::
+``InfoNCELoss()`` with its default path; on a CPU whose last-level cache is smaller than
+``N×N``, also in the command line's row blocks, ``cpu_block_size(N)``) and those 9 products
+alone, alternating (A B B A per round), and reports the ratios of the medians::
 
     python benchmarks/dense_step.py --nodes 18333 --rounds 3   # Coauthor-CS's size
 """
@@ -22,6 +22,7 @@ import time
 import torch
 
 from pyg_progcl import InfoNCELoss
+from pyg_progcl.cli.build import cpu_block_size
 
 
 def products(u: torch.Tensor, v: torch.Tensor) -> None:
@@ -46,11 +47,12 @@ def main(argv=None) -> int:
     h1 = torch.randn(args.nodes, args.dim, generator=g).requires_grad_()
     h2 = (h1.detach() + 0.5 * torch.randn(args.nodes, args.dim, generator=g)).requires_grad_()
     u, v = (torch.nn.functional.normalize(h.detach(), dim=1) for h in (h1, h2))
-    loss, dense = InfoNCELoss(0.5), InfoNCELoss(0.5, memory_budget=1e15)
+    loss, block_size = InfoNCELoss(0.5), cpu_block_size(args.nodes)
     plan = loss.plan(h1)
     fns = {"step": lambda: loss(h1, h2).backward(), "products": lambda: products(u, v)}
-    if plan.path != "dense":
-        fns["dense"] = lambda: dense(h1, h2).backward()
+    if block_size is not None:
+        blocks = InfoNCELoss(0.5, block_size=block_size)
+        fns["blocks"] = lambda: blocks(h1, h2).backward()
     timed = {name: [] for name in fns}
     for fn in fns.values():  # (warm-up)
         fn()
@@ -64,8 +66,8 @@ def main(argv=None) -> int:
         "nodes": args.nodes, "dim": args.dim, "path": plan.path, "block_size": plan.block_size,
         "threads": torch.get_num_threads(), "step_s": round(med["step"], 3),
         "products_s": round(med["products"], 3), "ratio": round(med["step"] / med["products"], 3),
-        **({"dense_s": round(med["dense"], 3),
-            "dense_ratio": round(med["dense"] / med["products"], 3)} if "dense" in med else {}),
+        **({"blocks": block_size, "blocks_s": round(med["blocks"], 3),
+            "blocks_ratio": round(med["blocks"] / med["products"], 3)} if "blocks" in med else {}),
         "runs": {k: [round(x, 3) for x in t] for k, t in timed.items()},
     }  # fmt: skip
     print(json.dumps(row))

@@ -56,6 +56,7 @@ import torch  # noqa: E402
 from _stamp import machine as train_machine  # noqa: E402
 
 from pyg_progcl.cli import build_loss, build_model, seed_everything  # noqa: E402
+from pyg_progcl.cli.build import cpu_block_size  # noqa: E402
 from pyg_progcl.cli.datasets import load_dataset  # noqa: E402
 from pyg_progcl.cli.presets import get_preset  # noqa: E402
 from pyg_progcl.losses import ProGCLLoss  # noqa: E402
@@ -208,7 +209,7 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
     model = build_model(config, data.num_features, data.num_nodes, data.x, device).to(device)
     loss_fn = build_loss(config).to(device)
     assert isinstance(loss_fn, ProGCLLoss)
-    loss_fn.block_size = None  # the automatic choice (presets may pin a block size)
+    loss_fn.block_size = auto_block_size(spec, data.num_nodes, device)  # (presets may pin one)
     if spec["path"] == "sampled":
         loss_fn.num_negatives = args.num_negatives
     if spec["path"] == "dense":
@@ -249,11 +250,17 @@ def _timed_epochs(spec, args, model, loss_fn, data, optimizer, device) -> list[d
     return [_epoch(model, loss_fn, data, optimizer, device, None) for _ in range(spec["epochs"])]
 
 
+def auto_block_size(spec: dict, num_nodes: int, device: torch.device):
+    """The automatic choice, as the command line makes it (cache-sized row blocks on a CPU)."""
+    return cpu_block_size(num_nodes) if spec["path"] == "auto" and device.type == "cpu" else None
+
+
 def _describe(name: str, spec: dict, args: argparse.Namespace, data, preset, config) -> dict:
     """What was measured: graph, preset and loss path (block size as the loss picks it)."""
     n = data.num_nodes
     sampled = spec["path"] == "sampled"
     loss = build_loss(config)
+    loss.block_size = auto_block_size(spec, n, torch.device(args.device))
     if args.block_size is not None and spec["path"] in ("auto", "blocks"):
         loss.block_size = args.block_size
     plan = loss.plan(torch.empty(n, 1))

@@ -43,6 +43,7 @@ from pyg_progcl import (  # noqa: E402
     InfoNCELoss,
     ProGCLLoss,
 )
+from pyg_progcl.cli.build import cpu_block_size  # noqa: E402
 from pyg_progcl.cli.datasets import load_dataset  # noqa: E402
 from pyg_progcl.encoders import sparse_features  # noqa: E402
 from pyg_progcl.losses import FrozenFit  # noqa: E402
@@ -131,7 +132,10 @@ class Stepper:
             [EdgeDrop(0.2), FeatureMask(0.3)],
             [EdgeDrop(0.4), FeatureMask(0.4)],
         ).to(device)
-        self.loss_fn = METHODS[method](0.5, args.block_size).to(device)
+        block_size = args.block_size  # (none: as the command line picks, by the CPU's cache)
+        if block_size is None and cpu:
+            block_size = cpu_block_size(data.num_nodes)
+        self.loss_fn = METHODS[method](0.5, block_size).to(device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
         self.refit = isinstance(self.loss_fn, ProGCLLoss)
 

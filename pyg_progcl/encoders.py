@@ -311,7 +311,7 @@ class MLPEncoder(_StackEncoder):
         if check:
             from ._graphs import check_graph
 
-            check_graph(x, torch.empty(2, 0, dtype=torch.long))  # (x alone: no graph)
+            check_graph(x, torch.empty(2, 0, dtype=torch.long, device=x.device))  # (x alone)
         if edge_weight is not None:
             warnings.warn(
                 "MLPEncoder ignores `edge_weight`: it uses no graph",

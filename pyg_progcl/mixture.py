@@ -213,7 +213,7 @@ class BetaMixture(torch.nn.Module):
         d = torch.addcmul(c, log_s, a).addcmul_(s.neg_().add_(1.0).log_(), b)
         log_posterior = F.softplus(d, threshold=SOFTPLUS_THRESHOLD).neg_()
         if isinstance(floor, Tensor):
-            log_posterior = log_posterior.clamp_(min=floor.to(dtype).log())
+            log_posterior = log_posterior.clamp_(min=floor.log())  # (0-dim: no promotion)
         elif floor > 0:
             log_posterior = log_posterior.clamp_(min=math.log(floor))
         return log_posterior.add_(log_s)

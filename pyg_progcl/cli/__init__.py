@@ -31,7 +31,13 @@ from ._extra import require_extra
 
 require_extra()
 
-from .build import build_augmentations, build_loss, build_model, seed_everything  # noqa: E402
+from .build import (  # noqa: E402
+    build_augmentations,
+    build_loss,
+    build_model,
+    cpu_block_size,
+    seed_everything,
+)
 from .checkpoint import TrainingInterruptedError  # noqa: E402
 from .datasets import load_dataset  # noqa: E402
 from .entry import main  # noqa: E402
@@ -45,6 +51,7 @@ __all__ = [
     "build_augmentations",
     "build_loss",
     "build_model",
+    "cpu_block_size",
     "get_preset",
     "load_dataset",
     "seed_everything",

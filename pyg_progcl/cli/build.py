@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
@@ -31,7 +33,11 @@ from pyg_progcl.model import GRACEModel
 
 from .presets import TrainConfig
 
-__all__ = ["build_loss", "build_model", "seed_everything"]
+__all__ = ["build_loss", "build_model", "cpu_block_size", "seed_everything"]
+
+#: On the CPU, the share of the last-level cache one ``B×N`` matrix of the loss's row blocks
+#: may take: an elementwise pass reads one such matrix and writes another (docs/design.md).
+CACHE_FRACTION = 0.5
 
 #: Bytes per weight while training with Adam: the weight, its gradient and Adam's two
 #: moments, in float32.
@@ -149,13 +155,40 @@ def _size(count: int) -> str:
     return f"{value:.3g} {unit}" if unit != "bytes" else f"{count} bytes"
 
 
-def build_loss(config: TrainConfig) -> torch.nn.Module:
-    """The method's loss: InfoNCE (grace, gca), DCL, HCL or ProGCL (weight / mix)."""
-    common = {
-        "tau": config.tau,
-        "block_size": config.block_size,
-        "num_negatives": config.num_negatives,
-    }
+def cache_size() -> Optional[int]:
+    """Bytes of the CPU's last-level data cache (Linux's sysfs), ``None`` where unknown."""
+    sizes = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+            if (index / "type").read_text().strip() != "Instruction":
+                size = (index / "size").read_text().strip()
+                unit = {"K": 2**10, "M": 2**20, "G": 2**30}[size[-1]] if size[-1].isalpha() else 1
+                sizes[int((index / "level").read_text())] = int(size.rstrip("KMG")) * unit
+    return sizes[max(sizes)] if sizes else None
+
+
+def cpu_block_size(num_nodes: int, itemsize: int = 4) -> Optional[int]:
+    """The loss's ``block_size`` for a full graph of ``num_nodes`` on the CPU: ``None`` (the
+    loss's own plan) where one ``N×N`` matrix fits the last-level cache or its size is
+    unknown, else the anchors whose ``B×N`` matrix takes ``CACHE_FRACTION`` of it
+    (docs/design.md, *The CPU's cache*)."""
+    cache = cache_size()
+    if cache is None or num_nodes * num_nodes * itemsize <= cache:
+        return None
+    return max(1, int(CACHE_FRACTION * cache // (num_nodes * itemsize)))
+
+
+def build_loss(
+    config: TrainConfig, num_nodes: Optional[int] = None, device: Optional[torch.device] = None
+) -> torch.nn.Module:
+    """The method's loss: InfoNCE (grace, gca), DCL, HCL or ProGCL (weight / mix). Given the
+    full graph's ``num_nodes`` on a CPU ``device``, with all negatives and no ``block_size``,
+    its row blocks are :func:`cpu_block_size`'s."""
+    block_size, cpu = config.block_size, device is not None and torch.device(device).type == "cpu"
+    full = config.batch_size is None and config.num_negatives is None and num_nodes is not None
+    if block_size is None and cpu and full:
+        block_size = cpu_block_size(num_nodes)
+    common = {"tau": config.tau, "block_size": block_size, "num_negatives": config.num_negatives}
     if config.method in ("grace", "gca"):
         return InfoNCELoss(**common)
     if config.method == "dcl":

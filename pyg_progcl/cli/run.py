@@ -308,7 +308,8 @@ def start_seed(
         data = copy.copy(data)  # enough), converted once, not at every step
         data.x = model.input_features(data.x)
     loader = None if config.batch_size is None else EpochLoader(data, config, seed, ranks)
-    loss_fn = (loss_factory or build_loss)(config).to(device)
+    loss_fn = loss_factory(config) if loss_factory else build_loss(config, data.num_nodes, device)
+    loss_fn = loss_fn.to(device)
     objective, views = None, None
     if ranks.distributed:
         objective = DistributedLoss(loss_fn)

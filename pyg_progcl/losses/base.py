@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -29,10 +28,6 @@ REDUCTIONS = ("mean", "sum", "none")
 #: The share of the device's free memory a step may take without ``memory_budget``.
 MEMORY_FRACTION = 0.5
 
-#: On the CPU without ``memory_budget``, the share of the last-level cache one ``B×C`` matrix
-#: of a row block may take: a pass reads one and writes another in cache (docs/design.md).
-CACHE_FRACTION = 0.5
-
 #: The temperatures a loss accepts (docs/design.md, *Input validation*).
 TAU_RANGE = (1e-20, 1e20)
 
@@ -55,9 +50,7 @@ class ContrastiveLoss(torch.nn.Module):
         num_negatives: ``k`` sampled negatives per anchor and view instead of all.
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'`` (``[2, N]``).
         memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
-            ``MEMORY_FRACTION`` of the device's free memory at each call; on the CPU, the
-            dense path only where one ``N×N`` matrix fits the last-level cache, and row
-            blocks whose ``B×N`` matrix fits ``CACHE_FRACTION`` of it.
+            ``MEMORY_FRACTION`` of the device's free memory at each call.
     """
 
     #: ``B×C`` matrices a step holds at its peak (measured, docs/design.md).
@@ -104,23 +97,17 @@ class ContrastiveLoss(torch.nn.Module):
 
     def plan(self, h: Tensor, anchors: Optional[slice] = None) -> Plan:
         """The path and block size for views like ``h``: ``'dense'`` where
-        :attr:`peak_matrices` ``N×N`` matrices fit the budget (and, on the CPU by default, one
-        fits the last-level cache; or ``block_size >= N``), else ``'rows'`` as large as they
-        allow, or ``'sampled'`` (docs/design.md)."""
+        :attr:`peak_matrices` ``N×N`` matrices fit the budget (or ``block_size >= N``), else
+        ``'rows'`` as large as it allows, or ``'sampled'`` (docs/design.md)."""
         n, k, block_size = h.size(0), self.num_negatives, self.block_size
         rows = anchor_rows(anchors, n)
         m = rows.stop - rows.start
-        budget, cache = self.memory_budget, None
-        if budget is None:  # (under torch.compile the compiler plans memory)
-            compiling = is_compiling()
-            budget = math.inf if compiling else MEMORY_FRACTION * free_memory(h.device)
-            cache = cache_size() if h.device.type == "cpu" and not compiling else None
+        budget = self.memory_budget
+        if budget is None:
+            budget = math.inf if is_compiling() else MEMORY_FRACTION * free_memory(h.device)
         itemsize = h.dtype.itemsize if h.dtype in (torch.float32, torch.float64) else 4
         unit = max(self.peak_matrices * (n if k is None else k + 1) * itemsize, 1)
         fitting = m if budget >= unit * m else int(budget // unit)
-        if cache:  # (the CPU: all anchors where their matrix fits the cache, else a share)
-            row = unit // self.peak_matrices
-            fitting = min(fitting, m if m * row <= cache else int(CACHE_FRACTION * cache // row))
         size = max(1, min(m, block_size or fitting))
         if k is not None:
             return Plan("sampled", size)
@@ -167,18 +154,6 @@ def free_memory(device: torch.device) -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def cache_size() -> Optional[int]:
-    """Bytes of the CPU's last-level data cache (Linux's sysfs), ``None`` where unknown."""
-    sizes = {}
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
-            if (index / "type").read_text().strip() != "Instruction":
-                size = (index / "size").read_text().strip()
-                unit = {"K": 2**10, "M": 2**20, "G": 2**30}[size[-1]] if size[-1].isalpha() else 1
-                sizes[int((index / "level").read_text())] = int(size.rstrip("KMG")) * unit
-    return sizes[max(sizes)] if sizes else None
 
 
 def anchor_rows(anchors: Optional[slice], num_nodes: int) -> slice:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from helpers import (
 )
 
 from pyg_progcl.cli import build_loss, train, train_seed
+from pyg_progcl.cli.build import CACHE_FRACTION, cache_size, cpu_block_size
 from pyg_progcl.cli.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from pyg_progcl.cli.loop import machine_info as pyg_machine
 from pyg_progcl.cli.presets import METHODS, get_preset
@@ -679,3 +681,23 @@ def test_each_method_builds_its_augmenters_from_the_config(method):
         if adaptive:
             assert edge.centrality == feature.centrality == config.augmentation
             assert edge.threshold == feature.threshold == config.aug_threshold
+
+
+def test_on_the_cpu_the_loss_s_row_blocks_fit_half_the_last_level_cache():
+    cache = cache_size()
+    if cache is None:
+        pytest.skip("the CPU's last-level cache is not reported here")
+    side = math.isqrt(cache // 4)  # (the largest float32 N×N within the cache)
+    assert cpu_block_size(side) is None  # (the loss's own plan: the dense path)
+    for n in (side + 1, 4 * side):
+        block = cpu_block_size(n)
+        assert block * n * 4 <= CACHE_FRACTION * cache < (block + 1) * n * 4
+        assert cpu_block_size(n, itemsize=8) == block // 2
+    config, n = get_preset("synthetic", "progcl-weight"), 4 * side
+    assert config.block_size is None
+    assert build_loss(config, n, "cpu").block_size == cpu_block_size(n)
+    assert build_loss(config, n, "meta").block_size is None  # (not a CPU)
+    assert build_loss(config).block_size is None  # (no graph given)
+    assert build_loss(config.replace(block_size=7), n, "cpu").block_size == 7
+    for other in ({"num_negatives": 5}, {"batch_size": 64}):
+        assert build_loss(config.replace(**other), n, "cpu").block_size is None

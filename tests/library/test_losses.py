@@ -21,7 +21,6 @@ from helpers import (
 
 from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from pyg_progcl.losses._sampling import sample_negative_similarities
-from pyg_progcl.losses.base import CACHE_FRACTION, cache_size
 from pyg_progcl.mixture import BetaMixture
 
 N = 23  # the nodes of views()
@@ -576,24 +575,6 @@ def test_a_block_size_below_n_takes_row_blocks_and_above_the_dense_path(monkeypa
     for block_size in (N, 10**6):  # block_size >= N: dense, whatever the budget
         assert_matches(make(block_size=block_size, memory_budget=1), ref_fn, h1, h2)
     assert calls == ["dense", "dense"]
-
-
-def test_on_the_cpu_the_dense_path_fits_the_last_level_cache_and_a_block_half():
-    cache = cache_size()
-    if cache is None:
-        pytest.skip("the CPU's last-level cache is not reported here")
-    share = CACHE_FRACTION * cache
-    side = math.isqrt(cache // 4)  # (the largest float32 N×N within the cache)
-    for make in (InfoNCELoss, ProGCLLoss):
-        assert make().plan(torch.empty(side, 1)) == ("dense", side)
-        for n in (side + 1, 4 * side):
-            block = make().plan(torch.empty(n, 1)).block_size
-            assert make().plan(torch.empty(n, 1)).path == "rows"
-            assert block * n * 4 <= share < (block + 1) * n * 4
-            assert make().plan(torch.empty(n, 1, dtype=torch.float64)).block_size == block // 2
-            assert make(memory_budget=1e15).plan(torch.empty(n, 1)) == ("dense", n)  # (asked)
-            assert make().plan(torch.empty(n, 1, device="meta")) == ("dense", n)  # (no cache)
-            assert make(block_size=n).plan(torch.empty(n, 1)) == ("dense", n)
 
 
 def test_the_budget_is_checked():
