@@ -1,4 +1,4 @@
-"""Autocast and ``torch.compile`` queries for torch >= 2.1; the stack level of the user's line."""
+"""Autocast, ``torch.compile`` and backward queries for torch >= 2.1; the stack level of the user's line."""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def is_compiling() -> bool:
     if query is None:  # (imported here: torch._dynamo takes a while to import)
         query = importlib.import_module("torch._dynamo").is_compiling
     return query()
+
+
+def graph_kept() -> bool:
+    """Whether the running backward keeps its graph (``retain_graph``, ``create_graph``);
+    ``True`` under ``torch.compile`` or where torch does not say."""
+    if is_compiling():
+        return True
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else query()
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

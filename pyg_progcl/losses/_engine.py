@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .._compat import autocast_enabled
+from .._compat import autocast_enabled, graph_kept
 
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` is a normal float32.
 EXP_SPAN = 80.0
@@ -266,10 +266,14 @@ class _ExpGram(torch.autograd.Function):
     def backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
         a, o, log_w, kept = ctx.saved_tensors
         spec, grad = ctx.spec, None
+        # (a graph not kept frees ``kept`` after this: a single scale's rows-only term
+        # overwrites it instead of taking a fresh matrix)
+        in_place = len(spec.scales) == 1 and not spec.columns and not graph_kept()
         with full_precision(g_rows):  # (a backward called under autocast computes as forward)
             for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
                 e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
-                term = e * g_rows[j].mul(s / spec.tau).unsqueeze(-1)
+                row = g_rows[j].mul(s / spec.tau).unsqueeze(-1)
+                term = e.mul_(row) if in_place else e * row
                 if spec.columns:
                     term.addcmul_(e, g_cols[j].mul(s / spec.tau))
                 grad = term if grad is None else grad.add_(term)

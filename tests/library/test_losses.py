@@ -240,8 +240,8 @@ def test_gradcheck(make, block_size):
 )
 @pytest.mark.parametrize("block_size", [None, 4])
 def test_a_second_backward_through_the_graph_gives_the_same_gradients(make, block_size):
-    # The first backward turns the kept matrices into gradients in place; a second one
-    # (retain_graph) recomputes them.
+    # A backward that keeps the graph (retain_graph) leaves the kept matrices as they
+    # were; the last one turns them into gradients in place.
     h1, h2 = views(n=10, d=4)
     loss = make(block_size)(h1, h2)
     first = torch.autograd.grad(loss, (h1, h2), retain_graph=True)
