@@ -352,6 +352,8 @@ class BetaMixture(torch.nn.Module):
                     f"{self._describe(params)})"
                 )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if not is_compiling():  # (the host copy that compiled code reads as fitted)
+            self._fitted_key, self._fitted = None, bool(self.num_fits > 0)
 
     def _check_values(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 1 or x.numel() < 2:

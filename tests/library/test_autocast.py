@@ -8,11 +8,13 @@ import textwrap
 import pytest
 import torch
 from conftest import REPO
+from helpers import fitted_mixture
 from torch._dynamo.utils import counters
 
 from pyg_progcl.augment import EdgeDrop, FeatureMask
 from pyg_progcl.encoders import GCNEncoder, MLPEncoder
 from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
+from pyg_progcl.mixture import BetaMixture
 from pyg_progcl.model import GRACEModel
 
 # Relative tolerances of half-precision encoders against float32: a few roundings of the
@@ -281,6 +283,19 @@ def test_the_compiled_loss_has_no_graph_break_and_equals_the_eager_one(mode, dyn
     torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
     for a, b in zip(grads, torch.autograd.grad(want, (h1, h2))):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    torch._dynamo.reset()
+
+
+def test_a_compiled_loss_with_a_loaded_mixture_weights_from_its_first_call(dynamo_counters):
+    # (a mixture loaded from a state, e.g. a checkpoint, is fitted for compiled code too)
+    h1, h2 = torch.randn(40, 6, dtype=torch.float64), torch.randn(40, 6, dtype=torch.float64)
+    mixture = BetaMixture().double()
+    mixture.load_state_dict(fitted_mixture().state_dict())
+    torch._dynamo.reset()
+    got = torch.compile(ProGCLLoss(0.5, mixture=mixture), backend="eager")(h1, h2)
+    want = ProGCLLoss(0.5, mixture=fitted_mixture())(h1, h2)
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, InfoNCELoss(0.5)(h1, h2))  # (not GRACE's)
     torch._dynamo.reset()
 
 
