@@ -210,6 +210,7 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
     loss_fn = build_loss(config).to(device)
     assert isinstance(loss_fn, ProGCLLoss)
     loss_fn.block_size = auto_block_size(spec, data.num_nodes, device)  # (presets may pin one)
+    loss_fn.compile_blocks = args.compile_blocks
     if spec["path"] == "sampled":
         loss_fn.num_negatives = args.num_negatives
     if spec["path"] == "dense":
@@ -247,7 +248,8 @@ def _timed_epochs(spec, args, model, loss_fn, data, optimizer, device) -> list[d
             {"blocks_per_direction": k, **_epoch(model, loss_fn, data, optimizer, device, k)}
             for k in (args.arxiv_blocks, 3 * args.arxiv_blocks)
         ]
-    return [_epoch(model, loss_fn, data, optimizer, device, None) for _ in range(spec["epochs"])]
+    count = args.epochs or spec["epochs"]
+    return [_epoch(model, loss_fn, data, optimizer, device, None) for _ in range(count)]
 
 
 def auto_block_size(spec: dict, num_nodes: int, device: torch.device):
@@ -271,6 +273,7 @@ def _describe(name: str, spec: dict, args: argparse.Namespace, data, preset, con
         "preset": preset,
         "path": spec["path"] if spec["path"] != "auto" else f"auto-{plan.path}",
         "schedule": config.schedule,
+        "compile_blocks": args.compile_blocks,
         "nodes": n,
         "edges": int(data.edge_index.size(1)),
         "features": int(data.num_features),
@@ -409,6 +412,8 @@ def _path_and_need(r: dict[str, Any], count: float | None) -> tuple[str, str]:
         path = f"exact, blocks of {r['block_size']}"
     if r.get("schedule", "online") != "online":
         path += f", schedule='{r['schedule']}'"
+    if r.get("compile_blocks"):
+        path += ", compiled (torch.compile)"
     return path, "–" if count is None else _gb(dense_bytes(r["nodes"], count) + used)
 
 
@@ -477,6 +482,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--num-negatives", type=int, default=2048)
     parser.add_argument(
+        "--compile-blocks", action="store_true", help="the loss's compile_blocks=True"
+    )
+    parser.add_argument("--epochs", type=int, default=0, help="timed epochs (0: the config's)")
+    parser.add_argument(
         "--arxiv-blocks",
         type=int,
         default=24,
@@ -509,6 +518,8 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, "--child", name, "--root", args.root]
         cmd += ["--device", args.device, "--threads", str(args.threads)]
         cmd += [] if args.block_size is None else ["--block-size", str(args.block_size)]
+        cmd += ["--compile-blocks"] if args.compile_blocks else []
+        cmd += ["--epochs", str(args.epochs)]
         cmd += [
             "--num-negatives",
             str(args.num_negatives),

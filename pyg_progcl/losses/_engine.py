@@ -158,9 +158,7 @@ class NegativeBlock:
         return scale * 2.0 / self.tau <= EXP_SPAN and self.anchors.dtype != torch.float16
 
     def log_sum_exp_both(
-        self,
-        scale: Union[float, tuple[float, ...]] = 1.0,
-        log_weight: Optional[Tensor] = None,
+        self, scale: Union[float, tuple[float, ...]] = 1.0, log_weight: Optional[Tensor] = None
     ) -> Tensor:
         """``log Σ_k w_k [exp(scale·inter_k) + exp(scale·intra_k)]`` over all ``2·count``
         negatives, with detached weights ``w = exp(log_weight)`` (``[B, C]``; default 1). A
@@ -266,8 +264,7 @@ class _ExpGram(torch.autograd.Function):
     def backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
         a, o, log_w, kept = ctx.saved_tensors
         spec, grad = ctx.spec, None
-        # (a graph not kept frees ``kept`` after this: a single scale's rows-only term
-        # overwrites it instead of taking a fresh matrix)
+        # (a graph not kept frees ``kept``: a single scale's rows-only term overwrites it)
         in_place = len(spec.scales) == 1 and not spec.columns and not graph_kept()
         with full_precision(g_rows):  # (a backward called under autocast computes as forward)
             for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
@@ -310,8 +307,7 @@ def batched_views(term: NegativeTermFn) -> NegativeTermFn:
 
 def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> list[NegativeBlock]:
     """Both views' blocks of all ``N`` anchors (one block of both views when ``batched``)."""
-    n = u.size(0)
-    diag = torch.arange(n, device=u.device)
+    n, diag = u.size(0), torch.arange(u.size(0), device=u.device)
     pos, pair = positive_logits(u, v, tau), DensePair(u, v, tau, diag)
     if not batched:
         return NegativeBlock(pos, u, v, u, diag, n - 1, tau, 0, pair=pair)._split()
@@ -346,12 +342,13 @@ def contrastive_losses(loss, h1: Tensor, h2: Tensor, anchors: slice, reduced=Fal
         blocks = dense_blocks(u, v, tau, getattr(term, "batched_views", False))
         losses = [anchor_losses(b, term) for b in blocks]
         return losses[0] if len(losses) == 1 else torch.stack(losses)
+    blocks = torch.compile(_row_losses, dynamic=True) if loss.compile_blocks else _row_losses
     args = (tau, how, anchors, loss.num_negatives)
     grad = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad)
     if reduced and grad:
-        return _ReducedBlocks.apply(u, v, term, args)
+        return _ReducedBlocks.apply(u, v, term, args, blocks)
     # (per-anchor losses: each block recomputed in backward, its RNG state restored)
-    run = functools.partial(checkpoint, _row_losses, use_reentrant=False) if grad else _row_losses
+    run = functools.partial(checkpoint, blocks, use_reentrant=False) if grad else blocks
     out: list[list[Tensor]] = [[], []]
     for view, inputs in _blocks(u, v, *args):
         out[view].append(run(term, *inputs))
@@ -374,14 +371,14 @@ class _ReducedBlocks(torch.autograd.Function):
     """``[2, N]`` losses of the row blocks, each block's gradient taken as it is computed."""
 
     @staticmethod
-    def forward(ctx, u: Tensor, v: Tensor, term: NegativeTermFn, args: tuple) -> Tensor:
+    def forward(ctx, u: Tensor, v: Tensor, term: NegativeTermFn, args: tuple, run) -> Tensor:
         ctx.wanted = ctx.needs_input_grad[:2]
         leaves = [t.detach().requires_grad_(w) for t, w in zip((u, v), ctx.wanted)]
         inputs = [t for t in leaves if t.requires_grad]
         grads, out = [torch.zeros_like(t) for t in inputs], [[], []]
         with torch.enable_grad():
             for view, block in _blocks(*leaves, *args):
-                losses = _row_losses(term, *block)
+                losses = run(term, *block)
                 for grad, part in zip(grads, torch.autograd.grad(losses.sum(), inputs)):
                     grad.add_(part)
                 out[view].append(losses.detach())
@@ -391,7 +388,7 @@ class _ReducedBlocks(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         grads, g = iter(ctx.saved_tensors), g[0, 0]  # (equal for every anchor)
-        return *(next(grads) * g if wanted else None for wanted in ctx.wanted), None, None
+        return *(next(grads) * g if wanted else None for wanted in ctx.wanted), None, None, None
 
 
 def _row_losses(term: NegativeTermFn, *inputs) -> Tensor:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from .._checks import (
+    check_bool,
     check_choice,
     check_int,
     check_optional,
@@ -51,6 +52,8 @@ class ContrastiveLoss(torch.nn.Module):
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'`` (``[2, N]``).
         memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
             ``MEMORY_FRACTION`` of the device's free memory at each call.
+        compile_blocks: Runs each row or sampled block through ``torch.compile`` (which
+            fuses its elementwise passes; the first blocks of a shape pay for compiling).
     """
 
     #: ``B×C`` matrices a step holds at its peak (measured, docs/design.md).
@@ -63,6 +66,7 @@ class ContrastiveLoss(torch.nn.Module):
         num_negatives: Optional[int] = None,
         reduction: str = "mean",
         memory_budget: Optional[float] = None,
+        compile_blocks: bool = False,
     ):
         super().__init__()
         why = "where float32 logits θ/τ and gradients stay exact; in use: 0.05 .. 2"
@@ -71,6 +75,7 @@ class ContrastiveLoss(torch.nn.Module):
         self.num_negatives = check_optional(check_int, "num_negatives", num_negatives, 1)
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.memory_budget = check_optional(check_positive, "memory_budget", memory_budget)
+        self.compile_blocks = check_bool("compile_blocks", compile_blocks)
 
     def reset_parameters(self):
         """Losses without state have nothing to reset."""
@@ -133,6 +138,7 @@ class ContrastiveLoss(torch.nn.Module):
     def extra_repr(self) -> str:
         options = {**self._options(), "block_size": self.block_size}
         options["num_negatives"] = self.num_negatives
+        options["compile_blocks"] = self.compile_blocks or None
         parts = [f"tau={self.tau:g}"] + [f"{k}={v!r}" for k, v in options.items() if v is not None]
         if self.memory_budget is not None:
             parts.append(f"memory_budget={self.memory_budget:g}")

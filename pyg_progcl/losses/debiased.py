@@ -42,7 +42,7 @@ class DebiasedInfoNCELoss(ContrastiveLoss):
 
     Args:
         tau_plus: Class prior :math:`\tau^+ \in [0, 1)`; ``0`` gives GRACE exactly.
-        tau, block_size, num_negatives, reduction: see :class:`ContrastiveLoss`.
+        tau, \*\*kwargs: see :class:`ContrastiveLoss`.
     """
 
     peak_matrices = 6
@@ -70,8 +70,7 @@ class HardInfoNCELoss(DebiasedInfoNCELoss):
     Args:
         beta: Concentration :math:`\beta \ge 0` on hard negatives (``0``: DCL), at most
             ``1e30·tau - 1``.
-        tau, tau_plus, block_size, num_negatives, reduction: see
-            :class:`DebiasedInfoNCELoss`.
+        tau, tau_plus, \*\*kwargs: see :class:`DebiasedInfoNCELoss`.
     """
 
     peak_matrices = 7

@@ -59,7 +59,7 @@ class ProGCLLoss(ContrastiveLoss):
             weights from the first step.
         schedule: ``'floored'``, ``'online'``, ``'frozen'`` or a
             :class:`~pyg_progcl.losses.schedules.FitSchedule`.
-        tau, block_size, num_negatives, reduction: See :class:`ContrastiveLoss`.
+        tau, \*\*kwargs: See :class:`ContrastiveLoss`.
     """
 
     peak_matrices = 8
@@ -146,6 +146,7 @@ class ProGCLLoss(ContrastiveLoss):
     def check_inputs(self, h1: Tensor, h2: Tensor) -> None:
         super().check_inputs(h1, h2)
         self.schedule.check_nodes(h1)
+        self.mixture.fitted  # noqa: B018 (eager: refreshes the copy compiled blocks read)
 
     @batched_views
     def negative_term(self, block: NegativeBlock) -> Tensor:

@@ -788,6 +788,38 @@ def test_too_many_sampled_negatives_raise():
         InfoNCELoss(num_negatives=5)(torch.randn(5, 3), torch.randn(5, 3))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: InfoNCELoss(0.5, **kw),
+        lambda **kw: InfoNCELoss(0.5, num_negatives=7, **kw),
+        lambda **kw: InfoNCELoss(0.5, reduction="none", **kw),
+        lambda **kw: ProGCLLoss(0.5, mixture=fitted_mixture(), **kw),
+        lambda **kw: ProGCLLoss(0.5, mode="mix", num_mix=3, mixture=fitted_mixture(), **kw),
+    ],
+    ids=["infonce", "sampled", "per-anchor", "progcl-weight", "progcl-mix"],
+)
+def test_compiled_blocks_equal_the_eager_ones(make):
+    # (inductor on the CPU: each block's passes fused, the same values and gradients)
+    h1, h2 = views(n=30, d=4)
+    got = {}
+    for compiled in (False, True):
+        loss = make(block_size=8, compile_blocks=compiled)
+        out = seeded(loss, h1, h2, 3).sum()
+        got[compiled] = (out, *torch.autograd.grad(out, (h1, h2)))
+    for a, b in zip(got[True], got[False]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_compile_blocks_is_a_bool_shown_in_the_repr():
+    assert "compile_blocks=True" in repr(InfoNCELoss(compile_blocks=True))
+    assert "compile_blocks" not in repr(InfoNCELoss())
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="compile_blocks"):
+            InfoNCELoss(compile_blocks=bad)
+
+
 def test_repr():
     assert repr(InfoNCELoss(0.2)) == "InfoNCELoss(tau=0.2)"
     assert repr(HardInfoNCELoss(0.5, 0.1, 1.0, block_size=8)) == (
