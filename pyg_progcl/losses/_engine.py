@@ -207,8 +207,7 @@ class DensePair:
 
     def __init__(self, u: Tensor, v: Tensor, tau: float, excluded: Tensor):
         self.u, self.v, self.tau, self.excluded = u, v, tau, excluded
-        self.own: dict = {}  # ("detached" logits, "inter", sums by their key)
-        self.progcl: Optional[object] = None
+        self.own, self.progcl = {}, None  # (own: "detached" logits, "inter", sums by key)
 
     def inter_sums(self, view, scales: tuple, gather=None) -> tuple[Tensor, Optional[Tensor]]:
         """``(sums [S, N], gathered)`` of ``view``'s anchors (``None``: both) from one matrix."""

@@ -52,8 +52,7 @@ class ContrastiveLoss(torch.nn.Module):
         reduction: ``'mean'`` (``J``), ``'sum'`` (``2N·J``) or ``'none'`` (``[2, N]``).
         memory_budget: Bytes the step's ``N×N`` (or ``B×N``) matrices may take; ``None``:
             ``MEMORY_FRACTION`` of the device's free memory at each call.
-        compile_blocks: Runs each row or sampled block through ``torch.compile`` (which
-            fuses its elementwise passes; the first blocks of a shape pay for compiling).
+        compile_blocks: Fuses each row or sampled block with ``torch.compile`` (design.md).
     """
 
     #: ``B×C`` matrices a step holds at its peak (measured, docs/design.md).
@@ -137,8 +136,7 @@ class ContrastiveLoss(torch.nn.Module):
 
     def extra_repr(self) -> str:
         options = {**self._options(), "block_size": self.block_size}
-        options["num_negatives"] = self.num_negatives
-        options["compile_blocks"] = self.compile_blocks or None
+        options.update(num_negatives=self.num_negatives, compile_blocks=self.compile_blocks or None)
         parts = [f"tau={self.tau:g}"] + [f"{k}={v!r}" for k, v in options.items() if v is not None]
         if self.memory_budget is not None:
             parts.append(f"memory_budget={self.memory_budget:g}")
