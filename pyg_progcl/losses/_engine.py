@@ -268,8 +268,7 @@ class _ExpGram(torch.autograd.Function):
         with full_precision(g_rows):  # (a backward called under autocast computes as forward)
             for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
                 e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
-                row = g_rows[j].mul(s / spec.tau).unsqueeze(-1)
-                term = e.mul_(row) if in_place else e * row
+                term = (e.mul_ if in_place else e.mul)(g_rows[j].mul(s / spec.tau).unsqueeze(-1))
                 if spec.columns:
                     term.addcmul_(e, g_cols[j].mul(s / spec.tau))
                 grad = term if grad is None else grad.add_(term)
@@ -291,6 +290,8 @@ def _exp(x: Tensor, scale: float, log_w: Optional[Tensor], out: Optional[Tensor]
 
 #: A loss's negative term: ``[B]`` shifted ``log Ng`` of a block's anchors.
 NegativeTermFn = Callable[[NegativeBlock], Tensor]
+#: :func:`_row_losses` through ``torch.compile``, made once, at the first ``compile_blocks``.
+_compiled_row_losses = functools.cache(lambda: torch.compile(_row_losses, dynamic=True))
 
 
 def positive_logits(a: Tensor, o: Tensor, tau: float) -> Tensor:
@@ -341,7 +342,7 @@ def contrastive_losses(loss, h1: Tensor, h2: Tensor, anchors: slice, reduced=Fal
         blocks = dense_blocks(u, v, tau, getattr(term, "batched_views", False))
         losses = [anchor_losses(b, term) for b in blocks]
         return losses[0] if len(losses) == 1 else torch.stack(losses)
-    blocks = torch.compile(_row_losses, dynamic=True) if loss.compile_blocks else _row_losses
+    blocks = _compiled_row_losses() if loss.compile_blocks else _row_losses
     args = (tau, how, anchors, loss.num_negatives)
     grad = torch.is_grad_enabled() and (u.requires_grad or v.requires_grad)
     if reduced and grad:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -20,8 +19,7 @@ class Hardness:
     def __init__(self, mixture: BetaMixture, schedule):
         self.mixture, self.schedule = mixture, schedule
         self.floor = schedule.floor_now()
-        self._dense: Optional[Tensor] = None
-        self.selection: Optional[list] = None  # (ProGCL-mix's, dense path: both views')
+        self._dense, self.selection = None, None  # (dense log b; ProGCL-mix's, both views')
 
     def log_b(self, block: NegativeBlock) -> Tensor:
         """``[B, C]`` ``log b`` of the block's pairs, ``-inf`` where excluded."""

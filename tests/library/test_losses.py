@@ -18,6 +18,7 @@ from helpers import (
     record_paths,
     views,
 )
+from torch._dynamo.utils import counters
 
 from pyg_progcl.losses import DebiasedInfoNCELoss, HardInfoNCELoss, InfoNCELoss, ProGCLLoss
 from pyg_progcl.losses._sampling import sample_negative_similarities
@@ -805,9 +806,13 @@ def test_compiled_blocks_equal_the_eager_ones(make):
     h1, h2 = views(n=30, d=4)
     got = {}
     for compiled in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
         loss = make(block_size=8, compile_blocks=compiled)
         out = seeded(loss, h1, h2, 3).sum()
         got[compiled] = (out, *torch.autograd.grad(out, (h1, h2)))
+        assert (counters["stats"]["unique_graphs"] > 0) == compiled  # (the blocks compiled)
+    torch._dynamo.reset()
     for a, b in zip(got[True], got[False]):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
