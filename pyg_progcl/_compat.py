@@ -29,15 +29,6 @@ def is_compiling() -> bool:
     return query()
 
 
-def graph_kept() -> bool:
-    """Whether the running backward keeps its graph (``retain_graph``, ``create_graph``);
-    ``True`` under ``torch.compile`` or where torch does not say."""
-    if is_compiling():
-        return True
-    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return True if query is None else query()
-
-
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DECORATORS = (
     os.path.join("torch", "utils", "_contextlib.py"),

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .._compat import autocast_enabled, graph_kept
+from .._compat import autocast_enabled
 
 #: ``exp`` of a shifted logit above ``-EXP_SPAN`` is a normal float32.
 EXP_SPAN = 80.0
@@ -262,24 +262,25 @@ class _ExpGram(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
         a, o, log_w, kept = ctx.saved_tensors
-        spec, grad = ctx.spec, None
-        # (a graph not kept frees ``kept``: a single scale's rows-only term overwrites it)
-        in_place = len(spec.scales) == 1 and not spec.columns and not graph_kept()
+        spec, grad, out = ctx.spec, None, [None, None]  # (∂/∂a, ∂/∂o)
+        need = ctx.needs_input_grad[0], ctx.needs_input_grad[0 if ctx.same else 1]
         with full_precision(g_rows):  # (a backward called under autocast computes as forward)
             for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
                 e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
-                term = (e.mul_ if in_place else e.mul)(g_rows[j].mul(s / spec.tau).unsqueeze(-1))
+                r = g_rows[j].mul(s / spec.tau).unsqueeze(-1)
+                if not (spec.columns or spec.gather):  # (rows only: r ∘ (E o), Eᵀ (r ∘ a))
+                    parts = (r * (e @ o) if need[0] else None, e.mT @ (r * a) if need[1] else None)
+                    out = [p if q is None else q.add_(p) for q, p in zip(out, parts)]
+                    continue
+                term = e * r
                 if spec.columns:
                     term.addcmul_(e, g_cols[j].mul(s / spec.tau))
                 grad = term if grad is None else grad.add_(term)
-            for (dim, index), g in zip(spec.gather, g_gathered):
-                (grad if dim else grad.T).scatter_add_(1, index, g.div(spec.tau))
-            if ctx.same:  # (d/da of Σ g ∘ a aᵀ: (g + gᵀ) a, as two products)
-                both = grad.mm(a).addmm_ if grad.dim() == 2 else grad.bmm(a).baddbmm_
-                return both(grad.mT, a), None, None, None, None
-            grad_a = grad.mm(o) if ctx.needs_input_grad[0] else None
-            grad_o = grad.T.mm(a) if ctx.needs_input_grad[1] else None
-            return grad_a, grad_o, None, None, None
+            if grad is not None:
+                for (dim, index), g in zip(spec.gather, g_gathered):
+                    (grad if dim else grad.T).scatter_add_(1, index, g.div(spec.tau))
+                out = [grad @ o if need[0] else None, grad.mT @ a if need[1] else None]
+        return *((out[0] + out[1], None) if ctx.same else out), None, None, None  # (g + gᵀ) a
 
 
 def _exp(x: Tensor, scale: float, log_w: Optional[Tensor], out: Optional[Tensor] = None):
