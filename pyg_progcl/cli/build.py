@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import random
 from pathlib import Path
@@ -178,17 +179,37 @@ def cpu_block_size(num_nodes: int, itemsize: int = 4) -> Optional[int]:
     return max(1, int(CACHE_FRACTION * cache // (num_nodes * itemsize)))
 
 
+def compiler_missing(device: torch.device) -> Optional[str]:
+    """What ``torch.compile`` lacks to compile a loss's blocks on ``device``, or ``None``:
+    triton on CUDA, elsewhere a C++ compiler (inductor's own search: ``$CXX``, else g++)."""
+    if device.type == "cuda":
+        return None if importlib.util.find_spec("triton") else "triton (pip install triton)"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # (another torch: torch.compile says so at the first block)
+        return None
+    try:
+        get_cpp_compiler()
+    except Exception:
+        return "a C++ compiler (g++, or the one $CXX names)"
+    return None
+
+
 def build_loss(
-    config: TrainConfig, num_nodes: Optional[int] = None, device: Optional[torch.device] = None
+    config: TrainConfig,
+    num_nodes: Optional[int] = None,
+    device: Optional[torch.device] = None,
+    compile_blocks: bool = False,
 ) -> torch.nn.Module:
     """The method's loss: InfoNCE (grace, gca), DCL, HCL or ProGCL (weight / mix). Given the
     full graph's ``num_nodes`` on a CPU ``device``, with all negatives and no ``block_size``,
-    its row blocks are :func:`cpu_block_size`'s."""
+    its row blocks are :func:`cpu_block_size`'s; ``compile_blocks``: the loss's option."""
     block_size, cpu = config.block_size, device is not None and torch.device(device).type == "cpu"
     full = config.batch_size is None and config.num_negatives is None and num_nodes is not None
     if block_size is None and cpu and full:
         block_size = cpu_block_size(num_nodes)
     common = {"tau": config.tau, "block_size": block_size, "num_negatives": config.num_negatives}
+    common["compile_blocks"] = compile_blocks
     if config.method in ("grace", "gca"):
         return InfoNCELoss(**common)
     if config.method == "dcl":

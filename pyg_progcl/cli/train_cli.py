@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import functools
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from pyg_progcl.io import check_embedding_path, embed, read_graph, save_embeddin
 from pyg_progcl.io.files import check_folder, check_input_file, check_writable
 
 from .agreement import agree, graph_digests, training_options
+from .build import build_loss, compiler_missing
 from .checkpoint import (
     TrainingInterruptedError,
     check_fresh,
@@ -188,6 +190,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=THREADS_HELP,
     )
     parser.add_argument(
+        "--compile-blocks", action="store_true",
+        help="run the loss's row or sampled blocks through torch.compile (a C++ compiler on "
+        "a CPU, triton on CUDA): the same loss to rounding; on a CPU, Coauthor epochs in row "
+        "blocks ran 1.1-1.4x faster after a first epoch that compiles (seconds to a minute); "
+        "no effect where the loss takes the dense path",
+    )  # fmt: skip
+    parser.add_argument(
         "--output", help="write the result as JSON to this file (in an existing folder; every "
         "output is checked before training starts: each its own file, none an input)",
     )  # fmt: skip
@@ -298,7 +307,10 @@ def _setup(args: argparse.Namespace) -> tuple[TrainConfig, list[int], Optional[s
         raise ValueError("--resume needs --checkpoint DIR")
     if args.root is not None and not Path(args.root).expanduser().is_dir():
         raise FileNotFoundError(f"data root {args.root!r} does not exist or is not a folder")
-    resolve_device(args.device.split(":")[0] if args.distributed else args.device)
+    device = resolve_device(args.device.split(":")[0] if args.distributed else args.device)
+    missing = compiler_missing(device) if args.compile_blocks else None
+    if missing:
+        raise ValueError(f"--compile-blocks needs {missing} for torch.compile; none was found")
     _check_graph_args(args)
     seeds = list(range(args.seed, args.seed + args.seeds))
     _check_outputs(args, seeds)
@@ -447,6 +459,12 @@ def _train(args, config: TrainConfig, seeds: list[int], ranks, device, threads=N
                 config, len(seeds), resolve_device(device), note, data=data,
                 notes=[threads, planned],
             )  # fmt: skip
+        factory = None
+        if args.compile_blocks:
+            on = resolve_device(device)
+            factory = functools.partial(
+                build_loss, num_nodes=data.num_nodes, device=on, compile_blocks=True
+            )
         result = train(
             config,
             data,
@@ -462,6 +480,7 @@ def _train(args, config: TrainConfig, seeds: list[int], ranks, device, threads=N
             return_model=saving,
             probes=args.probe,
             callback=estimate,
+            loss_factory=factory,
         )
     finally:
         leave()

@@ -18,6 +18,7 @@ from helpers import (
     InterruptError,
     assert_matches,
     fitted_mixture,
+    one_line_error,
     params,
     run_main,
     small_config,
@@ -701,3 +702,35 @@ def test_on_the_cpu_the_loss_s_row_blocks_fit_half_the_last_level_cache():
     assert build_loss(config.replace(block_size=7), n, "cpu").block_size == 7
     for other in ({"num_negatives": 5}, {"batch_size": 64}):
         assert build_loss(config.replace(**other), n, "cpu").block_size is None
+
+
+def test_build_loss_passes_compile_blocks_to_the_loss():
+    config = get_preset("synthetic", "progcl-mix")
+    assert build_loss(config, 50_000, "cpu", compile_blocks=True).compile_blocks is True
+    assert build_loss(config, 50_000, "cpu").compile_blocks is False
+
+
+def test_compile_blocks_without_a_compiler_is_one_line(capsys):
+    import torch._inductor.config as inductor
+
+    with inductor.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+        status, out, err = run_main(capsys, "--compile-blocks", "--block-size", "8", *TINY)
+    one_line_error(status, err, "--compile-blocks needs a C++ compiler")
+    assert not out
+
+
+@pytest.mark.slow
+def test_compile_blocks_trains_in_compiled_row_blocks(capsys, tmp_path):
+    from torch._dynamo.utils import counters
+
+    results = {}
+    for flags in ([], ["--compile-blocks"]):
+        counters.clear()
+        output = tmp_path / f"{len(flags)}.json"
+        argv = ["--block-size", "64", "--warmup-epochs", "1", "--output", str(output), *TINY]
+        status, _, err = run_main(capsys, *flags, *argv)
+        assert status == 0, err
+        results[bool(flags)] = json.loads(output.read_text())
+        assert (counters["stats"]["unique_graphs"] > 0) == bool(flags)  # (compiled or not)
+    plain, compiled = (results[key]["final_loss"] for key in (False, True))
+    assert compiled == pytest.approx(plain, rel=1e-4)
