@@ -17,7 +17,7 @@ from torch_geometric.data import Data
 from pyg_progcl.io import graph_for_model
 from pyg_progcl.losses.base import free_memory
 
-from .build import build_loss
+from .build import build_loss, compiler_missing
 from .presets import TrainConfig
 from .run import full_graph_epoch
 
@@ -59,6 +59,7 @@ def estimate_line(
     limit: float = LIMIT_S,
     unit: str = "seed",
     one: str = "--seeds 1",
+    offers: Sequence[str] = (),
 ) -> Optional[str]:
     """The ``estimate:`` line, or ``None`` when the run fits in ``limit`` seconds.
 
@@ -75,6 +76,7 @@ def estimate_line(
         limit: Seconds above which the line is given.
         unit: What ``seeds`` counts (``diagnose`` trains one run per encoder).
         one: The option that trains one of them.
+        offers: Further options that shorten the run, as they are to be written.
     """
     projected = per_epoch * run
     if projected <= limit:
@@ -90,6 +92,7 @@ def estimate_line(
             f"--num-negatives {NUM_NEGATIVES} ({_seconds(sampled)}/epoch measured: "
             f"{format_duration(sampled * run)})"
         )
+    options += offers
     if device.type == "cpu":
         gpu = "--device cuda" if torch.cuda.is_available() else "a GPU (--device cuda)"
         options.append(gpu)
@@ -149,6 +152,8 @@ class RunEstimate:
         notes: Lines written at the first call, once the run is under way (e.g. the
             threads chosen, :func:`path_note`), so that a run that fails before its
             first epoch prints its error alone.
+        offers: Options offered in the line (:func:`compile_offer`); ``None`` entries are
+            left out.
     """
 
     def __init__(
@@ -163,11 +168,13 @@ class RunEstimate:
         unit: str = "seed",
         one: str = "--seeds 1",
         notes: Sequence[Optional[str]] = (),
+        offers: Sequence[Optional[str]] = (),
     ):
         self.config, self.seeds, self.device, self.write = config, seeds, device, write
         self.data, self.timed, self.limit = data, timed, limit
         self.unit, self.one = unit, one
         self.notes = [line for line in notes if line]
+        self.offers = [offer for offer in offers if offer]
         self.start: Optional[int] = None  # epochs done before the first callback
         self.last: Optional[float] = None
         self.intervals: list[float] = []
@@ -198,7 +205,7 @@ class RunEstimate:
             sampled = sampled_epoch_time(info["model"], self.data, self.config, self.device)
         line = estimate_line(
             per_epoch, epochs, self.seeds, run, left, self.device, sampled, self.limit,
-            self.unit, self.one,
+            self.unit, self.one, self.offers,
         )  # fmt: skip
         if line is not None:
             self.write(line)
@@ -282,4 +289,17 @@ def path_note(
         f"--batch-size, --num-negatives {NUM_NEGATIVES}) encodes it once and is expected "
         f"to be faster (it needs at most about {need / 1e9:.1f} GB; {free / 1e9:.0f} GB "
         "are free)"
+    )
+
+
+def compile_offer(data: Data, config: TrainConfig, device: torch.device) -> Optional[str]:
+    """``--compile-blocks`` as a way to shorten a long run (:func:`estimate_line`'s
+    ``offers``) where the command line runs the loss in the CPU's cache-sized row blocks
+    (:func:`~pyg_progcl.cli.build.cpu_block_size`) and a C++ compiler is found; else ``None``."""
+    loss = build_loss(config, data.num_nodes, device)
+    if loss.block_size is None or config.block_size is not None or compiler_missing(device):
+        return None
+    return (
+        f"--compile-blocks (each row block of {loss.block_size} through torch.compile: Coauthor "
+        "epochs ran 1.1-1.4x faster after the first)"
     )

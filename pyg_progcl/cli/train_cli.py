@@ -34,7 +34,7 @@ from .evaluation import PROBES
 from .files import check_distinct
 from .loop import command_line_warnings, owned_folder, resolve_device, train
 from .parallel import ONE, join, leave
-from .planning import RunEstimate, path_note
+from .planning import RunEstimate, compile_offer, path_note
 from .presets import METHODS, TrainConfig, get_preset, graph_file_name, is_graph_file
 from .progress import batch_bar
 from .threads import set_threads
@@ -454,11 +454,12 @@ def _train(args, config: TrainConfig, seeds: list[int], ranks, device, threads=N
         estimate = None
         if not args.quiet and ranks.main:
             single = ranks.world_size == 1  # (several ranks need mini-batches)
-            planned = path_note(data, config, resolve_device(device)) if single else None
+            on = resolve_device(device)
+            planned = path_note(data, config, on) if single else None
+            offer = None if args.compile_blocks else compile_offer(data, config, on)
             estimate = RunEstimate(
-                config, len(seeds), resolve_device(device), note, data=data,
-                notes=[threads, planned],
-            )  # fmt: skip
+                config, len(seeds), on, note, data=data, notes=[threads, planned], offers=[offer]
+            )
         factory = None
         if args.compile_blocks:
             on = resolve_device(device)

@@ -104,6 +104,26 @@ def test_train_prints_the_estimate_unless_quiet(capsys, monkeypatch):
     assert status == 0 and "estimate" not in err + out
 
 
+@pytest.mark.slow  # (the run with --compile-blocks compiles)
+def test_train_offers_compile_blocks_in_the_estimate_of_the_cpu_s_row_blocks(
+    capsys, monkeypatch, tmp_path
+):
+    from pyg_progcl.cli.build import cpu_block_size
+
+    n = 4000
+    if cpu_block_size(n) is None:
+        pytest.skip("the loss takes the dense path on this CPU's cache")
+    torch.save(dense_graph(n=n, degree=5), tmp_path / "g.pt")
+    argv = ["train", "--data", str(tmp_path / "g.pt"), "--epochs", "5", "--warmup-epochs", "1"]
+    for flags, offered in (([], True), (["--compile-blocks"], False)):
+        fake_clock(monkeypatch)
+        status, _, err = run_main(capsys, *argv, *SMALL, "--num-samples", "2000", *flags)
+        lines = [line for line in err.splitlines() if "estimate:" in line]
+        assert status == 0 and len(lines) == 1, err
+        offer = f"--compile-blocks (each row block of {cpu_block_size(n)} through torch.compile"
+        assert (offer in lines[0]) == offered, lines[0]
+
+
 def test_diagnose_prints_the_estimate_unless_quiet(capsys, monkeypatch, tmp_path):
     fake_clock(monkeypatch)
     argv = ["diagnose", "--epochs", "6", "--out", str(tmp_path), "--no-plot", *SMALL[:4]]
@@ -143,6 +163,28 @@ def test_path_note_says_why_batches_are_expected_to_be_slower():
     assert planning.path_note(data, config.replace(batch_size=None), CPU, free=10**12) is None
     # One batch of every node encodes the graph once, as the full graph does: no note.
     assert planning.path_note(data, config.replace(batch_size=1000), CPU, free=10**12) is None
+
+
+def test_compile_blocks_is_offered_where_the_cpu_s_row_blocks_run():
+    import torch._inductor.config as inductor
+
+    from pyg_progcl.cli.build import cpu_block_size
+
+    n = 100_000
+    block = cpu_block_size(n)
+    if block is None:
+        pytest.skip("the CPU's last-level cache is not reported here")
+    config, graph = get_preset("synthetic", "progcl-weight"), Data(num_nodes=n)
+    offer = planning.compile_offer(graph, config, CPU)
+    assert offer.startswith(f"--compile-blocks (each row block of {block} through torch.compile")
+    for other in ({"block_size": 500}, {"num_negatives": 64}, {"batch_size": 256}):
+        assert planning.compile_offer(graph, config.replace(**other), CPU) is None
+    assert planning.compile_offer(Data(num_nodes=100), config, CPU) is None  # (dense path)
+    with inductor.patch({"cpp.cxx": ("/nonexistent/c++",)}):  # (nothing to compile with)
+        assert planning.compile_offer(graph, config, CPU) is None
+    line = planning.estimate_line(100.0, 100, 1, 100, 99, CPU, offers=[offer])
+    assert f"; faster: --epochs 36 (60 min), {offer}, a GPU" in line
+    assert planning.estimate_line(1.0, 100, 1, 100, 99, CPU, offers=[offer]) is None  # (short)
 
 
 def test_train_notes_the_slower_path(capsys, monkeypatch, tmp_path):
