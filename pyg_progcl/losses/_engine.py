@@ -264,14 +264,14 @@ class _ExpGram(torch.autograd.Function):
         a, o, log_w, kept = ctx.saved_tensors
         spec, grad, out = ctx.spec, None, [None, None]  # (∂/∂a, ∂/∂o)
         need = ctx.needs_input_grad[0], ctx.needs_input_grad[0 if ctx.same else 1]
+        rows = len(spec.scales) == 1 and not (spec.columns or spec.gather)  # (r∘(E o), Eᵀ(r∘a))
         with full_precision(g_rows):  # (a backward called under autocast computes as forward)
             for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
                 e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
                 r = g_rows[j].mul(s / spec.tau).unsqueeze(-1)
-                if not (spec.columns or spec.gather):  # (rows only: r ∘ (E o), Eᵀ (r ∘ a))
-                    parts = (r * (e @ o) if need[0] else None, e.mT @ (r * a) if need[1] else None)
-                    out = [p if q is None else q.add_(p) for q, p in zip(out, parts)]
-                    continue
+                if rows:
+                    out = [r * (e @ o) if need[0] else None, e.mT @ (r * a) if need[1] else None]
+                    break
                 term = e * r
                 if spec.columns:
                     term.addcmul_(e, g_cols[j].mul(s / spec.tau))
