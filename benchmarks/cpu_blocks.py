@@ -1,4 +1,4 @@
-"""The command line's row blocks on the CPU (a ``B×N`` matrix within half the last-level
+"""The command line's row blocks on the CPU (a ``B×N`` matrix within the last-level
 cache) beside the dense path, per loss and graph size, in one process.
 
 On the CPU the command line gives a loss ``block_size=cpu_block_size(N)``

@@ -684,7 +684,7 @@ def test_each_method_builds_its_augmenters_from_the_config(method):
             assert edge.threshold == feature.threshold == config.aug_threshold
 
 
-def test_on_the_cpu_the_loss_s_row_blocks_fit_half_the_last_level_cache():
+def test_on_the_cpu_the_loss_s_row_blocks_fit_the_last_level_cache():
     cache = cache_size()
     if cache is None:
         pytest.skip("the CPU's last-level cache is not reported here")
