@@ -319,14 +319,14 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> lis
 def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, cols=None):
     """The anchors ``rows`` of view ``a`` against all nodes, or against ``k + 1`` sampled
     nodes ``cols`` less one each (itself if sampled, else the last)."""
-    anchors = torch.arange(rows.start, rows.stop, device=a.device)
-    pos = positive_logits(a[rows], o[rows], tau)
+    anchors, own = torch.arange(rows.start, rows.stop, device=a.device), a[rows]  # (one slice)
+    pos = positive_logits(own, o[rows], tau)
     if cols is None:
-        return NegativeBlock(pos, a[rows], o, a, anchors, a.size(0) - 1, tau, view, rows)
+        return NegativeBlock(pos, own, o, a, anchors, a.size(0) - 1, tau, view, rows)
     k = cols.numel() - 1
     hit = anchors.unsqueeze(1) == cols.unsqueeze(0)
     excluded = torch.where(hit.any(1), hit.int().argmax(1), torch.full_like(anchors, k))
-    return NegativeBlock(pos, a[rows], o[cols], a[cols], excluded, k, tau, view, rows, cols)
+    return NegativeBlock(pos, own, o[cols], a[cols], excluded, k, tau, view, rows, cols)
 
 
 def anchor_losses(block: NegativeBlock, term: NegativeTermFn) -> Tensor:
