@@ -207,10 +207,9 @@ def _setup(spec: dict[str, Any], args: argparse.Namespace, device: torch.device)
     config = get_preset(preset, "progcl-weight", schedule=spec.get("schedule", "online"))
     data = data.to(device)
     model = build_model(config, data.num_features, data.num_nodes, data.x, device).to(device)
-    loss_fn = build_loss(config).to(device)
+    loss_fn = build_loss(config, compile_blocks=args.compile_blocks).to(device)
     assert isinstance(loss_fn, ProGCLLoss)
     loss_fn.block_size = auto_block_size(spec, data.num_nodes, device)  # (presets may pin one)
-    loss_fn.compile_blocks = args.compile_blocks
     if spec["path"] == "sampled":
         loss_fn.num_negatives = args.num_negatives
     if spec["path"] == "dense":

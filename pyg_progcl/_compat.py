@@ -1,4 +1,4 @@
-"""Autocast, ``torch.compile`` and backward queries for torch >= 2.1; the user's stack level."""
+"""Autocast and ``torch.compile`` queries for torch >= 2.1; the user's stack level."""
 
 from __future__ import annotations
 

@@ -129,9 +129,11 @@ class BetaMixture(torch.nn.Module):
     @property
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run since construction or the last reset."""
-        # (read on the host once per change of the buffer's storage or version)
-        if is_compiling():  # (data pointers do not trace)
-            return self._fitted
+        return self._fitted if is_compiling() else self._host_fitted()  # (pointers do not trace)
+
+    def _host_fitted(self) -> bool:
+        """``num_fits > 0``, read on the host once per change of the buffer's storage or
+        version and kept for compiled code, which reads the copy."""
         key = (self.num_fits.data_ptr(), self.num_fits._version)
         if key != self._fitted_key:
             self._fitted_key, self._fitted = key, bool(self.num_fits > 0)
@@ -353,7 +355,7 @@ class BetaMixture(torch.nn.Module):
                 )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if not is_compiling():  # (the host copy that compiled code reads as fitted)
-            self._fitted_key, self._fitted = None, bool(self.num_fits > 0)
+            self._host_fitted()
 
     def _check_values(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 1 or x.numel() < 2:

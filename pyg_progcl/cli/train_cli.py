@@ -193,7 +193,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--compile-blocks", action="store_true",
         help="run the loss's row or sampled blocks through torch.compile (a C++ compiler on "
         "a CPU, triton on CUDA): the same loss to rounding; on a CPU, Coauthor epochs in row "
-        "blocks ran 1.06-1.17x faster after a first epoch that compiles (seconds to a minute); "
+        "blocks ran 1.06-1.17x faster after a first epoch that compiles (seconds to a minute or more); "
         "no effect where the loss takes the dense path",
     )  # fmt: skip
     parser.add_argument(
@@ -451,10 +451,9 @@ def _train(args, config: TrainConfig, seeds: list[int], ranks, device, threads=N
     try:
         data = agree(ranks, lambda: _read_graph(args, config), graph_digests, "graphs")
         saving = bool(getattr(args, "save_embeddings", None) or getattr(args, "save_model", None))
-        estimate = None
+        estimate, on = None, resolve_device(device)
         if not args.quiet and ranks.main:
             single = ranks.world_size == 1  # (several ranks need mini-batches)
-            on = resolve_device(device)
             planned = path_note(data, config, on) if single else None
             offer = None if args.compile_blocks else compile_offer(data, config, on)
             estimate = RunEstimate(
@@ -462,7 +461,6 @@ def _train(args, config: TrainConfig, seeds: list[int], ranks, device, threads=N
             )
         factory = None
         if args.compile_blocks:
-            on = resolve_device(device)
             factory = functools.partial(
                 build_loss, num_nodes=data.num_nodes, device=on, compile_blocks=True
             )
