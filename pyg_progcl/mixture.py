@@ -20,9 +20,6 @@ __all__ = ["BetaMixture", "MixtureDegeneracyWarning"]
 CHECK_EVERY = 10
 EARLY_CHECKS = (3, 6)
 
-#: Above it ``softplus(x) = x``: ``log(1 + e^{-40})`` is below float64's resolution of 40.
-SOFTPLUS_THRESHOLD = 40.0
-
 
 def beta_log_prob(x: Tensor, alpha: Tensor, beta: Tensor) -> Tensor:
     r"""``[n, c]`` log-densities of Beta distributions (``[c]`` parameters) at ``x`` in
@@ -208,17 +205,21 @@ class BetaMixture(torch.nn.Module):
         r""":math:`\log b = \log s + \log p(\mathrm{true\ neg.} \mid s)` as a new tensor,
         exact where :math:`b` underflows (``floor`` as in :meth:`hardness_`, or a tensor)."""
         dtype = s.dtype if s.dtype in (torch.float32, torch.float64) else torch.float32
-        s = s.to(dtype).clamp(self.eps, 1.0 - self.eps)
-        a, b, c = self._signed_coefficients(1.0).to(s.device, dtype)
+        return self.log_hardness_(s.to(dtype, copy=True), floor)
+
+    def log_hardness_(self, s: Tensor, floor: float | Tensor = 0.0) -> Tensor:
+        """:meth:`log_hardness` of float32 or float64 ``s``, overwriting it (one new tensor)."""
+        s = s.clamp_(self.eps, 1.0 - self.eps)
+        a, b, c = self._signed_coefficients(1.0).to(s.device, s.dtype)
         log_s = torch.log(s)
-        # D = c + a log s + b log(1 - s) in two passes (see _log_odds); log σ(-D) = -softplus(D)
-        d = torch.addcmul(c, log_s, a).addcmul_(s.neg_().add_(1.0).log_(), b)
-        log_posterior = F.softplus(d, threshold=SOFTPLUS_THRESHOLD).neg_()
+        # D = c + a log s + b log(1 - s) in s; log p(TN | s) = log σ(-D) = -softplus(D)
+        d = torch.addcmul(c, s.neg_().log1p_(), b, out=s).addcmul_(log_s, a)
+        softplus = torch.logaddexp(d, d.new_zeros(()), out=d)
         if isinstance(floor, Tensor):
-            log_posterior = log_posterior.clamp_(min=floor.log())  # (0-dim: no promotion)
+            softplus.clamp_(max=floor.log().neg())  # (0-dim: no promotion)
         elif floor > 0:
-            log_posterior = log_posterior.clamp_(min=math.log(floor))
-        return log_posterior.add_(log_s)
+            softplus.clamp_(max=-math.log(floor))
+        return log_s.sub_(softplus)
 
     @torch.no_grad()
     def fit(

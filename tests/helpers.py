@@ -86,9 +86,9 @@ def engine_weights(loss, h1, h2, block_size=None):
             blocks = dense_blocks(u, v, loss.tau)
         else:
             blocks = [
-                row_block(a, o, slice(s, min(s + block_size, n)), view, loss.tau)
+                row_block(a[r], a, o[r], o, r, view, loss.tau)
                 for view, (a, o) in enumerate(((u, v), (v, u)))
-                for s in range(0, n, block_size)
+                for r in (slice(s, min(s + block_size, n)) for s in range(0, n, block_size))
             ]
         hardness, rows = Hardness(loss.mixture, loss.schedule), []
         for block in blocks:

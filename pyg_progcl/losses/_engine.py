@@ -213,10 +213,8 @@ class DensePair:
         """``(sums [S, N], gathered)`` of ``view``'s anchors (``None``: both) from one matrix."""
         key = (scales, gather is not None)
         if key not in self.own:
-            gathers, logits = (), None
-            if gather is not None:
-                gathers = ((1, gather[0]), (0, gather[1]))
-                logits = self.own.pop("detached", None)
+            gathers = () if gather is None else ((1, gather[0]), (0, gather[1]))
+            logits = None if gather is None else self.own.pop("detached", None)
             spec = _Sums(self.tau, self.excluded, scales, columns=True, gather=gathers)
             rows, cols, *got = _ExpGram.apply(self.u, self.v, None, logits, spec)
             self.own[key] = (rows, cols, got)
@@ -248,11 +246,8 @@ class _ExpGram(torch.autograd.Function):
         o = a if o is None else o
         x = _exclude(shifted_logits(a, o, spec.tau) if logits is None else logits, spec.excluded)
         gathered = [(x if dim else x.T).gather(1, index) for dim, index in spec.gather]
-        if len(spec.scales) == 1:
-            x = _exp(x, spec.scales[0], log_w, out=x)
-            exps = [x]
-        else:
-            exps = [_exp(x, s, log_w) for s in spec.scales]
+        single = len(spec.scales) == 1  # (then x becomes its exponential)
+        exps = [_exp(x, s, log_w, out=x if single else None) for s in spec.scales]
         rows = torch.stack([e.sum(dim=-1) for e in exps])
         cols = torch.stack([e.sum(dim=0) for e in exps]) if spec.columns else x.new_zeros(0)
         ctx.spec = spec
@@ -316,17 +311,15 @@ def dense_blocks(u: Tensor, v: Tensor, tau: float, batched: bool = False) -> lis
     return [NegativeBlock(pos, views, views.flip(0), views, diag, n - 1, tau, None, pair=pair)]
 
 
-def row_block(a: Tensor, o: Tensor, rows: slice, view: int, tau: float, cols=None):
-    """The anchors ``rows`` of view ``a`` against all nodes, or against ``k + 1`` sampled
-    nodes ``cols`` less one each (itself if sampled, else the last)."""
-    anchors, own = torch.arange(rows.start, rows.stop, device=a.device), a[rows]  # (one slice)
-    pos = positive_logits(own, o[rows], tau)
-    if cols is None:
-        return NegativeBlock(pos, own, o, a, anchors, a.size(0) - 1, tau, view, rows)
-    k = cols.numel() - 1
-    hit = anchors.unsqueeze(1) == cols.unsqueeze(0)
-    excluded = torch.where(hit.any(1), hit.int().argmax(1), torch.full_like(anchors, k))
-    return NegativeBlock(pos, own, o[cols], a[cols], excluded, k, tau, view, rows, cols)
+def row_block(anchors, peers, positives, others, rows: slice, view: int, tau: float, cols=None):
+    """The anchors ``rows`` of a view with their ``peers`` in it, ``positives`` and ``others``
+    in the other: all nodes, or ``k + 1`` sampled nodes ``cols`` less one each."""
+    index, k = torch.arange(rows.start, rows.stop, device=anchors.device), len(others) - 1
+    pos = positive_logits(anchors, positives, tau)
+    if cols is not None:  # (each anchor's own column if sampled, else the surplus last one)
+        hit = index.unsqueeze(1) == cols.unsqueeze(0)
+        index = torch.where(hit.any(1), hit.int().argmax(1), torch.full_like(index, k))
+    return NegativeBlock(pos, anchors, others, peers, index, k, tau, view, rows, cols)
 
 
 def anchor_losses(block: NegativeBlock, term: NegativeTermFn) -> Tensor:
@@ -351,39 +344,45 @@ def contrastive_losses(loss, h1: Tensor, h2: Tensor, anchors: slice, reduced=Fal
     # (per-anchor losses: each block recomputed in backward, its RNG state restored)
     run = functools.partial(checkpoint, blocks, use_reentrant=False) if grad else blocks
     out: list[list[Tensor]] = [[], []]
-    for view, inputs in _blocks(u, v, *args):
-        out[view].append(run(term, *inputs))
+    for view, parts, rows, cols in _blocks(u, v, *args):
+        out[view].append(run(term, *parts, rows, view, tau, cols))
     return torch.stack([torch.cat(losses) for losses in out])
 
 
 def _blocks(u, v, tau: float, how: Plan, anchors: slice, num_negatives=None):
-    """``(view, inputs of row_block)`` of each row or sampled block, in order."""
+    """``(view, parts, rows, cols)`` of each row or sampled block, ``parts`` :func:`row_block`'s."""
     n, size = u.size(0), how.block_size
     for view, (a, o) in enumerate(((u, v), (v, u))):
         for start in range(anchors.start, anchors.stop, size):
             rows = slice(start, min(start + size, anchors.stop))
-            cols = None
-            if how.path == "sampled":
-                cols = torch.randperm(n)[: num_negatives + 1].to(u.device, non_blocking=True)
-            yield view, (a, o, rows, view, tau, cols)
+            cols = torch.randperm(n)[: num_negatives + 1] if how.path == "sampled" else None
+            cols = cols if cols is None else cols.to(u.device, non_blocking=True)
+            parts = [t for x in (a, o) for t in (x[rows], x if cols is None else x[cols])]
+            yield view, parts, rows, cols
 
 
 class _ReducedBlocks(torch.autograd.Function):
-    """``[2, N]`` losses of the row blocks, each block's gradient taken as it is computed."""
+    """``[2, N]`` losses of the row blocks, each block's gradient taken as it is computed
+    with respect to its four parts and added where they lie in ``u`` and ``v``."""
 
     @staticmethod
     def forward(ctx, u: Tensor, v: Tensor, term: NegativeTermFn, args: tuple, run) -> Tensor:
-        ctx.wanted = ctx.needs_input_grad[:2]
-        leaves = [t.detach().requires_grad_(w) for t, w in zip((u, v), ctx.wanted)]
-        inputs = [t for t in leaves if t.requires_grad]
-        grads, out = [torch.zeros_like(t) for t in inputs], [[], []]
-        with torch.enable_grad():
-            for view, block in _blocks(*leaves, *args):
-                losses = run(term, *block)
-                for grad, part in zip(grads, torch.autograd.grad(losses.sum(), inputs)):
-                    grad.add_(part)
-                out[view].append(losses.detach())
-        ctx.save_for_backward(*grads)
+        ctx.wanted, out = ctx.needs_input_grad[:2], [[], []]
+        grads = [torch.zeros_like(t) if w else None for t, w in zip((u, v), ctx.wanted)]
+        for view, parts, rows, cols in _blocks(u.detach(), v.detach(), *args):
+            into = [(grads[i], at) for i in (view, 1 - view) for at in (rows, cols)]
+            leaves = [p.detach().requires_grad_(g is not None) for p, (g, _) in zip(parts, into)]
+            with torch.enable_grad():
+                losses = run(term, *leaves, rows, view, args[0], cols)
+                need = [p for p in leaves if p.requires_grad]
+                got = torch.autograd.grad(losses.sum(), need, materialize_grads=True)
+            for (total, at), part in zip([t for t in into if t[0] is not None], got):
+                if isinstance(at, Tensor):  # (at: all rows, a slice or the sampled rows)
+                    total.index_add_(0, at, part)
+                else:
+                    (total if at is None else total[at]).add_(part)
+            out[view].append(losses.detach())
+        ctx.save_for_backward(*(g for g in grads if g is not None))
         return torch.stack([torch.cat(losses) for losses in out])
 
     @staticmethod

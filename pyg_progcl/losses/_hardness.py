@@ -29,7 +29,7 @@ class Hardness:
         with torch.no_grad():
             logits = self.schedule.weight_logits(block, 0 if shared or block.dense else block.view)
             s = torch.add(logits.new_ones(()), logits, alpha=block.tau / 2)  # (θ + 1)/2
-            lb = self.mixture.log_hardness(s, self.floor)
+            lb = self.mixture.log_hardness_(s, self.floor)
             lb.scatter_(1, block.excluded.unsqueeze(1), float("-inf"))
         if not block.dense:
             return lb
@@ -47,8 +47,8 @@ def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
     lb, log_mean = hardness.log_weights(block)
     if not block._exp_fits():
         return block.log_sum_exp_both(1.0, lb) - log_mean
-    # (one copy along memory: the dense second view's weights are a transpose)
-    lw = torch.sub(lb, log_mean.unsqueeze(1), out=lb.new_empty(lb.shape))
+    # (a row block's own b in place; the dense views share b, the second as its transpose)
+    lw = torch.sub(lb, log_mean.unsqueeze(1), out=lb.new_empty(lb.shape) if block.dense else lb)
     inter = block._inter_sums((1.0,), lw, logits=block._take_logits())
     return torch.log(inter[0] + block._intra_sums((1.0,), lw)[0])
 

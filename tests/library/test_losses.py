@@ -167,13 +167,13 @@ def test_progcl_mix_follows_the_formula_at_any_scale_of_b(monkeypatch, options):
     # whatever the scale of b: no rescaling switches on below a threshold.
     h1, h2 = views(n=12)
     m = fitted_mixture()
-    log_hardness, ref_hardness = BetaMixture.log_hardness, ref.hardness
+    log_hardness, ref_hardness = BetaMixture.log_hardness_, ref.hardness
     for scale in [1.0, 1e-6, 1e-8, 1e-12, 1e-19, 1e-21, 1e-30]:
 
         def scaled(self, s, floor=0.0, c=scale):
             return log_hardness(self, s, floor) + math.log(c)
 
-        monkeypatch.setattr(BetaMixture, "log_hardness", scaled)
+        monkeypatch.setattr(BetaMixture, "log_hardness_", scaled)
         monkeypatch.setattr(ref, "hardness", lambda *a, c=scale, **kw: ref_hardness(*a, **kw) * c)
         loss = ProGCLLoss(0.4, mode="mix", num_mix=1, mixture=m, **options)
         assert_matches(loss, lambda a, b: ref.progcl_mix_one(a, b, 0.4, params(m)), h1, h2)
@@ -323,7 +323,7 @@ def test_progcl_weight_with_uniform_weights_is_grace(options):
 def test_progcl_weight_with_uniform_weights_is_grace_on_any_views(monkeypatch, options):
     # A constant hardness b gives w = b / mean b = 1 however the cosines vary: the weighted
     # negative sum is then GRACE's, values and gradients, on every path.
-    monkeypatch.setattr(BetaMixture, "log_hardness", lambda self, s, *a: torch.full_like(s, -0.3))
+    monkeypatch.setattr(BetaMixture, "log_hardness_", lambda self, s, *a: torch.full_like(s, -0.3))
     h1, h2 = views()
     loss = ProGCLLoss(0.5, mixture=fitted_mixture(), **options)
     for block_size in (None, 4):
@@ -867,7 +867,7 @@ def test_progcl_weight_with_underflowing_weighted_terms_stays_finite(monkeypatch
     # The weights are uniform, so the loss is GRACE's; log-sum-exp must recover it.
     h = torch.eye(20).requires_grad_()
     loss = ProGCLLoss(0.03, mixture=fitted_mixture().float(), **options)
-    monkeypatch.setattr(BetaMixture, "log_hardness", lambda self, s, *a: torch.full_like(s, -71.4))
+    monkeypatch.setattr(BetaMixture, "log_hardness_", lambda self, s, *a: torch.full_like(s, -71.4))
     out = seeded(loss, h, h)
     torch.testing.assert_close(out, seeded(InfoNCELoss(0.03, **options), h, h))
     (grad,) = torch.autograd.grad(out, h)
@@ -972,17 +972,18 @@ def test_progcl_mix_rows_of_vanished_b_mix_to_zero(monkeypatch, options):
     h2 = e1 + 1e-3 * torch.randn(n, d, generator=g, dtype=torch.float64)
     h1 = torch.randn(n, d, generator=g, dtype=torch.float64)
     h1[:2] = e1 + 1e-3 * torch.randn(2, d, generator=g, dtype=torch.float64)
-    log_hardness, ref_hardness = BetaMixture.log_hardness, ref.hardness
+    log_hardness, ref_hardness = BetaMixture.log_hardness_, ref.hardness
 
     def cut(self, s, floor=0.0):
-        return log_hardness(self, s, floor).masked_fill_(s > 0.999, float("-inf"))
+        vanished = s > 0.999  # (log_hardness_ overwrites s)
+        return log_hardness(self, s, floor).masked_fill_(vanished, float("-inf"))
 
     def ref_cut(theta, *args, **kwargs):
         b = ref_hardness(theta, *args, **kwargs).clone()
         b[(theta + 1) / 2 > 0.999] = 0.0
         return b
 
-    monkeypatch.setattr(BetaMixture, "log_hardness", cut)
+    monkeypatch.setattr(BetaMixture, "log_hardness_", cut)
     monkeypatch.setattr(ref, "hardness", ref_cut)
     u, v = (torch.nn.functional.normalize(h, dim=1) for h in (h1, h2))
     assert bool(((u @ v.T)[:2] > 0.998).all()) and bool(((u @ v.T)[2:] < 0.99).all())
@@ -1022,6 +1023,23 @@ def test_reductions_are_the_per_anchor_losses(make, options):
     for a, b, c in zip(g_none, out["sum"][1], out["mean"][1]):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(a, c * 46, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("make", REDUCED)
+@pytest.mark.parametrize("options", [{"block_size": 6}, {"num_negatives": 9}], ids=path_id)
+@pytest.mark.parametrize("which", [0, 1])
+def test_reduced_blocks_give_the_gradient_of_the_one_view_that_wants_it(make, options, which):
+    # A reduced loss's blocks take their gradients with respect to their parts (anchors and
+    # their view's candidates, positives and the other view's candidates) and add them
+    # where they lie: a view without a gradient gets none, the other the gradient of the
+    # per-anchor losses (recomputed under checkpoint, the same random draws).
+    h = views()
+    torch.manual_seed(5)
+    both = torch.autograd.grad(make(reduction="none", **options)(*h).mean(), h)
+    one = [t.detach().requires_grad_(i == which) for i, t in enumerate(h)]
+    torch.manual_seed(5)
+    (grad,) = torch.autograd.grad(make(**options)(*one), one[which])
+    torch.testing.assert_close(grad, both[which], rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("options", PATHS, ids=path_id)
