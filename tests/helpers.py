@@ -92,8 +92,7 @@ def engine_weights(loss, h1, h2, block_size=None):
             ]
         hardness, rows = Hardness(loss.mixture, loss.schedule), []
         for block in blocks:
-            log_b, log_mean = hardness.log_weights(block)
-            rows.append((log_b - log_mean.unsqueeze(1)).exp())
+            rows.append(hardness.log_weights(block).exp())
         return torch.cat(rows).view(2, n, n)
 
 

@@ -36,19 +36,17 @@ class Hardness:
         self._dense = lb
         return self.log_b(block)
 
-    def log_weights(self, block: NegativeBlock) -> tuple[Tensor, Tensor]:
-        """``(log b, log mean_k b)`` of the block's anchors (``[B, C]``, ``[B]``)."""
-        lb = self.log_b(block)
-        return lb, lb.logsumexp(dim=1) - math.log(block.count)
+    def log_weights(self, block: NegativeBlock) -> Tensor:
+        """``[B, C]`` ``log w``, ``w = b / mean_k b``, of the block's pairs (``-inf`` excluded)."""
+        # (log_softmax: each row's max, sum and shift in one pass over the row)
+        return torch.log_softmax(self.log_b(block), dim=1).add_(math.log(block.count))
 
 
 def weighted_log_negatives(block: NegativeBlock, hardness: Hardness) -> Tensor:
     """ProGCL-weight's ``log Ng = log Σ_k w_k (e^{inter_k} + e^{intra_k})``, ``w = b / mean b``."""
-    lb, log_mean = hardness.log_weights(block)
+    lw = hardness.log_weights(block)
     if not block._exp_fits():
-        return block.log_sum_exp_both(1.0, lb) - log_mean
-    # (a row block's own b in place; the dense views share b, the second as its transpose)
-    lw = torch.sub(lb, log_mean.unsqueeze(1), out=lb.new_empty(lb.shape) if block.dense else lb)
+        return block.log_sum_exp_both(1.0, lw)
     inter = block._inter_sums((1.0,), lw, logits=block._take_logits())
     return torch.log(inter[0] + block._intra_sums((1.0,), lw)[0])
 
