@@ -301,5 +301,5 @@ def compile_offer(data: Data, config: TrainConfig, device: torch.device) -> Opti
         return None
     return (
         f"--compile-blocks (each row block of {loss.block_size} through torch.compile: Coauthor "
-        "epochs ran 1.06-1.17x faster after the first)"
+        "epochs ran 1.00-1.11x faster after the first)"
     )

@@ -193,7 +193,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--compile-blocks", action="store_true",
         help="run the loss's row or sampled blocks through torch.compile (a C++ compiler on "
         "a CPU, triton on CUDA): the same loss to rounding; on a CPU, Coauthor epochs in row "
-        "blocks ran 1.06-1.17x faster after a first epoch that compiles (seconds to a minute or more); "
+        "blocks ran 1.00-1.11x faster after a first epoch that compiles (seconds to a minute or more); "
         "no effect where the loss takes the dense path",
     )  # fmt: skip
     parser.add_argument(

@@ -257,21 +257,20 @@ class _ExpGram(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_rows: Tensor, g_cols: Tensor, *g_gathered: Tensor):
         a, o, log_w, kept = ctx.saved_tensors
-        spec, grad, out = ctx.spec, None, [None, None]  # (∂/∂a, ∂/∂o)
+        spec, single = ctx.spec, len(ctx.spec.scales) == 1
         need = ctx.needs_input_grad[0], ctx.needs_input_grad[0 if ctx.same else 1]
-        rows = len(spec.scales) == 1 and not (spec.columns or spec.gather)  # (r∘(E o), Eᵀ(r∘a))
         with full_precision(g_rows):  # (a backward called under autocast computes as forward)
-            for j, s in enumerate(spec.scales):  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
-                e = kept if len(spec.scales) == 1 else _exp(kept, s, log_w)
-                r = g_rows[j].mul(s / spec.tau).unsqueeze(-1)
-                if rows:
-                    out = [r * (e @ o) if need[0] else None, e.mT @ (r * a) if need[1] else None]
-                    break
-                term = e * r
-                if spec.columns:
-                    term.addcmul_(e, g_cols[j].mul(s / spec.tau))
-                grad = term if grad is None else grad.add_(term)
-            if grad is not None:
+            if single and not (spec.columns or spec.gather):  # (rows only: r∘(E o), Eᵀ(r∘a))
+                r = g_rows[0].mul(spec.scales[0] / spec.tau).unsqueeze(-1)
+                out = [r * (kept @ o) if need[0] else None, kept.mT @ (r * a) if need[1] else None]
+            else:  # (∂/∂x = Σ_s s·e_s ∘ (g_rows ⊕ g_cols), /τ)
+                grad = None
+                for j, s in enumerate(spec.scales):
+                    e = kept if single else _exp(kept, s, log_w)
+                    term = e * g_rows[j].mul(s / spec.tau).unsqueeze(-1)
+                    if spec.columns:
+                        term.addcmul_(e, g_cols[j].mul(s / spec.tau))
+                    grad = term if grad is None else grad.add_(term)
                 for (dim, index), g in zip(spec.gather, g_gathered):
                     (grad if dim else grad.T).scatter_add_(1, index, g.div(spec.tau))
                 out = [grad @ o if need[0] else None, grad.mT @ a if need[1] else None]
